@@ -1,0 +1,372 @@
+"""The ``failcast`` command line: one sub-command per stage, plus ``run`` for schedulers.
+
+Exit codes: 0 success; 2 bad usage or bad input (one line on stderr naming the file and reason);
+1 an unexpected error (one line; ``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import sys
+from datetime import date, datetime
+from pathlib import Path
+
+import click
+import polars as pl
+
+from pipeline import analysis as analysis_mod
+from pipeline import config as config_mod
+from pipeline import ingest as ingest_mod
+from pipeline import report as report_mod
+from pipeline import sample as sample_mod
+from pipeline import transform, warehouse
+
+EXIT_INPUT = 2
+EXIT_UNEXPECTED = 1
+EXPECTED_ERRORS = (ingest_mod.InputError, config_mod.ConfigError, ValueError, FileNotFoundError)
+
+
+def fail(message: str, code: int = EXIT_INPUT) -> None:
+    """Stop with one line on stderr: what is wrong and, where possible, how to fix it."""
+    click.echo(f"failcast: {message}", err=True)
+    sys.exit(code)
+
+
+def _json_default(value):
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def _finite(value):
+    """JSON has no infinity or NaN: an unbounded interval end is written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def echo_json(payload) -> None:
+    click.echo(json.dumps(_finite(payload), indent=2, default=_json_default, allow_nan=False))
+
+
+def _records(frame: pl.DataFrame) -> list[dict]:
+    return frame.to_dicts()
+
+
+def _safe(text: str) -> str:
+    """Neutralise terminal control characters in text that came from logs."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+db_option = click.option(
+    "--db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=warehouse.DEFAULT_DB_PATH,
+    show_default=True,
+    help="DuckDB warehouse file.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+until_option = click.option(
+    "--until",
+    "observed_until",
+    type=click.DateTime(),
+    help="End of the observed window (UTC); default: the latest time in the data.",
+)
+
+
+class FailcastGroup(click.Group):
+    """Turns expected errors into one line and exit code 2, anything else into exit code 1."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except EXPECTED_ERRORS as exc:
+            fail(_safe(str(exc)))
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            if ctx.params.get("debug"):
+                raise
+            fail(
+                f"unexpected error: {type(exc).__name__}: {_safe(str(exc))} "
+                "(rerun with --debug for the traceback)",
+                EXIT_UNEXPECTED,
+            )
+
+
+@click.group(cls=FailcastGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks of unexpected errors.")
+@click.version_option(package_name="failcast")
+def main(debug: bool) -> None:
+    """failcast: failure rates, MTBF and training-time projections for GPU clusters."""
+
+
+# --- sample ---------------------------------------------------------------------------------
+@main.command()
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=config_mod.SAMPLE_DIR,
+    show_default=True,
+)
+@click.option("--seed", type=int, default=sample_mod.FleetSpec.seed, show_default=True)
+@click.option(
+    "--rate",
+    "rate_pct",
+    type=float,
+    default=0.05,
+    show_default=True,
+    help="True interrupting failure rate, % per instance-hour.",
+)
+@click.option(
+    "--shape",
+    type=float,
+    default=sample_mod.FleetSpec.weibull_shape,
+    show_default=True,
+    help="Weibull shape of each node's times between failures.",
+)
+@click.option("--days", type=float, default=sample_mod.FleetSpec.days, show_default=True)
+@click.option(
+    "--sizes",
+    default="32,64,128,256,512,1024",
+    show_default=True,
+    help="Comma-separated instance counts, one cluster each.",
+)
+def sample(out: Path, seed: int, rate_pct: float, shape: float, days: float, sizes: str) -> None:
+    """Write a simulated fleet (incidents.csv, inventory.csv) with known failure behaviour."""
+    try:
+        cluster_sizes = tuple(int(s) for s in sizes.split(","))
+    except ValueError:
+        fail(f"--sizes {sizes!r}: expected comma-separated integers like 32,64,128")
+    if rate_pct <= 0 or shape <= 0 or days <= 0 or min(cluster_sizes) < 1:
+        fail("--rate, --shape, --days and every --sizes value must be positive")
+    spec = sample_mod.FleetSpec(
+        cluster_sizes=cluster_sizes,
+        days=days,
+        rate_per_node_hour=rate_pct / 100,
+        weibull_shape=shape,
+        seed=seed,
+    )
+    fleet = sample_mod.simulate_fleet(spec)
+    for path in fleet.write(out):
+        click.echo(f"wrote {path}")
+
+
+# --- ingest ---------------------------------------------------------------------------------
+INGEST_HELP = """Read incident and inventory files into the warehouse.
+
+\b
+Formats (auto-detected from the name, or --format):
+  csv      timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at
+           2026-03-02T04:26:29Z,c0512,c0512-n0017,gpu_fell_off_bus,3,job-7,"NVRM: Xid ...",
+  jsonl    {"timestamp": "2026-03-02T04:26:29+00:00", "cluster_id": "c0512", ...}
+  parquet  the same columns
+Inventory files have cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to.
+Files already ingested (same sha256) are skipped; rows already stored count as duplicates.
+"""
+
+
+@main.command(help=INGEST_HELP)
+@click.argument("paths", nargs=-1, required=True)
+@db_option
+@click.option("--format", "fmt", type=click.Choice(ingest_mod.FORMATS))
+@click.option(
+    "--map",
+    "mapping",
+    multiple=True,
+    metavar="CANONICAL=SOURCE",
+    help="Read a differently named column, e.g. --map node_id=hostname (repeatable).",
+)
+@click.option(
+    "--timezone", default="UTC", show_default=True, help="Time zone of timestamps that carry no offset."
+)
+@click.option(
+    "--window-minutes",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Events of one node and category closer than this form one incident.",
+)
+@json_option
+def ingest(paths, db: Path, fmt, mapping, timezone: str, window_minutes: float, as_json: bool) -> None:
+    files = _expand(paths)
+    con = warehouse.connect(db)
+    summaries = ingest_mod.ingest_files(
+        con,
+        files,
+        fmt=fmt,
+        column_map=ingest_mod.parse_column_map(mapping),
+        timezone=timezone,
+        window_seconds=window_minutes * 60,
+    )
+    if as_json:
+        echo_json([s.to_dict() for s in summaries])
+        return
+    click.echo(f"timestamps without an offset read as {timezone}")
+    for s in summaries:
+        if s.skipped:
+            click.echo(f"{_safe(s.path)}: already ingested (same sha256), skipped")
+            continue
+        click.echo(
+            f"{_safe(s.path)}: {s.kind}, read {s.rows_read}, ingested {s.rows_ingested}, "
+            f"duplicate {s.rows_duplicate}, rejected {s.rows_rejected}"
+        )
+        if s.ignored_columns:
+            click.echo(f"  ignored columns: {_safe(', '.join(s.ignored_columns))}")
+
+
+def _expand(patterns) -> list[Path]:
+    files: list[Path] = []
+    for pattern in patterns:
+        matched = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not matched:
+            fail(f"{pattern}: no files match")
+        files.extend(Path(m) for m in matched)
+    return files
+
+
+# --- rates ----------------------------------------------------------------------------------
+@main.command()
+@db_option
+@click.option(
+    "--by",
+    "by",
+    multiple=True,
+    default=["cluster_id"],
+    show_default=True,
+    type=click.Choice([*transform.EXPOSURE_KEYS, "category"]),
+    help="Group key (repeatable).",
+)
+@click.option("--period", type=click.Choice(list(transform.PERIODS)))
+@click.option(
+    "--all-categories", is_flag=True, help="Count non-interrupting faults too (application XIDs, warnings)."
+)
+@until_option
+@json_option
+def rates(db: Path, by, period, all_categories: bool, observed_until, as_json: bool) -> None:
+    """Failure rates per instance-hour and GPU-hour with exact 95% Poisson intervals."""
+    con = warehouse.connect(db, read_only=True)
+    incidents = warehouse.table(con, "incidents")
+    inventory = warehouse.table(con, "inventory")
+    end = observed_until or transform.observation_end(incidents, inventory)
+    exposure = transform.exposure_intervals(inventory, end)
+    frame = transform.failure_rates(
+        incidents, exposure, by=list(by), period=period, interrupting_only=not all_categories
+    )
+    if as_json:
+        echo_json(_records(frame))
+    else:
+        with pl.Config(tbl_rows=100, tbl_cols=20, float_precision=6):
+            click.echo(frame)
+
+
+# --- fit ------------------------------------------------------------------------------------
+@main.command()
+@db_option
+@until_option
+@json_option
+def fit(db: Path, observed_until, as_json: bool) -> None:
+    """Fit time-between-failures models and the MTBF scaling law."""
+    result = analysis_mod.analyze(warehouse.connect(db, read_only=True), observed_until=observed_until)
+    payload = {
+        "observed_until": result.observed_until,
+        "best_family": result.best_family,
+        "node_time_between_failures": {
+            family: {
+                "params": m.params_,
+                "confidence_interval": m.confidence_interval_,
+                "mtbf_hours": m.mtbf_hours_,
+                "mtbf_ci_hours": m.mtbf_confidence_interval_,
+                "aic": m.aic_,
+            }
+            for family, m in result.node_fits.items()
+        },
+        "cluster_mtbf": _records(result.cluster_mtbf),
+        "scaling": None
+        if result.scaling is None
+        else {
+            "alpha": result.scaling.alpha_,
+            "alpha_ci": result.scaling.alpha_confidence_interval_,
+            "mtbf_one_instance_hours": result.scaling.mtbf_one_hours_,
+            "projected": _records(result.scaling_projection),
+        },
+    }
+    if as_json:
+        echo_json(payload)
+        return
+    click.echo(f"best family by AIC: {result.best_family}")
+    for family, m in result.node_fits.items():
+        low, high = m.mtbf_confidence_interval_
+        click.echo(
+            f"  {family:12s} node MTBF {m.mtbf_hours_:10.1f} h  (95% CI {low:.1f}–{high:.1f})"
+            f"  AIC {m.aic_:.1f}"
+        )
+    if result.scaling is not None:
+        s = result.scaling
+        click.echo(
+            f"MTBF(N) = {s.mtbf_one_hours_:.0f} h / N^{s.alpha_:.3f} "
+            f"(alpha 95% CI {s.alpha_confidence_interval_[0]:.3f}–"
+            f"{s.alpha_confidence_interval_[1]:.3f})"
+        )
+
+
+# --- project --------------------------------------------------------------------------------
+@main.command()
+def project() -> None:
+    """Training time, goodput and cost of a job under failures (arrives with issue 5)."""
+    fail("projection is not built yet")
+
+
+# --- report ---------------------------------------------------------------------------------
+@main.command()
+@db_option
+@click.option(
+    "--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"), show_default=True
+)
+@until_option
+def report(db: Path, out: Path, observed_until) -> None:
+    """Write the self-contained HTML report."""
+    result = analysis_mod.analyze(warehouse.connect(db, read_only=True), observed_until=observed_until)
+    click.echo(f"wrote {report_mod.write_report(result, out)}")
+
+
+# --- run ------------------------------------------------------------------------------------
+@main.command()
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="failcast.toml; without it the bundled sample in data/sample/ is used.",
+)
+@click.option("--db", type=click.Path(dir_okay=False), help="Override the config's warehouse.")
+@click.option(
+    "--out", "report_dir", type=click.Path(file_okay=False), help="Override the config's report folder."
+)
+def run(config_path: Path | None, db: str | None, report_dir: str | None) -> None:
+    """All stages: ingest new inputs, transform, fit, project, write the report."""
+    cfg = config_mod.load_config(config_path).with_overrides(db=db, report_dir=report_dir)
+    files = _expand(cfg.inputs)
+    con = warehouse.connect(cfg.db)
+    summaries = ingest_mod.ingest_files(
+        con,
+        files,
+        column_map=cfg.column_map,
+        timezone=cfg.timezone,
+        window_seconds=cfg.dedup_window_minutes * 60,
+    )
+    for s in summaries:
+        state = "unchanged" if s.skipped else (f"+{s.rows_ingested} rows, {s.rows_rejected} rejected")
+        click.echo(f"ingest {_safe(s.path)}: {state}")
+    until = datetime.fromisoformat(cfg.observed_until) if cfg.observed_until else None
+    result = analysis_mod.analyze(con, observed_until=until)
+    click.echo(f"wrote {report_mod.write_report(result, cfg.report_dir)}")
