@@ -1,0 +1,116 @@
+"""The foundation's end-to-end path, through the public CLI as a user (or cron) calls it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pipeline.cli import main
+from pipeline.sample import FleetSpec
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data" / "sample"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def sample_db(tmp_path_factory) -> Path:
+    db = tmp_path_factory.mktemp("wh") / "w.duckdb"
+    result = invoke("ingest", str(SAMPLE / "inventory.csv"), str(SAMPLE / "incidents.csv"),
+                    "--db", str(db), "--json")
+    assert result.exit_code == 0, result.output
+    return db
+
+
+def test_bundled_sample_is_the_generators_output(tmp_path) -> None:
+    assert invoke("sample", "--out", str(tmp_path)).exit_code == 0
+    for name in ("incidents.csv", "inventory.csv"):
+        assert (tmp_path / name).read_bytes() == (SAMPLE / name).read_bytes(), (
+            f"data/sample/{name} is stale: regenerate with 'failcast sample'")
+
+
+def test_rates_per_cluster_contain_the_true_rate(sample_db) -> None:
+    result = invoke("rates", "--db", str(sample_db), "--by", "cluster_id", "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    truth = FleetSpec().rate_per_node_hour
+    assert [r["cluster_id"] for r in rows] == ["c0032", "c0064", "c0128", "c0256", "c0512", "c1024"]
+    for row in rows:
+        assert set(row) >= {"cluster_id", "failures", "exposure_node_hours", "rate_per_node_hour",
+                            "rate_ci_low", "rate_ci_high"}
+        assert row["rate_ci_low"] < truth < row["rate_ci_high"], row
+        assert row["rate_per_node_hour"] == pytest.approx(row["failures"] / row["exposure_node_hours"])
+
+
+def test_ingesting_twice_changes_nothing(sample_db) -> None:
+    import duckdb
+
+    def counts() -> dict[str, int]:
+        with duckdb.connect(str(sample_db), read_only=True) as con:
+            return {t: con.sql(f"SELECT count(*) FROM {t}").fetchall()[0][0]  # noqa: S608
+                    for t in ("events", "incidents", "inventory", "rejects", "ingested_files")}
+
+    before = counts()
+    result = invoke("ingest", str(SAMPLE / "inventory.csv"), str(SAMPLE / "incidents.csv"),
+                    "--db", str(sample_db), "--json")
+    assert all(s["skipped"] for s in json.loads(result.output))
+    assert counts() == before and before["events"] > 0
+
+
+def test_copy_of_a_file_adds_only_duplicates(sample_db, tmp_path) -> None:
+    copy = tmp_path / "copy.csv"
+    lines = (SAMPLE / "incidents.csv").read_text().splitlines()
+    copy.write_text("\n".join(lines[:50]) + "\n")  # different bytes, same rows
+    [summary] = json.loads(invoke("ingest", str(copy), "--db", str(sample_db), "--json").output)
+    assert (summary["rows_read"], summary["rows_ingested"], summary["rows_duplicate"]) == (49, 0, 49)
+
+
+def test_fit_json_has_models_and_scaling(sample_db) -> None:
+    payload = json.loads(invoke("fit", "--db", str(sample_db), "--json").output)
+    assert payload["best_family"] in payload["node_time_between_failures"]
+    low, high = payload["scaling"]["alpha_ci"]
+    assert low < 1.0 < high  # the generator's nodes fail independently
+
+
+def test_run_writes_the_report(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(REPO)
+    result = invoke("run", "--db", str(tmp_path / "w.duckdb"), "--out", str(tmp_path / "r"))
+    assert result.exit_code == 0, result.output
+    html = (tmp_path / "r" / "failcast-report.html").read_text()
+    assert html.startswith("<!DOCTYPE html>") and "vegaEmbed" in html
+    assert "https://cdn" not in html  # self-contained: nothing fetched from a CDN
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["rates", "--db", "{tmp}/missing.duckdb"], "no warehouse here"),
+        (["ingest", "{tmp}/nothing.csv", "--db", "{tmp}/w.duckdb"], "no such file"),
+        (["ingest", "{tmp}/bad.txt", "--db", "{tmp}/w.duckdb"], "cannot tell the format"),
+        (["ingest", "{tmp}/x.csv", "--db", "{tmp}/w.duckdb", "--map", "nodeid"], "CANONICAL=SOURCE"),
+        (["run", "--config", "{tmp}/missing.toml"], "config file not found"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message) -> None:
+    (tmp_path / "bad.txt").write_text("hello\n")
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    argv = [a.format(tmp=tmp_path) for a in args]
+    proc = subprocess.run([sys.executable, "-m", "pipeline", *argv], capture_output=True, text=True,
+                          cwd=REPO)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_every_command_has_help() -> None:
+    for command in main.commands:
+        result = invoke(command, "--help")
+        assert result.exit_code == 0 and "Usage:" in result.output

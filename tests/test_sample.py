@@ -1,0 +1,61 @@
+"""The generator is the ground truth for the statistical tests, so it is tested first."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline.sample import FleetSpec, simulate_fleet, stationary_renewal_times
+
+
+def _interrupting(fleet) -> pl.DataFrame:
+    return fleet.incidents.filter(~pl.col("category").is_in(["application", "gpu_memory_warning"]))
+
+
+def _node_hours(fleet) -> float:
+    inv = fleet.inventory.with_columns(pl.col("in_service_to").fill_null(fleet.spec.end))
+    return ((inv["in_service_to"] - inv["in_service_from"]).dt.total_seconds() / 3600).sum()
+
+
+def test_same_seed_same_fleet() -> None:
+    spec = FleetSpec(cluster_sizes=(8, 16), days=10)
+    assert simulate_fleet(spec).incidents.equals(simulate_fleet(spec).incidents)
+    other = simulate_fleet(FleetSpec(cluster_sizes=(8, 16), days=10, seed=1))
+    assert not other.incidents.equals(simulate_fleet(spec).incidents)
+
+
+@pytest.mark.parametrize("shape", [0.7, 1.0, 1.3])
+def test_stationary_renewal_count_matches_rate(shape: float) -> None:
+    # E[N(t)] = t / mean for a stationary renewal process, whatever the shape.
+    rng = np.random.default_rng(7)
+    durations = np.full(20_000, 500.0)
+    owner, times = stationary_renewal_times(durations, 100.0, shape, rng)
+    expected = durations.sum() / 100.0
+    assert abs(owner.size - expected) < 4 * np.sqrt(expected) * (1.5 if shape < 1 else 1.0)
+    assert (times >= 0).all() and (times < 500).all()
+
+
+def test_failure_rate_and_categories() -> None:
+    fleet = simulate_fleet(FleetSpec(cluster_sizes=(64, 128), days=60, seed=11))
+    failures = _interrupting(fleet).height
+    expected = _node_hours(fleet) * fleet.spec.rate_per_node_hour
+    assert abs(failures - expected) < 4 * np.sqrt(expected)
+    assert set(fleet.incidents["category"].unique()) >= {"gpu_fell_off_bus", "application"}
+    # every incident lies inside one of its node's service intervals
+    joined = fleet.incidents.join(fleet.inventory, on=["cluster_id", "node_id"]).filter(
+        (pl.col("timestamp") >= pl.col("in_service_from"))
+        & (pl.col("timestamp") < pl.col("in_service_to").fill_null(fleet.spec.end))
+    )
+    assert joined.select("timestamp", "node_id").unique().height == fleet.incidents.select(
+        "timestamp", "node_id").unique().height
+
+
+def test_write_round_trips_canonical_columns(tmp_path) -> None:
+    fleet = simulate_fleet(FleetSpec(cluster_sizes=(4,), days=30, seed=3))
+    incidents, inventory = fleet.write(tmp_path)
+    header = incidents.read_text().splitlines()[0].split(",")
+    assert header == ["timestamp", "cluster_id", "node_id", "category", "gpu_index", "job_id",
+                      "message", "resolved_at"]
+    assert inventory.read_text().splitlines()[0].startswith("cluster_id,node_id,instance_type")
+    assert incidents.read_text().splitlines()[1].split(",")[0].endswith("Z")
