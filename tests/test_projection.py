@@ -123,14 +123,10 @@ def test_daly_closed_form_when_interval_divides_work():
     assert expected_wall_hours(100, 1 / m, prof) == pytest.approx(closed, rel=1e-12)
 
 
-def test_daly_matches_event_by_event_simulation():
+def _event_by_event(segs, lam, r_h, runs, rng):
     """An independent, slow, one-failure-at-a-time simulation of the same process."""
-    rng = np.random.default_rng(7)
-    work, tau, delta, r_h, lam = 19.0, 2.0, 0.1, 1.0, 0.2
-    prof = RecoveryProfile(0.25, 0.5, 0.25, tau, delta)
-    segs = [tau + delta] * 9 + [1.0 + delta]
     totals = []
-    for _ in range(3000):
+    for _ in range(runs):
         t = 0.0
         for s in segs:
             while (x := rng.exponential(1 / lam)) < s:
@@ -140,7 +136,25 @@ def test_daly_matches_event_by_event_simulation():
                 t += r_h
             t += s
         totals.append(t)
-    assert np.mean(totals) == pytest.approx(expected_wall_hours(work, lam, prof), rel=0.02)
+    return np.array(totals)
+
+
+@pytest.mark.parametrize(
+    ("n_full", "lam"),
+    [(9, 0.2), (60, 0.5)],  # ~5 failures per run (exact draws) and ~50 (Gamma sums)
+)
+def test_daly_and_monte_carlo_match_event_by_event_simulation(n_full, lam):
+    tau, delta, r_h = 2.0, 0.1, 1.0
+    work = n_full * tau + 1.0
+    prof = RecoveryProfile(0.25, 0.5, 0.25, tau, delta)
+    ref = _event_by_event([tau + delta] * n_full + [1.0 + delta], lam, r_h, 3000,
+                          np.random.default_rng(7))
+    assert ref.mean() == pytest.approx(expected_wall_hours(work, lam, prof), rel=0.02)
+    spec = _spec(instances=1, failure=FailureModel.exponential(lam), gpus_per_instance=1,
+                 gpu_hours=work, recovery={"manual": prof})
+    mc = monte_carlo(spec, "manual", 20_000, seed=2)
+    for q, value in ((10, mc.p10_days), (50, mc.p50_days), (90, mc.p90_days)):
+        assert value * 24 == pytest.approx(np.percentile(ref, q), rel=0.02)
 
 
 @pytest.mark.parametrize(
