@@ -326,3 +326,38 @@ def test_toml_overrides_merge_with_default_profiles():
     assert auto.detect_hours == pytest.approx(0.0833)
     assert auto.replace_hours == DEFAULT_RECOVERY["automatic"].replace_hours
     assert dataclasses.replace(spec, instances=512).gpus == 4096
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def test_cli_project_json_text_explain_and_errors():
+    from click.testing import CliRunner
+
+    from pipeline.cli import main
+
+    runner = CliRunner()
+    args = ["project", "--instances", "256", "--gpu-hours", "1e7", "--price-per-gpu-hour", "4.5",
+            "--failure-rate", "0.05", "--monte-carlo-runs", "2000"]
+    res = runner.invoke(main, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert _within(d["savings"][0]["percent"], 32)
+    assert d["modes"]["manual"]["monte_carlo"]["p90_days"] > d["modes"]["manual"]["expected_days"]
+    assert {r["instances"] for r in d["sweep_cluster_size"]} >= {16, 16384}
+    assert d["sensitivity"] and "Daly" in d["explain"]
+
+    res = runner.invoke(main, ["project", "--spec", str(LLAMA3_TOML), "--explain"])
+    assert res.exit_code == 0 and "27% MFU" in res.stdout
+
+    res = runner.invoke(main, ["project", "--spec", str(LLAMA3_TOML), "--mode", "automatic"])
+    assert res.exit_code == 0 and "automatic" in res.stdout and "manual" not in res.stdout
+
+    for bad, words in (
+        (["--instances", "0"], "instances must be a positive integer"),
+        (["--failure-rate", "gpt-9"], "unknown failure-rate preset"),
+        (["--gpu", "H900"], "unknown gpu"),
+    ):
+        res = runner.invoke(main, [*args, *bad])
+        assert res.exit_code == 2
+        assert words in res.stderr and res.stderr.count("\n") == 1
