@@ -261,6 +261,9 @@ def test_sweeps_and_sensitivity():
     assert by_size["instances"].to_list() == [16, 256, 4096]
     assert by_size["savings_pct"].is_sorted()  # automation matters more on bigger clusters
     assert (by_size["manual_goodput"] <= 1).all()
+    assert (by_size["automatic_optimal_expected_days"]
+            <= by_size["automatic_expected_days"] * (1 + 1e-9)).all()
+    assert by_size["automatic_optimal_interval_hours"].is_sorted(descending=True)
     by_rate = sweep_failure_rate(spec, [1e-4, 5e-4, 1e-3])
     assert by_rate["manual_expected_days"].is_sorted()
     sens = sensitivity_table(spec, [2.0, 3.5, 5.0], [3.0, 6.0])

@@ -238,6 +238,8 @@ def _sweep_rows(specs: Sequence[JobSpec], key: str, values: Sequence[float]) -> 
             row[f"{m}_expected_days"] = r.expected_days
             row[f"{m}_goodput"] = r.goodput
             row[f"{m}_cost_usd"] = r.cost_usd
+            row[f"{m}_optimal_interval_hours"] = r.optimal_interval_hours
+            row[f"{m}_optimal_expected_days"] = r.optimal_expected_days
         if p.savings:
             s = p.savings[0]
             row |= {"savings_days": s.days, "savings_pct": s.percent, "savings_usd": s.usd}
