@@ -323,6 +323,27 @@ def test_bad_toml_names_file_and_key(tmp_path, patch, words):
     assert str(path) in msg and words in msg and "\n" not in msg
 
 
+def test_toml_weibull_instance_price_and_new_mode(tmp_path):
+    path = tmp_path / "w.toml"
+    path.write_text(
+        'name = "w"\n[work]\ngpu = "A100"\nparams = 7e9\ntokens = 1e12\nmfu = 0.4\n'
+        "[cluster]\ninstances = 64\nprice_per_instance_hour_usd = 16.0\n"
+        "[failures]\nweibull_shape = 0.8\nweibull_scale_hours = 3000.0\n"
+        "[recovery.elastic]\ndetect_hours = 0.05\nreplace_hours = 0\nrestart_hours = 0.1\n"
+        "checkpoint_interval_hours = 0.5\ncheckpoint_write_hours = 0.01\n"
+    )
+    spec = load_job_spec(path)
+    assert spec.price_per_gpu_hour_usd == pytest.approx(2.0)
+    assert spec.work_gpu_hours == pytest.approx(6 * 7e9 * 1e12 / (312e12 * 0.4) / 3600)
+    assert spec.failure.kind == "weibull"
+    assert spec.failure.cluster_mtbf_hours(64) == pytest.approx(
+        3000 * math.gamma(1 + 1 / 0.8) / 64)
+    p = project(spec, monte_carlo_runs=1000)
+    assert set(p.modes) == {"manual", "automatic", "elastic"}
+    assert p.modes["elastic"].expected_days < p.modes["automatic"].expected_days
+    assert "Weibull" in explain(p)
+
+
 def test_toml_overrides_merge_with_default_profiles():
     spec = load_job_spec(LLAMA3_TOML)
     auto = spec.recovery["automatic"]

@@ -368,6 +368,7 @@ def job_spec_from_mapping(doc: dict[str, Any], **overrides: Any) -> JobSpec:
         _check_table(table, _SECTIONS[section], f"[{section}]")
     work, cluster = tables["work"], tables["cluster"]
     recovery = dict(DEFAULT_RECOVERY)
+    _require(isinstance(doc.get("recovery", {}), dict), "[recovery] must be a table of modes")
     for mode, table in doc.get("recovery", {}).items():
         where = f"[recovery.{mode}]"
         _require(isinstance(table, dict), f"{where} must be a table")
