@@ -250,6 +250,8 @@ def test_to_dict_is_json_and_explain_states_the_formula():
     d = json.loads(json.dumps(p.to_dict(), allow_nan=False))
     assert d["modes"]["automatic"]["monte_carlo"]["p50_days"] > d["failure_free_days"]
     assert d["savings"][0]["usd"] == pytest.approx(p.savings[0].usd)
+    assert d["savings"][0]["days"] == pytest.approx(p.savings[0].days)
+    assert "days" not in d["modes"]["manual"]["monte_carlo"]
     text = explain(p)
     for phrase in ("M exp(R/M)", "sqrt(2 delta M)", "Drenick", "Kokolis", "Monte Carlo"):
         assert phrase in text

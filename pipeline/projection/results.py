@@ -95,7 +95,9 @@ class Projection:
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items() if k != "days"}
+        # raw Monte Carlo samples (MonteCarloSummary.days) are not part of the JSON form
+        return {k: _jsonable(v) for k, v in value.items()
+                if not (k == "days" and (v is None or isinstance(v, np.ndarray)))}
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     if isinstance(value, float | np.floating):
