@@ -1,0 +1,88 @@
+"""Public baselines: published GPU-fleet interruption rates and other fleets' rates in one frame.
+
+Each published rate is failures / (instances x hours), one instance = one node, so it is the same
+quantity as ``rate_per_node_hour`` in :mod:`pipeline.transform`; the exact Poisson (Garwood)
+interval comes from the published counts via :func:`pipeline.transform.poisson_interval`.
+
+* OPT-175B (Zhang et al. 2022, logbook): 35 manual + 70 automatic restarts on 124 nodes (992 A100)
+  over 60 days: 105 / (124 x 1440 h) = 0.0588 % per instance-hour.
+* MPT-7B (MosaicML 2023): 4 hardware failures on 55 nodes (440 A100) over 9.5 days:
+  4 / (55 x 228 h) = 0.0319 %.
+* Llama 3.1 (Meta 2024, section 3.3.4): 417 unexpected interruptions on ~2 000 nodes (16 384 H100)
+  over 54 days: 417 / (2000 x 1296 h) = 0.0161 %.
+
+Fleet MTBF = exposure node-hours / instances / failures (the mean time between failures of the
+whole fleet, the quantity that stops a synchronous job).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import polars as pl
+
+from pipeline.analysis import FleetAnalysis
+from pipeline.transform import poisson_interval
+
+
+@dataclass(frozen=True)
+class PublishedFleet:
+    fleet: str
+    source: str
+    failures: int
+    instances: int
+    hours: float
+
+
+PUBLISHED_GPU_FLEETS = (
+    PublishedFleet("OPT-175B", "Zhang et al. 2022 (OPT logbook)", 35 + 70, 124, 1440.0),
+    PublishedFleet("MPT-7B", "MosaicML 2023 (MPT-7B)", 4, 55, 228.0),
+    PublishedFleet("Llama 3.1", "Meta 2024 (Llama 3 herd, 3.3.4)", 417, 2000, 1296.0),
+)
+
+
+def public_baselines(
+    fleets: Mapping[str, FleetAnalysis] | None = None, *, confidence: float = 0.95
+) -> pl.DataFrame:
+    """Published GPU fleets plus every cluster of each given analysis (e.g. ``{"LANL": ...,
+    "this fleet": ...}``): source, fleet, instances, failures, exposure_node_hours,
+    rate_per_node_hour with interval, and fleet MTBF with interval."""
+    published = pl.DataFrame(
+        {
+            "source": [f.source for f in PUBLISHED_GPU_FLEETS],
+            "fleet": [f.fleet for f in PUBLISHED_GPU_FLEETS],
+            "instances": [float(f.instances) for f in PUBLISHED_GPU_FLEETS],
+            "failures": [f.failures for f in PUBLISHED_GPU_FLEETS],
+            "exposure_node_hours": [f.instances * f.hours for f in PUBLISHED_GPU_FLEETS],
+        },
+        schema_overrides={"failures": pl.Int64},
+    )
+    frames = [published]
+    for label, analysis in (fleets or {}).items():
+        frames.append(
+            analysis.rates_by_cluster.join(
+                analysis.cluster_mtbf.select("cluster_id", "instances"), on="cluster_id"
+            )
+            .sort("instances")
+            .select(
+                source=pl.lit(label),
+                fleet="cluster_id",
+                instances=pl.col("instances").cast(pl.Float64),
+                failures=pl.col("failures").cast(pl.Int64),
+                exposure_node_hours="exposure_node_hours",
+            )
+        )
+    table = pl.concat(frames)
+    low, high = poisson_interval(
+        table["failures"].to_numpy(), table["exposure_node_hours"].to_numpy(), confidence
+    )
+    return table.with_columns(
+        rate_per_node_hour=pl.col("failures") / pl.col("exposure_node_hours"),
+        rate_ci_low=pl.Series(low),
+        rate_ci_high=pl.Series(high),
+    ).with_columns(
+        mtbf_hours=1 / (pl.col("rate_per_node_hour") * pl.col("instances")),
+        mtbf_ci_low_hours=1 / (pl.col("rate_ci_high") * pl.col("instances")),
+        mtbf_ci_high_hours=1 / (pl.col("rate_ci_low") * pl.col("instances")),
+    )
