@@ -7,7 +7,10 @@
 * node = slot location, one GPU per node (``gpu_index`` 0), cluster ``titan``, instance type
   ``XK7-K20X``. Exposure = union of the installation periods in each slot (577 periods overlap
   another in the same slot in the source; merging stops node-hours being counted twice).
-* DBE -> ``gpu_memory``, OTB -> ``gpu_fell_off_bus``; the incident time is the period's ``remove``.
+* DBE -> ``gpu_memory``, OTB -> ``gpu_fell_off_bus``; the incident time is the row's ``remove``.
+  1 158 rows have no ``insert``: they are further events during a period (e.g. a burst of DBEs
+  minutes apart before the GPU was pulled), so they are incidents but not exposure; the warehouse's
+  collapse window folds such bursts into one incident.
 * Times are read as UTC (the source does not say; ``timezone`` overrides).
 * Slots listed in ``titan.service.txt`` are service nodes and are dropped (none appear in this copy
   of ``gc_full``; the filter protects other copies).
@@ -106,7 +109,10 @@ def read_titan(
         .sort("timestamp", "node_id")
     )
     slots = merge_intervals(
-        periods.select("location", "insert_utc", "remove_utc"), ["location"], "insert_utc", "remove_utc"
+        periods.filter(pl.col("insert_utc").is_not_null()).select("location", "insert_utc", "remove_utc"),
+        ["location"],
+        "insert_utc",
+        "remove_utc",
     )
     inventory = slots.select(
         cluster_id=pl.lit("titan"),
