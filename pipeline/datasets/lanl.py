@@ -9,7 +9,9 @@ One record = one node interruption with start, fix and root cause. Choices (docs
 * **Root cause -> category.** Hardware -> host (LANL has no GPUs; host = node hardware that is not a
   GPU), Software -> software, Network -> network; Facilities, Human Error, Undetermined and the 453
   records with no cause -> other. ``root_cause`` and ``sub_cause`` keep the original blame.
-* **Exposure.** Node slots 0..nodes-1 of each system. A slot with records is in service over the
+* **Exposure.** ``nodes`` slots per system: every node with records, plus unrecorded numbers from
+  0 up until the system has ``nodes`` slots (systems 11 and 14 number some nodes beyond their node
+  count, e.g. node 578 in a 256-node system). A slot with records is in service over the
   union of its node sets' production -> decommission months (month precision: from the first day of
   the production month to the first day after the decommission month); a slot without records gets
   its system's most common node set. ``current`` and later decommissions end at the last record of
@@ -162,7 +164,15 @@ def _inventory(records: pl.DataFrame, data_end: datetime) -> tuple[pl.DataFrame,
     slots = systems.select(
         "cluster_id", node_id=pl.int_ranges(0, pl.col("nodes")).cast(pl.List(pl.String))
     ).explode("node_id")
-    unseen = slots.join(per_node, on=["cluster_id", "node_id"], how="anti").join(modal, on="cluster_id")
+    # systems 11 and 14 number some nodes beyond their node count: fill only the missing slots
+    recorded = per_node.group_by("cluster_id").agg(recorded=pl.col("node_id").n_unique())
+    unseen = (
+        slots.join(per_node, on=["cluster_id", "node_id"], how="anti")
+        .join(systems.select("cluster_id", "nodes"), on="cluster_id")
+        .join(recorded, on="cluster_id", how="left")
+        .filter(pl.int_range(pl.len()).over("cluster_id") < pl.col("nodes") - pl.col("recorded").fill_null(0))
+        .join(modal, on="cluster_id")
+    )
     attrs = pl.concat([per_node.drop("n"), unseen.select(per_node.drop("n").columns)])
     merged = merge_intervals(
         attrs.select("cluster_id", "node_id", "start", "end"), ["cluster_id", "node_id"], "start", "end"
