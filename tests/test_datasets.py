@@ -171,7 +171,7 @@ def test_titan_service_nodes_are_dropped(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("fleet", "percent"), [("OPT-175B", 0.0588), ("MPT-7B", 0.0319), ("Llama 3.1", 0.0161)]
+    ("fleet", "percent"), [("opt-175b", 0.0588), ("mpt-7b", 0.0319), ("llama-3.1", 0.0161)]
 )
 def test_published_rates_match_the_papers(fleet, percent):
     row = public_baselines().filter(pl.col("fleet") == fleet).row(0, named=True)
@@ -181,10 +181,10 @@ def test_published_rates_match_the_papers(fleet, percent):
 
 def test_published_interval_is_garwood():
     # Garwood 95% limits for k = 4 events (standard tables): 1.0899 and 10.2416 events
-    row = public_baselines().filter(pl.col("fleet") == "MPT-7B").row(0, named=True)
+    row = public_baselines().filter(pl.col("fleet") == "mpt-7b").row(0, named=True)
     assert row["rate_ci_low"] * row["exposure_node_hours"] == pytest.approx(1.0899, abs=1e-4)
     assert row["rate_ci_high"] * row["exposure_node_hours"] == pytest.approx(10.2416, abs=1e-4)
-    assert {f.fleet for f in PUBLISHED_GPU_FLEETS} == {"OPT-175B", "MPT-7B", "Llama 3.1"}
+    assert {f.fleet for f in PUBLISHED_GPU_FLEETS} == {"opt-175b", "mpt-7b", "llama-3.1"}
 
 
 # --- LANL, real data -------------------------------------------------------------------------------

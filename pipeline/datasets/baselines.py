@@ -23,7 +23,12 @@ from dataclasses import dataclass
 import polars as pl
 
 from pipeline.analysis import FleetAnalysis
+from pipeline.projection import PRESETS
 from pipeline.transform import poisson_interval
+
+# Counts and sources come from the projection presets (one place for published numbers); the
+# instance counts, needed for fleet MTBF, are those the presets' instance-hours were built from.
+PUBLISHED_INSTANCES = {"opt-175b": 124, "mpt-7b": 55, "llama-3.1": 2000}
 
 
 @dataclass(frozen=True)
@@ -35,10 +40,10 @@ class PublishedFleet:
     hours: float
 
 
-PUBLISHED_GPU_FLEETS = (
-    PublishedFleet("OPT-175B", "Zhang et al. 2022 (OPT logbook)", 35 + 70, 124, 1440.0),
-    PublishedFleet("MPT-7B", "MosaicML 2023 (MPT-7B)", 4, 55, 228.0),
-    PublishedFleet("Llama 3.1", "Meta 2024 (Llama 3 herd, 3.3.4)", 417, 2000, 1296.0),
+PUBLISHED_GPU_FLEETS = tuple(
+    PublishedFleet(name, PRESETS[name][2], int(PRESETS[name][0]), n, PRESETS[name][1] / n)
+    for name, n in PUBLISHED_INSTANCES.items()
+    if PRESETS[name][3]
 )
 
 
