@@ -418,10 +418,51 @@ def project(spec_path, instances, gpus_per_instance, gpu, gpu_hours, params, tok
     "--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"), show_default=True
 )
 @until_option
-def report(db: Path, out: Path, observed_until) -> None:
-    """Write the self-contained HTML report."""
+@click.option(
+    "--job",
+    "job_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML job spec to project (see failcast project); without [failures] the fleet's rate is used.",
+)
+@click.option("--monte-carlo-runs", type=int, default=10_000, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--images/--no-images", default=True, show_default=True, help="Also write charts/<chart>.png and .svg."
+)
+def report(db: Path, out: Path, observed_until, job_path, monte_carlo_runs: int, seed: int, images: bool):
+    """Write the self-contained HTML report (and a PNG/SVG of each chart)."""
     result = analysis_mod.analyze(warehouse.connect(db, read_only=True), observed_until=observed_until)
-    click.echo(f"wrote {report_mod.write_report(result, out)}")
+    outlook = None
+    if job_path is not None:
+        spec = _report_job_spec(job_path, result.fleet_rate, db)
+        outlook = report_mod.job_outlook(spec, monte_carlo_runs=monte_carlo_runs, seed=seed)
+    path = report_mod.write_report(result, out, projection=outlook, images=images)
+    click.echo(f"wrote {path}")
+    if images:
+        click.echo(f"wrote {path.parent / report_mod.CHARTS_DIR}/*.png, *.svg")
+
+
+def _report_job_spec(path: Path, fleet_rate, db: Path):
+    """The job spec; a spec without a [failures] table is projected with the warehouse's fleet rate."""
+    import tomllib
+
+    from pipeline import projection as proj
+
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        fail(f"{path}: cannot read job spec ({exc.strerror})")
+    except tomllib.TOMLDecodeError as exc:
+        fail(f"{path}: invalid TOML ({exc})")
+    failure = None
+    if not doc.get("failures"):
+        failure = proj.FailureModel.from_counts(
+            fleet_rate.failures_, fleet_rate.exposure_hours_, source=f"fleet rate in {db}"
+        )
+    try:
+        return proj.job_spec_from_mapping(doc, failure=failure)
+    except proj.SpecError as exc:
+        fail(f"{path}: {exc}")
 
 
 # --- run ------------------------------------------------------------------------------------

@@ -1,0 +1,256 @@
+"""Fleet charts: Altair charts drawn from the aggregated frames of a :class:`FleetAnalysis`.
+
+Every chart takes frames with one row per mark (curves are thinned to ``MAX_CURVE_POINTS``), so
+a chart's embedded data never grows with the number of incidents. Colours are fixed per cluster
+(ordered by size) and per recovery mode, so the same cluster or mode has the same colour in every
+chart of a report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import altair as alt
+import numpy as np
+import polars as pl
+
+from pipeline.analysis import FleetAnalysis
+from pipeline.models import ParametricTBF
+
+MAX_CURVE_POINTS = 300
+WIDTH = 560
+
+# Tableau 10: distinguishable, colour-blind friendlier than the Vega default for <= 10 clusters.
+PALETTE = (
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+    "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
+)  # fmt: skip
+# Manual recovery is the costly baseline (warm red), automatic the improvement (teal).
+MODE_COLORS = {"manual": "#d1495b", "automatic": "#00798c"}
+
+
+def downsample(frame: pl.DataFrame, n: int = MAX_CURVE_POINTS) -> pl.DataFrame:
+    """At most ``n`` evenly spaced rows, always keeping the first and the last."""
+    if frame.height <= n:
+        return frame
+    idx = np.unique(np.linspace(0, frame.height - 1, n).round().astype(int))
+    return frame[idx]
+
+
+def cluster_color(cluster_ids: Sequence[str]) -> alt.Scale:
+    """One colour per cluster, in the given order (callers pass clusters sorted by size)."""
+    ids = list(dict.fromkeys(cluster_ids))
+    return alt.Scale(domain=ids, range=[PALETTE[i % len(PALETTE)] for i in range(len(ids))])
+
+
+def mode_color(modes: Sequence[str]) -> alt.Scale:
+    """The same colour for a recovery mode in every chart; unknown modes take palette colours."""
+    spare = iter(c for c in PALETTE if c not in MODE_COLORS.values())
+    names = list(dict.fromkeys(modes))
+    return alt.Scale(domain=names, range=[MODE_COLORS.get(m) or next(spare) for m in names])
+
+
+def clusters_by_size(analysis: FleetAnalysis) -> list[str]:
+    return analysis.cluster_mtbf.sort("instances", "cluster_id")["cluster_id"].to_list()
+
+
+def rate_by_cluster_chart(analysis: FleetAnalysis) -> alt.Chart:
+    data = (
+        analysis.cluster_mtbf.select("cluster_id", "instances")
+        .join(analysis.rates_by_cluster, on="cluster_id")
+        .with_columns(
+            pct_per_instance_hour=pl.col("rate_per_node_hour") * 100,
+            ci_low_pct=pl.col("rate_ci_low") * 100,
+            ci_high_pct=pl.col("rate_ci_high") * 100,
+        )
+        .select("cluster_id", "instances", "failures", "exposure_node_hours", "^.*_pct.*$")
+    )
+    color = alt.Color("cluster_id:N", scale=cluster_color(clusters_by_size(analysis)), legend=None)
+    base = alt.Chart(data).encode(
+        y=alt.Y("cluster_id:N", sort=alt.SortField("instances"), title="cluster"), color=color
+    )
+    return (
+        base.mark_rule(strokeWidth=2).encode(
+            x=alt.X(
+                "ci_low_pct:Q", title="failures per 100 instance-hours (% per instance-hour), 95% exact CI"
+            ),
+            x2="ci_high_pct:Q",
+        )
+        + base.mark_point(filled=True, size=70).encode(
+            x="pct_per_instance_hour:Q",
+            tooltip=[
+                alt.Tooltip("cluster_id:N", title="cluster"),
+                "instances:Q",
+                "failures:Q",
+                alt.Tooltip("exposure_node_hours:Q", format=",.0f", title="instance-hours"),
+                alt.Tooltip("pct_per_instance_hour:Q", format=".4f", title="% per instance-hour"),
+                alt.Tooltip("ci_low_pct:Q", format=".4f", title="95% CI low"),
+                alt.Tooltip("ci_high_pct:Q", format=".4f", title="95% CI high"),
+            ],
+        )
+    ).properties(width=WIDTH, height=30 * max(data.height, 3))
+
+
+def rate_over_time_chart(analysis: FleetAnalysis) -> alt.Chart:
+    data = analysis.rates_by_month.select(
+        "cluster_id",
+        "period",
+        "failures",
+        pct=pl.col("rate_per_node_hour") * 100,
+        low=pl.col("rate_ci_low") * 100,
+        high=pl.col("rate_ci_high") * 100,
+    )
+    base = alt.Chart(data).encode(
+        x=alt.X("period:T", title="month"),
+        color=alt.Color("cluster_id:N", title="cluster", scale=cluster_color(clusters_by_size(analysis))),
+    )
+    return (
+        base.mark_area(opacity=0.12).encode(y="low:Q", y2="high:Q")
+        + base.mark_line(point=True).encode(
+            y=alt.Y("pct:Q", title="% per instance-hour (band: 95% CI)"),
+            tooltip=[
+                alt.Tooltip("cluster_id:N", title="cluster"),
+                alt.Tooltip("period:T", title="month", format="%Y-%m"),
+                "failures:Q",
+                alt.Tooltip("pct:Q", format=".4f", title="% per instance-hour"),
+                alt.Tooltip("low:Q", format=".4f", title="95% CI low"),
+                alt.Tooltip("high:Q", format=".4f", title="95% CI high"),
+            ],
+        )
+    ).properties(width=WIDTH, height=260)
+
+
+def category_table(analysis: FleetAnalysis) -> pl.DataFrame:
+    """Root causes like Llama 3's table: count, share of interruptions, rate with interval."""
+    return (
+        analysis.rates_by_category.with_columns(share=pl.col("failures") / pl.col("failures").sum())
+        .select("category", "failures", "share", "rate_per_node_hour", "rate_ci_low", "rate_ci_high")
+        .sort("failures", descending=True)
+    )
+
+
+def category_chart(analysis: FleetAnalysis) -> alt.Chart:
+    data = category_table(analysis).select("category", "failures", "share")
+    return (
+        alt.Chart(data)
+        .mark_bar(color=PALETTE[0])
+        .encode(
+            x=alt.X("share:Q", axis=alt.Axis(format="%"), title="share of interruptions"),
+            y=alt.Y("category:N", sort="-x", title="root cause"),
+            tooltip=[
+                alt.Tooltip("category:N", title="root cause"),
+                "failures:Q",
+                alt.Tooltip("share:Q", format=".1%"),
+            ],
+        )
+        .properties(width=WIDTH, height=24 * max(data.height, 3))
+    )
+
+
+def survival_function(fit: ParametricTBF, hours: np.ndarray) -> np.ndarray:
+    """S(t) of a fitted family in lifelines' parameterisation (for drawing only)."""
+    p = fit.params_
+    if fit.family == "exponential":
+        return np.exp(-hours / p["lambda_"])
+    if fit.family == "weibull":
+        return np.exp(-((hours / p["lambda_"]) ** p["rho_"]))
+    if fit.family == "lognormal":
+        from scipy.stats import norm
+
+        return norm.sf((np.log(np.maximum(hours, 1e-12)) - p["mu_"]) / p["sigma_"])
+    return 1 / (1 + (hours / p["alpha_"]) ** p["beta_"])
+
+
+def survival_chart(analysis: FleetAnalysis) -> alt.Chart:
+    km = analysis.kaplan_meier
+    curve = downsample(
+        pl.DataFrame(
+            {
+                "hours": km.timeline_hours_,
+                "survival": km.survival_,
+                "low": km.confidence_interval_[0],
+                "high": km.confidence_interval_[1],
+            }
+        )
+    )
+    grid = np.linspace(0, float(km.timeline_hours_.max()), 120)
+    fits = pl.concat(
+        pl.DataFrame(
+            {"hours": grid, "survival": survival_function(analysis.node_fits[f], grid), "model": f"{f} fit"}
+        )
+        for f in sorted({"exponential", analysis.best_family})
+    )
+    x = alt.X("hours:Q", title="hours since the node's previous failure")
+    band = alt.Chart(curve).mark_area(opacity=0.2, color="#888").encode(x=x, y="low:Q", y2="high:Q")
+    steps = (
+        alt.Chart(curve)
+        .mark_line(interpolate="step-after", color="black")
+        .encode(
+            x=x,
+            y=alt.Y("survival:Q", title="P(no failure yet)"),
+            tooltip=[alt.Tooltip("hours:Q", format=".0f"), alt.Tooltip("survival:Q", format=".3f")],
+        )
+    )
+    lines = (
+        alt.Chart(fits)
+        .mark_line(strokeDash=[6, 3])
+        .encode(
+            x=x,
+            y="survival:Q",
+            color=alt.Color("model:N", title="fitted", scale=alt.Scale(range=[PALETTE[2], PALETTE[0]])),
+        )
+    )
+    return (band + steps + lines).properties(width=WIDTH, height=260)
+
+
+def scaling_chart(analysis: FleetAnalysis) -> alt.Chart:
+    observed = analysis.cluster_mtbf.select(
+        "cluster_id", "instances", "failures", "mtbf_hours", "mtbf_ci_low_hours", "mtbf_ci_high_hours"
+    )
+    axis_x = alt.X("instances:Q", scale=alt.Scale(type="log"), title="instances in the cluster")
+    axis_y = alt.Y("mtbf_hours:Q", scale=alt.Scale(type="log"), title="cluster MTBF (hours)")
+    color = alt.Color("cluster_id:N", title="cluster", scale=cluster_color(clusters_by_size(analysis)))
+    points = (
+        alt.Chart(observed)
+        .mark_point(filled=True, size=70)
+        .encode(
+            x=axis_x,
+            y=axis_y,
+            color=color,
+            tooltip=[
+                alt.Tooltip("cluster_id:N", title="cluster"),
+                alt.Tooltip("instances:Q", format=".0f"),
+                "failures:Q",
+                alt.Tooltip("mtbf_hours:Q", format=".2f", title="MTBF (h)"),
+                alt.Tooltip("mtbf_ci_low_hours:Q", format=".2f", title="95% CI low"),
+                alt.Tooltip("mtbf_ci_high_hours:Q", format=".2f", title="95% CI high"),
+            ],
+        )
+    )
+    bars = (
+        alt.Chart(observed)
+        .mark_rule()
+        .encode(x=axis_x, y="mtbf_ci_low_hours:Q", y2="mtbf_ci_high_hours:Q", color=color)
+    )
+    chart = bars + points
+    if analysis.scaling is not None:
+        fit = analysis.scaling_projection
+        chart = (
+            alt.Chart(fit)
+            .mark_area(opacity=0.15, color="#888")
+            .encode(x=axis_x, y="mtbf_ci_low_hours:Q", y2="mtbf_ci_high_hours:Q")
+            + alt.Chart(fit)
+            .mark_line(strokeDash=[6, 3], color="#555", point=True)
+            .encode(
+                x=axis_x,
+                y=axis_y,
+                tooltip=[
+                    alt.Tooltip("instances:Q", format=".0f"),
+                    alt.Tooltip("mtbf_hours:Q", format=".2f", title="fitted MTBF (h)"),
+                    alt.Tooltip("mtbf_ci_low_hours:Q", format=".2f", title="95% CI low"),
+                    alt.Tooltip("mtbf_ci_high_hours:Q", format=".2f", title="95% CI high"),
+                ],
+            )
+            + chart
+        )
+    return chart.properties(width=WIDTH, height=300)

@@ -1,0 +1,278 @@
+"""The projection part of the report: a :class:`JobOutlook` of frames, and the charts drawn from them.
+
+:func:`job_outlook` is the only place that calls :mod:`pipeline.projection`; it turns a
+projection into plain frames with documented columns, so the charts and the page can be built
+(and tested) from frames alone:
+
+- ``modes``: mode, expected_days, cost_usd, goodput, expected_interruptions, p10_days, p50_days,
+  p90_days, checkpoint_interval_hours, optimal_interval_hours, optimal_expected_days
+- ``savings``: baseline, mode, days, percent, usd
+- ``size_sweep``: instances, mode, expected_days, cost_usd, goodput (work held fixed)
+- ``days_histogram``: mode, bin_low_days, bin_high_days, runs (Monte Carlo, shared bin edges)
+- ``checkpoint_curve``: mode, checkpoint_interval_hours, expected_days
+- ``assumptions``: assumption, value (every input of the projection, as text)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import altair as alt
+import numpy as np
+import polars as pl
+
+from pipeline.report.charts import WIDTH, mode_color
+
+CHECKPOINT_GRID_POINTS = 60
+
+
+@dataclass(frozen=True)
+class JobOutlook:
+    """A job's projected training time and cost per recovery mode, as frames for the report."""
+
+    job: str
+    instances: int
+    modes: pl.DataFrame
+    savings: pl.DataFrame
+    size_sweep: pl.DataFrame
+    days_histogram: pl.DataFrame
+    checkpoint_curve: pl.DataFrame
+    assumptions: pl.DataFrame
+    explanation: str = ""
+
+
+def job_outlook(spec, *, monte_carlo_runs: int = 10_000, seed: int = 0) -> JobOutlook:
+    """Project ``spec`` (a :class:`pipeline.projection.JobSpec`) and collect what the report draws."""
+    from pipeline import projection as proj
+
+    result = proj.project(spec, monte_carlo_runs=monte_carlo_runs, seed=seed)
+    modes = list(result.modes)
+    rows = []
+    for m in result.modes.values():
+        mc = m.monte_carlo
+        rows.append(
+            {
+                "mode": m.mode,
+                "expected_days": m.expected_days,
+                "cost_usd": m.cost_usd,
+                "goodput": m.goodput,
+                "expected_interruptions": m.expected_interruptions,
+                "p10_days": mc.p10_days if mc else None,
+                "p50_days": mc.p50_days if mc else None,
+                "p90_days": mc.p90_days if mc else None,
+                "checkpoint_interval_hours": m.profile.checkpoint_interval_hours,
+                "optimal_interval_hours": m.optimal_interval_hours,
+                "optimal_expected_days": m.optimal_expected_days,
+            }
+        )
+    savings = pl.DataFrame(
+        [dataclasses.asdict(s) for s in result.savings],
+        schema={"baseline": pl.String, "mode": pl.String, "days": pl.Float64, "percent": pl.Float64,
+                "usd": pl.Float64},
+    )  # fmt: skip
+    sweep = proj.sweep_cluster_size(spec)
+    size_sweep = pl.concat(
+        sweep.select(
+            "instances",
+            mode=pl.lit(m),
+            expected_days=pl.col(f"{m}_expected_days"),
+            cost_usd=pl.col(f"{m}_cost_usd"),
+            goodput=pl.col(f"{m}_goodput"),
+        )
+        for m in modes
+    )
+    histogram = (
+        proj.days_histogram(spec, runs=monte_carlo_runs, seed=seed)
+        if monte_carlo_runs > 0
+        else pl.DataFrame(schema={"mode": pl.String, "bin_low_days": pl.Float64,
+                                  "bin_high_days": pl.Float64, "runs": pl.Int64})
+    )  # fmt: skip
+    return JobOutlook(
+        job=(
+            f"{spec.name}: {spec.instances} × {spec.gpus_per_instance} {spec.gpu}, "
+            f"{result.work_gpu_hours:,.4g} GPU-hours of work"
+        ),
+        instances=spec.instances,
+        modes=pl.DataFrame(rows),
+        savings=savings,
+        size_sweep=size_sweep,
+        days_histogram=histogram,
+        checkpoint_curve=_checkpoint_curve(proj, spec),
+        assumptions=_assumptions(spec, result, monte_carlo_runs, seed),
+        explanation=proj.explain(result),
+    )
+
+
+def _checkpoint_curve(proj, spec) -> pl.DataFrame:
+    """Expected days over a log grid of checkpoint intervals, from the projection's own formula."""
+    rate = spec.failure.cluster_rate_per_hour(spec.instances)
+    frames = []
+    for mode, profile in spec.recovery.items():
+        optimum = proj.young_daly_interval_hours(profile.checkpoint_write_hours, 1 / rate)
+        grid = np.geomspace(optimum / 20, optimum * 20, CHECKPOINT_GRID_POINTS)
+        days = [
+            proj.expected_wall_hours(spec.failure_free_hours, rate, profile.with_interval(float(t))) / 24
+            for t in grid
+        ]
+        frames.append(pl.DataFrame({"mode": mode, "checkpoint_interval_hours": grid, "expected_days": days}))
+    return pl.concat(frames)
+
+
+def _assumptions(spec, result, runs: int, seed: int) -> pl.DataFrame:
+    f = spec.failure
+    rows = [
+        ("job", spec.name),
+        ("instances × GPUs per instance", f"{spec.instances} × {spec.gpus_per_instance} {spec.gpu}"),
+        ("work", f"{result.work_gpu_hours:,.0f} GPU-hours"),
+        ("price", f"${spec.price_per_gpu_hour_usd:,.2f} per GPU-hour"),
+        ("failure model", f"{f.kind}, {f.rate_per_instance_hour:.4%} per instance-hour ({f.source})"),
+        ("cluster MTBF", f"{result.cluster_mtbf_hours:,.2f} h"),
+        ("Monte Carlo", f"{runs:,} runs, seed {seed}"),
+    ]
+    for mode, p in spec.recovery.items():
+        rows.append(
+            (
+                f"recovery: {mode}",
+                f"detect {p.detect_hours:g} h + replace {p.replace_hours:g} h + restart "
+                f"{p.restart_hours:g} h; checkpoint every {p.checkpoint_interval_hours:g} h, "
+                f"writing takes {p.checkpoint_write_hours:g} h",
+            )
+        )
+    return pl.DataFrame(rows, schema=["assumption", "value"], orient="row")
+
+
+def size_sweep_chart(size_sweep: pl.DataFrame, job_instances: int) -> alt.VConcatChart:
+    """Expected training days and cost against cluster size, one line per recovery mode."""
+    finite = pl.col("expected_days").is_finite() & pl.col("cost_usd").is_finite()
+    data = size_sweep.select("instances", "mode", "expected_days", "cost_usd", "goodput").filter(finite)
+    modes = data["mode"].unique(maintain_order=True).to_list()
+    color = alt.Color("mode:N", title="recovery", scale=mode_color(modes))
+    x = alt.X("instances:Q", scale=alt.Scale(type="log", nice=False), title="instances in the job")
+    tooltip = [
+        "mode:N",
+        alt.Tooltip("instances:Q", format=",.0f"),
+        alt.Tooltip("expected_days:Q", format=",.1f", title="expected days"),
+        alt.Tooltip("cost_usd:Q", format="$,.0f", title="cost"),
+        alt.Tooltip("goodput:Q", format=".1%"),
+    ]
+    marker = alt.Chart(pl.DataFrame({"instances": [job_instances]})).mark_rule(
+        strokeDash=[2, 2], color="#555"
+    )
+
+    def panel(field: str, title: str, fmt: str) -> alt.LayerChart:
+        line = (
+            alt.Chart(data)
+            .mark_line(point=True)
+            .encode(
+                x=x,
+                y=alt.Y(f"{field}:Q", scale=alt.Scale(type="log"), title=title, axis=alt.Axis(format=fmt)),
+                color=color,
+                tooltip=tooltip,
+            )
+        )
+        return (line + marker.encode(x="instances:Q")).properties(width=WIDTH, height=220)
+
+    return alt.vconcat(
+        panel("expected_days", "expected training days", ",.0f"),
+        panel("cost_usd", "expected cost (USD)", "$,.2s"),
+    )
+
+
+def monte_carlo_chart(days_histogram: pl.DataFrame, modes: pl.DataFrame) -> alt.LayerChart:
+    """Distribution of simulated training days per mode, with each mode's P10/P50/P90 as rules."""
+    names = modes["mode"].to_list()
+    color = alt.Color("mode:N", title="recovery", scale=mode_color(names))
+    bars = (
+        alt.Chart(days_histogram.select("mode", "bin_low_days", "bin_high_days", "runs"))
+        .mark_rect(opacity=0.6)
+        .encode(
+            x=alt.X("bin_low_days:Q", title="training days (Monte Carlo)", scale=alt.Scale(zero=False)),
+            x2="bin_high_days:Q",
+            y=alt.Y("runs:Q", title="simulated runs", stack=None),
+            color=color,
+            tooltip=[
+                "mode:N",
+                alt.Tooltip("bin_low_days:Q", format=",.1f", title="from day"),
+                alt.Tooltip("bin_high_days:Q", format=",.1f", title="to day"),
+                "runs:Q",
+            ],
+        )
+    )
+    quantiles = modes.select("mode", "p10_days", "p50_days", "p90_days").unpivot(
+        index="mode", variable_name="percentile", value_name="days"
+    )
+    rules = (
+        alt.Chart(quantiles.drop_nulls())
+        .mark_rule(strokeDash=[4, 2])
+        .encode(
+            x="days:Q",
+            color=color,
+            tooltip=["mode:N", "percentile:N", alt.Tooltip("days:Q", format=",.1f")],
+        )
+    )
+    return (bars + rules).properties(width=WIDTH, height=240)
+
+
+def checkpoint_chart(checkpoint_curve: pl.DataFrame, modes: pl.DataFrame) -> alt.LayerChart:
+    """Expected days against the checkpoint interval per mode; the optimum and the configured value."""
+    names = modes["mode"].to_list()
+    color = alt.Color("mode:N", title="recovery", scale=mode_color(names))
+    x = alt.X(
+        "checkpoint_interval_hours:Q",
+        scale=alt.Scale(type="log", nice=False),
+        title="checkpoint interval (h)",
+    )
+    curve = (
+        alt.Chart(
+            checkpoint_curve.select("mode", "checkpoint_interval_hours", "expected_days").filter(
+                pl.col("expected_days").is_finite()
+            )
+        )
+        .mark_line()
+        .encode(
+            x=x,
+            y=alt.Y("expected_days:Q", title="expected training days", scale=alt.Scale(zero=False)),
+            color=color,
+            tooltip=[
+                "mode:N",
+                alt.Tooltip("checkpoint_interval_hours:Q", format=",.2f", title="interval (h)"),
+                alt.Tooltip("expected_days:Q", format=",.2f", title="expected days"),
+            ],
+        )
+    )
+    optimum = (
+        alt.Chart(
+            modes.select(
+                "mode",
+                checkpoint_interval_hours=pl.col("optimal_interval_hours"),
+                expected_days=pl.col("optimal_expected_days"),
+            )
+        )
+        .mark_point(shape="diamond", size=120, filled=True)
+        .encode(
+            x="checkpoint_interval_hours:Q",
+            y="expected_days:Q",
+            color=color,
+            tooltip=[
+                "mode:N",
+                alt.Tooltip("checkpoint_interval_hours:Q", format=",.2f", title="optimal interval (h)"),
+                alt.Tooltip("expected_days:Q", format=",.2f", title="expected days at optimum"),
+            ],
+        )
+    )
+    configured = (
+        alt.Chart(modes.select("mode", "checkpoint_interval_hours", "expected_days"))
+        .mark_point(shape="circle", size=80, filled=False, strokeWidth=2)
+        .encode(
+            x="checkpoint_interval_hours:Q",
+            y="expected_days:Q",
+            color=color,
+            tooltip=[
+                "mode:N",
+                alt.Tooltip("checkpoint_interval_hours:Q", format=",.2f", title="configured interval (h)"),
+                alt.Tooltip("expected_days:Q", format=",.2f", title="expected days"),
+            ],
+        )
+    )
+    return (curve + optimum + configured).properties(width=WIDTH, height=260)

@@ -1,0 +1,424 @@
+"""The report page: headline, chart sections with tables, provenance; plus PNG/SVG of each chart.
+
+Safety: everything from the logs (hostnames, cluster ids, categories, messages, file paths) is
+attacker-controlled text. Table cells and every other text go through :func:`html.escape`; chart
+specs are embedded as JSON inside ``<script type="application/json">`` with ``<``, ``>`` and ``&``
+written as unicode escapes, so no value can close the script element; Vega draws strings as SVG
+text, never markup, and vega-tooltip escapes tooltip values.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import platform
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+import altair as alt
+import polars as pl
+import vl_convert
+
+from pipeline.analysis import FleetAnalysis
+from pipeline.report import charts
+from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_chart, size_sweep_chart
+
+REPORT_FILENAME = "failcast-report.html"
+CHARTS_DIR = "charts"
+VERSIONED_PACKAGES = ("failcast", "polars", "duckdb", "lifelines", "altair", "vl-convert-python")
+
+
+@dataclass(frozen=True)
+class Section:
+    slug: str  # file name of the chart's PNG/SVG and the id of its container
+    title: str
+    chart: alt.TopLevelMixin | None
+    table: pl.DataFrame | None = None
+    note: str = ""
+
+
+def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
+    fits = pl.DataFrame(
+        [
+            {
+                "family": f,
+                "mtbf_hours": m.mtbf_hours_,
+                "mtbf_ci_low_hours": m.mtbf_confidence_interval_[0],
+                "mtbf_ci_high_hours": m.mtbf_confidence_interval_[1],
+                "aic": m.aic_,
+            }
+            for f, m in analysis.node_fits.items()
+        ]
+    ).sort("aic")
+    scaling_note = "Points: observed cluster MTBF with exact 95% intervals."
+    if analysis.scaling is not None:
+        scaling_note += " Dashed: MTBF(N) = MTBF₁ / N^α fitted by Poisson regression, with its 95% band."
+    return [
+        Section(
+            "failure-rate-by-cluster",
+            "Failure rate by cluster",
+            charts.rate_by_cluster_chart(analysis),
+            analysis.rates_by_cluster,
+        ),
+        Section(
+            "failure-rate-over-time",
+            "Failure rate over time",
+            charts.rate_over_time_chart(analysis),
+            note="Monthly rate per cluster; the band is the exact 95% Poisson interval.",
+        ),
+        Section(
+            "root-causes",
+            "Root causes of interruptions",
+            charts.category_chart(analysis),
+            charts.category_table(analysis),
+        ),
+        Section(
+            "time-between-failures",
+            "Time between failures per node: Kaplan–Meier and fitted models",
+            charts.survival_chart(analysis),
+            fits,
+            note=f"Black steps: Kaplan–Meier with its 95% band. Best family by AIC: {analysis.best_family}.",
+        ),
+        Section(
+            "mtbf-vs-cluster-size",
+            "Cluster MTBF against cluster size",
+            charts.scaling_chart(analysis),
+            analysis.scaling_projection if analysis.scaling is not None else None,
+            note=scaling_note,
+        ),
+    ]
+
+
+def projection_sections(outlook: JobOutlook) -> list[Section]:
+    return [
+        Section(
+            "projection-vs-cluster-size",
+            "Projected training days and cost against cluster size",
+            size_sweep_chart(outlook.size_sweep, outlook.instances),
+            outlook.size_sweep,
+            note=f"Same work, more or fewer instances; dotted rule: the configured {outlook.instances}.",
+        ),
+        Section(
+            "monte-carlo-days",
+            "Monte Carlo distribution of training days",
+            monte_carlo_chart(outlook.days_histogram, outlook.modes),
+            outlook.modes.select("mode", "p10_days", "p50_days", "p90_days", "expected_days"),
+            note="Dashed rules: P10, P50 and P90 of each mode.",
+        ),
+        Section(
+            "checkpoint-interval",
+            "Checkpoint interval: expected training days",
+            checkpoint_chart(outlook.checkpoint_curve, outlook.modes),
+            outlook.modes.select(
+                "mode",
+                "checkpoint_interval_hours",
+                "expected_days",
+                "optimal_interval_hours",
+                "optimal_expected_days",
+            ),  # fmt: skip
+            note="Diamond: the optimum interval; open circle: the configured interval.",
+        ),
+    ]
+
+
+def sections(analysis: FleetAnalysis, projection: JobOutlook | None = None) -> list[Section]:
+    return fleet_sections(analysis) + (projection_sections(projection) if projection else [])
+
+
+def _fmt(column: str, value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if math.isinf(value) or math.isnan(value):
+            return str(value)
+        if column.endswith("_usd") or column == "usd":
+            return f"${value:,.0f}"
+        if column in ("share", "goodput"):
+            return f"{value:.1%}"
+        return f"{value:,.6g}" if abs(value) < 1e-2 else f"{value:,.4g}"
+    return str(value)
+
+
+def table_html(frame: pl.DataFrame, limit: int = 50) -> str:
+    """An escaped HTML table of at most ``limit`` rows (every cell is treated as hostile text)."""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in frame.columns)
+    rows = "".join(
+        "<tr>"
+        + "".join(f"<td>{html.escape(_fmt(c, v))}</td>" for c, v in zip(frame.columns, row, strict=True))
+        + "</tr>"
+        for row in frame.head(limit).iter_rows()
+    )
+    more = f"<p class='more'>{frame.height - limit} more rows not shown.</p>" if frame.height > limit else ""
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{more}"
+
+
+def _finite(value):
+    """JSON has no infinity or NaN (the page would not parse): such values become null, not drawn."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def script_json(spec: dict) -> str:
+    """JSON that cannot end a <script> element, whatever strings it holds."""
+    return (
+        json.dumps(_finite(spec), allow_nan=False)
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+    )
+
+
+def summary_cards(
+    analysis: FleetAnalysis, projection: JobOutlook | None = None
+) -> list[tuple[str, str, str]]:
+    """(title, value, note) of the headline cards: the numbers people quote."""
+    rate = analysis.fleet_rate
+    low, high = rate.confidence_interval_
+    cards = [
+        (
+            "Fleet interruption rate",
+            f"{rate.rate_ * 100:.4f}% per instance-hour",
+            f"95% CI {low * 100:.4f}–{high * 100:.4f}%, {rate.failures_:,} failures in "
+            f"{rate.exposure_hours_:,.0f} instance-hours",
+        ),
+        ("Best time-between-failures model", analysis.best_family, _shape_note(analysis)),
+    ]
+    if analysis.scaling is not None:
+        s = analysis.scaling
+        cards.append(
+            (
+                "MTBF scaling exponent α",
+                f"{s.alpha_:.2f}",
+                f"95% CI {s.alpha_confidence_interval_[0]:.2f}–"
+                f"{s.alpha_confidence_interval_[1]:.2f} (1 = independent failures)",
+            )
+        )
+    if projection is not None:
+        for m in projection.modes.iter_rows(named=True):
+            spread = (
+                f"P10–P90 {m['p10_days']:,.1f}–{m['p90_days']:,.1f} days, "
+                if m["p10_days"] is not None
+                else ""
+            )
+            cards.append(
+                (
+                    f"Projected job, {m['mode']} recovery",
+                    f"{m['expected_days']:,.1f} days · ${m['cost_usd'] / 1e6:,.2f}M",
+                    f"{spread}goodput {m['goodput']:.1%}",
+                )
+            )
+        for s in projection.savings.iter_rows(named=True):
+            cards.append(
+                (
+                    f"{s['mode'].capitalize()} recovery saves",
+                    f"{s['days']:,.1f} days · ${s['usd'] / 1e6:,.2f}M",
+                    f"{s['percent']:.1f}% of the {s['baseline']} training time",
+                )
+            )
+    return cards
+
+
+def _shape_note(analysis: FleetAnalysis) -> str:
+    weibull = analysis.node_fits["weibull"]
+    low, high = weibull.confidence_interval_["rho_"]
+    verdict = (
+        "decreasing hazard (infant mortality)"
+        if high < 1
+        else "increasing hazard (wear-out)"
+        if low > 1
+        else "consistent with a constant rate"
+    )
+    return f"Weibull shape {weibull.shape_:.2f} (95% CI {low:.2f}–{high:.2f}): {verdict}"
+
+
+def versions() -> str:
+    found = []
+    for name in VERSIONED_PACKAGES:
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name} (not installed)")
+    return " · ".join([*found, f"Vega-Lite {alt.SCHEMA_VERSION}", f"Python {platform.python_version()}"])
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;
+padding:0 1rem;color:#1d2330}
+h1{margin-bottom:.2rem}.sub{color:#5b6475;margin-top:0}
+.cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(240px,1fr));gap:.8rem}
+.card{border:1px solid #d8dde6;border-radius:8px;padding:.7rem 1rem}
+.card .k{font-size:.85rem;color:#5b6475}.card .v{font-size:1.35rem;font-weight:600}
+.card .n{font-size:.8rem;color:#5b6475}
+section{margin-top:2rem}table{border-collapse:collapse;font-size:.82rem;margin-top:.6rem}
+td,th{border:1px solid #d8dde6;padding:.2rem .45rem;text-align:right}
+th{background:#f3f5f9}td:first-child,th:first-child{text-align:left}
+.more,.note{font-size:.8rem;color:#5b6475}pre{white-space:pre-wrap;font-size:.8rem}
+"""
+
+_EMBED = (
+    "document.querySelectorAll('div.chart').forEach(function(el){"
+    "var spec=JSON.parse(document.getElementById('spec-'+el.dataset.slug).textContent);"
+    "vegaEmbed(el,spec,{actions:false,renderer:'svg'}).catch(function(e){"
+    "el.textContent='chart failed: '+e;console.error(e);});});"
+)
+
+
+def _section_html(section: Section) -> str:
+    parts = [f"<section id='{section.slug}'><h2>{html.escape(section.title)}</h2>"]
+    if section.chart is not None:
+        parts.append(
+            f'<div class="chart" id="chart-{section.slug}" data-slug="{section.slug}"></div>'
+            f'<script type="application/json" id="spec-{section.slug}">'
+            f"{script_json(section.chart.to_dict())}</script>"
+        )
+    if section.note:
+        parts.append(f"<p class='note'>{html.escape(section.note)}</p>")
+    if section.table is not None:
+        parts.append(table_html(section.table))
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _headline(analysis: FleetAnalysis, projection: JobOutlook | None) -> str:
+    cards = "".join(
+        f"<div class='card'><div class='k'>{html.escape(k)}</div><div class='v'>{html.escape(v)}"
+        f"</div><div class='n'>{html.escape(n)}</div></div>"
+        for k, v, n in summary_cards(analysis, projection)
+    )
+    mtbf = analysis.cluster_mtbf.select(
+        "instances", "cluster_id", "failures", "mtbf_hours", "mtbf_ci_low_hours", "mtbf_ci_high_hours"
+    )
+    parts = [f"<div class='cards'>{cards}</div><h3>MTBF per cluster size</h3>{table_html(mtbf)}"]
+    if projection is None:
+        parts.append(
+            "<p class='note'>No job projection: run <code>failcast report --job JOB.toml</code> "
+            "(see <code>failcast project --help</code>) to add training days and cost per recovery mode.</p>"
+        )
+    else:
+        parts.append(
+            f"<h3>Projection: {html.escape(projection.job)}</h3>"
+            + table_html(
+                projection.modes.select(
+                    "mode",
+                    "expected_days",
+                    "cost_usd",
+                    "goodput",
+                    "expected_interruptions",
+                    "p10_days",
+                    "p50_days",
+                    "p90_days",
+                )  # fmt: skip
+            )
+        )
+    return "".join(parts)
+
+
+def _provenance(analysis: FleetAnalysis, projection: JobOutlook | None, generated_utc: str) -> str:
+    files = table_html(
+        analysis.files.select(
+            "path",
+            "sha256",
+            "kind",
+            "format",
+            "rows_read",
+            "rows_ingested",
+            "rows_duplicate",
+            "rows_rejected",
+            "ingested_at_utc",
+        )  # fmt: skip
+    )
+    rejects = table_html(analysis.rejects.select("path", "line", "reason", "raw"), limit=20)
+    parts = [
+        "<section id='provenance'><h2>Provenance</h2>",
+        f"<p class='note'>Generated {html.escape(generated_utc)} · observed until "
+        f"{html.escape(str(analysis.observed_until))} UTC · {html.escape(versions())}</p>",
+        f"<h3>Input files</h3>{files}",
+        f"<h3>Rejected input lines ({analysis.rejects.height})</h3>{rejects}",
+    ]
+    if projection is not None:
+        parts.append(f"<h3>Projection assumptions</h3>{table_html(projection.assumptions)}")
+        if projection.explanation:
+            parts.append(f"<details><summary>How it is computed</summary><pre>"
+                         f"{html.escape(projection.explanation)}</pre></details>")  # fmt: skip
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def render_html(
+    analysis: FleetAnalysis,
+    projection: JobOutlook | None = None,
+    *,
+    title: str = "failcast reliability report",
+) -> str:
+    """The whole report as one HTML string that needs no network (Vega libraries inlined)."""
+    return _page(analysis, projection, sections(analysis, projection), title)
+
+
+def _page(analysis: FleetAnalysis, projection: JobOutlook | None, parts: list[Section], title: str) -> str:
+    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    body = "".join(_section_html(s) for s in parts)
+    bundle = vl_convert.javascript_bundle().replace("</script", "<\\/script")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title><style>{_CSS}</style>
+<script>{bundle}</script></head><body>
+<h1>{html.escape(title)}</h1>
+<p class="sub">Observed until {html.escape(str(analysis.observed_until))} UTC · generated {generated}</p>
+{_headline(analysis, projection)}
+{body}
+{_provenance(analysis, projection, generated)}
+<script>{_EMBED}</script>
+</body></html>
+"""
+
+
+def write_chart_images(chart_sections: list[Section], out_dir: Path | str) -> list[Path]:
+    """``<slug>.png`` and ``<slug>.svg`` of every chart, rendered offline by vl-convert."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for section in chart_sections:
+        if section.chart is None:
+            continue
+        spec = section.chart.to_dict()
+        png, svg = out / f"{section.slug}.png", out / f"{section.slug}.svg"
+        _atomic_write(png, vl_convert.vegalite_to_png(spec, scale=2, allowed_base_urls=[]))
+        _atomic_write(svg, vl_convert.vegalite_to_svg(spec, allowed_base_urls=[]).encode("utf-8"))
+        written += [png, svg]
+    return written
+
+
+def _atomic_write(target: Path, data: bytes) -> None:
+    """Write to a temp name, then rename, so a reader never sees half a file."""
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(target)
+
+
+def write_report(
+    analysis: FleetAnalysis,
+    out_dir: Path | str,
+    filename: str = REPORT_FILENAME,
+    *,
+    projection: JobOutlook | None = None,
+    images: bool = True,
+    title: str = "failcast reliability report",
+) -> Path:
+    """Write the HTML report (and, with ``images``, ``charts/<slug>.png|svg``); returns the HTML path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / filename
+    parts = sections(analysis, projection)
+    _atomic_write(target, _page(analysis, projection, parts, title).encode("utf-8"))
+    if images:
+        write_chart_images(parts, out / CHARTS_DIR)
+    return target
