@@ -6,6 +6,7 @@ import html
 import json
 import math
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from html.parser import HTMLParser
 
 import polars as pl
@@ -66,6 +67,29 @@ def hostile_analysis(hostile_warehouse) -> analysis.FleetAnalysis:
         con.close()
 
 
+@dataclass(frozen=True)
+class Page:
+    html: str
+    tags: Tags
+    specs: dict[str, dict]  # chart slug -> Vega-Lite spec, as the browser will read it
+
+
+@pytest.fixture(scope="module")
+def pages(hostile_analysis) -> dict[bool, Page]:
+    """The hostile fleet's page without (False) and with (True) a projection, rendered once."""
+    out = {}
+    for with_projection in (False, True):
+        text = report.render_html(hostile_analysis, outlook_frames() if with_projection else None)
+        tags = parse(text)
+        specs = {
+            attrs["id"].removeprefix("spec-"): json.loads(body)
+            for attrs, body in tags.scripts
+            if attrs.get("type") == "application/json"
+        }
+        out[with_projection] = Page(text, tags, specs)
+    return out
+
+
 def outlook_frames(modes=("manual", "automatic"), job_instances=256) -> report.JobOutlook:
     """A JobOutlook built by hand with the documented columns (no projection code involved)."""
     sizes = [64, 128, 256, 512]
@@ -119,19 +143,11 @@ def outlook_frames(modes=("manual", "automatic"), job_instances=256) -> report.J
     )
 
 
-def chart_specs(html_text: str) -> dict[str, dict]:
-    return {
-        attrs["id"].removeprefix("spec-"): json.loads(text)
-        for attrs, text in parse(html_text).scripts
-        if attrs.get("type") == "application/json"
-    }
-
-
 @pytest.mark.parametrize("payload", PAYLOADS)
 def test_table_cells_are_text(payload):
     out = report.table_html(pl.DataFrame({"node_id": [payload], payload: [1]}))
     tags = parse(out)
-    assert {t for t, _ in tags.tags} == {"table", "thead", "tr", "th", "tbody", "td"}
+    assert {t for t, _ in tags.tags} == {"div", "table", "thead", "tr", "th", "tbody", "td"}
     assert "<" + payload[1:] not in out  # nothing of the payload's markup survives unescaped
 
 
@@ -149,24 +165,23 @@ def test_script_json_turns_non_finite_into_null(value, expected):
     assert json.loads(page.script_json({"v": [{"x": value}]})) == {"v": [{"x": expected}]}
 
 
-def test_hostile_logs_reach_the_page_only_as_text(hostile_analysis, hostile_strings):
-    html_text = report.render_html(hostile_analysis)
-    tags = parse(html_text)
+def test_hostile_logs_reach_the_page_only_as_text(pages, hostile_analysis, hostile_strings):
+    html_text, tags = pages[False].html, pages[False].tags
     names = [t for t, _ in tags.tags]
     assert "img" not in names and "svg" not in names and "iframe" not in names
     # our scripts only: the Vega bundle, one JSON spec per chart, the embed call
     specs = [a for a, _ in tags.scripts if a.get("type") == "application/json"]
     assert len(tags.scripts) == len(specs) + 2 == len(report.sections(hostile_analysis)) + 2
     # the hostile values are still there, as data and as escaped text
-    values = set(_strings(chart_specs(html_text)))
+    values = set(_strings(pages[False].specs))
     assert hostile_strings[0] in values
     assert html.escape(hostile_strings[0]) in html_text  # table cell
     assert html.escape(hostile_strings[2]) in html_text  # the rejected line's raw text
 
 
-def test_page_loads_nothing_from_the_network(hostile_analysis):
-    tags = parse(report.render_html(hostile_analysis))
-    for tag, attrs in tags.tags:
+@pytest.mark.parametrize("with_projection", [False, True])
+def test_page_loads_nothing_from_the_network(pages, with_projection):
+    for tag, attrs in pages[with_projection].tags.tags:
         for name in ("src", "href"):
             assert not (attrs.get(name) or "").startswith(("http:", "https:", "//")), (tag, attrs)
 
@@ -180,13 +195,33 @@ def test_downsample_keeps_ends_and_bounds_rows(rows):
         assert out["i"][0] == 0 and out["i"][-1] == rows - 1
 
 
-def test_charts_embed_only_aggregated_rows(hostile_analysis):
+def test_charts_embed_only_aggregated_rows(pages, hostile_analysis):
     a = hostile_analysis
     bound = max(charts.MAX_CURVE_POINTS, a.rates_by_month.height, a.rates_by_category.height)
-    for slug, spec in chart_specs(report.render_html(a, outlook_frames())).items():
+    for slug, spec in pages[True].specs.items():
         for name, rows in spec.get("datasets", {}).items():
             assert len(rows) <= bound, (slug, name)
             assert not {"node_id", "message", "timestamp_utc"} & set(rows[0] if rows else {}), slug
+
+
+def _layers(node, data=None):
+    """(dataset name, encoding) of every unit chart in a layered/concatenated spec."""
+    data = node.get("data", {}).get("name", data)
+    if "mark" in node:
+        yield data, node.get("encoding", {})
+    for key in ("layer", "vconcat", "hconcat", "concat"):
+        for child in node.get(key, []):
+            yield from _layers(child, data)
+
+
+@pytest.mark.parametrize("with_projection", [False, True])
+def test_every_encoded_field_is_in_the_charts_data(pages, with_projection):
+    for slug, spec in pages[with_projection].specs.items():
+        for data, encoding in _layers(spec):
+            columns = set(spec["datasets"][data][0]) if spec["datasets"][data] else set()
+            for channel, enc in encoding.items():
+                for e in enc if isinstance(enc, list) else [enc]:
+                    assert e.get("field", next(iter(columns), None)) in columns, (slug, channel, e)
 
 
 def _strings(node):
@@ -217,9 +252,8 @@ def _scales(spec, field):
 
 
 @pytest.mark.parametrize("field", ["cluster_id", "mode"])
-def test_colours_are_the_same_in_every_chart(hostile_analysis, field):
-    specs = chart_specs(report.render_html(hostile_analysis, outlook_frames()))
-    scales = [s for spec in specs.values() for s in _scales(spec, field)]
+def test_colours_are_the_same_in_every_chart(pages, field):
+    scales = [s for spec in pages[True].specs.values() for s in _scales(spec, field)]
     assert len(scales) >= 3 and len(set(scales)) == 1
 
 
@@ -245,10 +279,9 @@ def test_headline_quotes_fleet_rate_and_projection(hostile_analysis):
 
 
 @pytest.mark.parametrize("with_projection", [False, True])
-def test_sections_and_provenance(hostile_analysis, with_projection):
-    outlook = outlook_frames() if with_projection else None
-    html_text = report.render_html(hostile_analysis, outlook)
-    slugs = set(chart_specs(html_text))
+def test_sections_and_provenance(pages, hostile_analysis, with_projection):
+    html_text = pages[with_projection].html
+    slugs = set(pages[with_projection].specs)
     projected = {"projection-vs-cluster-size", "monte-carlo-days", "checkpoint-interval"}
     assert (projected <= slugs) is with_projection
     assert {"failure-rate-over-time", "root-causes", "time-between-failures", "mtbf-vs-cluster-size"} <= slugs
@@ -259,9 +292,9 @@ def test_sections_and_provenance(hostile_analysis, with_projection):
     assert ("&lt;not a tag&gt;" in html_text) is with_projection
 
 
-def test_unfinishable_sweep_points_are_not_drawn_but_listed(hostile_analysis):
-    html_text = report.render_html(hostile_analysis, outlook_frames())
-    spec = chart_specs(html_text)["projection-vs-cluster-size"]
+def test_unfinishable_sweep_points_are_not_drawn_but_listed(pages):
+    html_text = pages[True].html
+    spec = pages[True].specs["projection-vs-cluster-size"]
     drawn = [r for rows in spec["datasets"].values() for r in rows if "expected_days" in r]
     assert drawn and all(r["instances"] != 512 for r in drawn)
     assert "<td>inf</td>" in html_text

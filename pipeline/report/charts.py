@@ -63,7 +63,15 @@ def rate_by_cluster_chart(analysis: FleetAnalysis) -> alt.Chart:
             ci_low_pct=pl.col("rate_ci_low") * 100,
             ci_high_pct=pl.col("rate_ci_high") * 100,
         )
-        .select("cluster_id", "instances", "failures", "exposure_node_hours", "^.*_pct.*$")
+        .select(
+            "cluster_id",
+            "instances",
+            "failures",
+            "exposure_node_hours",
+            "pct_per_instance_hour",
+            "ci_low_pct",
+            "ci_high_pct",
+        )  # fmt: skip
     )
     color = alt.Color("cluster_id:N", scale=cluster_color(clusters_by_size(analysis)), legend=None)
     base = alt.Chart(data).encode(
@@ -101,7 +109,7 @@ def rate_over_time_chart(analysis: FleetAnalysis) -> alt.Chart:
         high=pl.col("rate_ci_high") * 100,
     )
     base = alt.Chart(data).encode(
-        x=alt.X("period:T", title="month"),
+        x=alt.X("period:T", title="month", axis=alt.Axis(format="%b %Y", tickCount="month")),
         color=alt.Color("cluster_id:N", title="cluster", scale=cluster_color(clusters_by_size(analysis))),
     )
     return (

@@ -61,7 +61,15 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             "failure-rate-by-cluster",
             "Failure rate by cluster",
             charts.rate_by_cluster_chart(analysis),
-            analysis.rates_by_cluster,
+            analysis.rates_by_cluster.select(
+                "cluster_id",
+                "failures",
+                "exposure_node_hours",
+                "rate_per_node_hour",
+                "rate_ci_low",
+                "rate_ci_high",
+                "rate_per_gpu_hour",
+            ),  # fmt: skip
         ),
         Section(
             "failure-rate-over-time",
@@ -138,6 +146,8 @@ def _fmt(column: str, value) -> str:
             return f"${value:,.0f}"
         if column in ("share", "goodput"):
             return f"{value:.1%}"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
         return f"{value:,.6g}" if abs(value) < 1e-2 else f"{value:,.4g}"
     return str(value)
 
@@ -152,7 +162,9 @@ def table_html(frame: pl.DataFrame, limit: int = 50) -> str:
         for row in frame.head(limit).iter_rows()
     )
     more = f"<p class='more'>{frame.height - limit} more rows not shown.</p>" if frame.height > limit else ""
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{more}"
+    return (
+        f"<div class='table'><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>{more}"
+    )
 
 
 def _finite(value):
@@ -257,7 +269,7 @@ h1{margin-bottom:.2rem}.sub{color:#5b6475;margin-top:0}
 .card{border:1px solid #d8dde6;border-radius:8px;padding:.7rem 1rem}
 .card .k{font-size:.85rem;color:#5b6475}.card .v{font-size:1.35rem;font-weight:600}
 .card .n{font-size:.8rem;color:#5b6475}
-section{margin-top:2rem}table{border-collapse:collapse;font-size:.82rem;margin-top:.6rem}
+section{margin-top:2rem}.table{overflow-x:auto}table{border-collapse:collapse;font-size:.82rem;margin-top:.6rem}
 td,th{border:1px solid #d8dde6;padding:.2rem .45rem;text-align:right}
 th{background:#f3f5f9}td:first-child,th:first-child{text-align:left}
 .more,.note{font-size:.8rem;color:#5b6475}pre{white-space:pre-wrap;font-size:.8rem}
@@ -294,7 +306,12 @@ def _headline(analysis: FleetAnalysis, projection: JobOutlook | None) -> str:
         for k, v, n in summary_cards(analysis, projection)
     )
     mtbf = analysis.cluster_mtbf.select(
-        "instances", "cluster_id", "failures", "mtbf_hours", "mtbf_ci_low_hours", "mtbf_ci_high_hours"
+        pl.col("instances").round(1),
+        "cluster_id",
+        "failures",
+        "mtbf_hours",
+        "mtbf_ci_low_hours",
+        "mtbf_ci_high_hours",
     )
     parts = [f"<div class='cards'>{cards}</div><h3>MTBF per cluster size</h3>{table_html(mtbf)}"]
     if projection is None:
