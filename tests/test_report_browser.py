@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,17 @@ def _hover_every_point(page, slug: str) -> list[dict]:
             )
         )
     return [t for t in found if t["text"]]
+
+
+@pytest.mark.parametrize(
+    ("required", "outcome"), [(None, pytest.skip.Exception), ("1", pytest.fail.Exception)]
+)
+def test_missing_chromium_skips_unless_required(monkeypatch, required, outcome):
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", "/nonexistent/chromium")
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    if required is None:
+        monkeypatch.delenv("FAILCAST_REQUIRE_BROWSER", raising=False)
+    else:
+        monkeypatch.setenv("FAILCAST_REQUIRE_BROWSER", required)
+    with pytest.raises(outcome, match="Chromium not found"):
+        sync_playwright()

@@ -1,0 +1,56 @@
+"""Every notebook is stored without outputs, uses only ``pipeline``, and runs to the end headless.
+
+The kernel is the ``python3`` kernel of this interpreter: its spec runs ``python``, so the test puts
+this interpreter's folder first on PATH, and checks from inside the kernel which Python runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+IMPORT = re.compile(r"^\s*(?:from\s+(\S+)\s+import|import\s+(\S+))", re.MULTILINE)
+ALLOWED_IMPORTS = {"os", "pipeline"}
+
+
+def test_there_is_a_notebook_per_question():
+    assert len(NOTEBOOKS) >= 3, [p.name for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_stored_clean(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.outputs == [] and c.execution_count is None for c in code), "clear outputs before committing"
+    modules = {(a or b).split(".")[0] for c in code for a, b in IMPORT.findall(c.source)}
+    assert modules <= ALLOWED_IMPORTS, f"notebooks call pipeline, they do not re-implement it: {modules}"
+    assert any("FAILCAST_DB" in c.source for c in code)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_to_the_end(path, sample_warehouse, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAILCAST_DB", str(sample_warehouse))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    nb = nbformat.read(path, as_version=4)
+    probe = nbformat.v4.new_code_cell("import sys, pipeline\nprint(sys.prefix)\nprint(pipeline.__file__)")
+    nb.cells.append(probe)
+    NotebookClient(
+        nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()  # raises CellExecutionError naming the cell on any error
+
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count for c in code)
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+    prefix, package = probe.outputs[0]["text"].split()
+    assert prefix == sys.prefix, "the kernel must run this interpreter's environment"
+    assert Path(package).is_relative_to(REPO)
