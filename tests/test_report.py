@@ -297,7 +297,7 @@ def test_unfinishable_sweep_points_are_not_drawn_but_listed(pages):
     spec = pages[True].specs["projection-vs-cluster-size"]
     drawn = [r for rows in spec["datasets"].values() for r in rows if "expected_days" in r]
     assert drawn and all(r["instances"] != 512 for r in drawn)
-    assert "<td>inf</td>" in html_text
+    assert "<td class='num'>inf</td>" in html_text
 
 
 def test_write_report_writes_html_png_and_svg(tmp_path, hostile_analysis, hostile_strings):
@@ -374,3 +374,18 @@ def test_cli_report_with_job_uses_fleet_rate(tmp_path, sample_warehouse):
     assert result.exit_code == 0, result.output
     html_text = (tmp_path / report.REPORT_FILENAME).read_text()
     assert "fleet rate in" in html_text and "checkpoint-interval" in html_text
+
+
+def test_one_cluster_fleet_renders_without_a_scaling_law(tmp_path):
+    from pipeline import ingest, sample
+
+    fleet = sample.simulate_fleet(sample.FleetSpec(cluster_sizes=(8,), days=30.0, rate_per_node_hour=0.004))
+    incidents, inventory = fleet.write(tmp_path)
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    ingest.ingest_files(con, [inventory, incidents])
+    one = analysis.analyze(con)
+    assert one.scaling is None
+    text = report.render_html(one)
+    specs = {a["id"]: json.loads(b) for a, b in parse(text).scripts if a.get("type") == "application/json"}
+    assert len(specs) == len(report.sections(one)) and "spec-mtbf-vs-cluster-size" in specs
+    assert "MTBF scaling exponent" not in text

@@ -152,12 +152,18 @@ def _fmt(column: str, value) -> str:
     return str(value)
 
 
+_NUMERIC = " class='num'"
+
+
 def table_html(frame: pl.DataFrame, limit: int = 50) -> str:
     """An escaped HTML table of at most ``limit`` rows (every cell is treated as hostile text)."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in frame.columns)
     rows = "".join(
         "<tr>"
-        + "".join(f"<td>{html.escape(_fmt(c, v))}</td>" for c, v in zip(frame.columns, row, strict=True))
+        + "".join(
+            f"<td{_NUMERIC if isinstance(v, int | float) else ''}>{html.escape(_fmt(c, v))}</td>"
+            for c, v in zip(frame.columns, row, strict=True)
+        )
         + "</tr>"
         for row in frame.head(limit).iter_rows()
     )
@@ -270,8 +276,8 @@ h1{margin-bottom:.2rem}.sub{color:#5b6475;margin-top:0}
 .card .k{font-size:.85rem;color:#5b6475}.card .v{font-size:1.35rem;font-weight:600}
 .card .n{font-size:.8rem;color:#5b6475}
 section{margin-top:2rem}.table{overflow-x:auto}table{border-collapse:collapse;font-size:.82rem;margin-top:.6rem}
-td,th{border:1px solid #d8dde6;padding:.2rem .45rem;text-align:right}
-th{background:#f3f5f9}td:first-child,th:first-child{text-align:left}
+td,th{border:1px solid #d8dde6;padding:.2rem .45rem;text-align:left}
+th{background:#f3f5f9}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .more,.note{font-size:.8rem;color:#5b6475}pre{white-space:pre-wrap;font-size:.8rem}
 """
 
