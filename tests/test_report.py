@@ -360,6 +360,22 @@ def test_job_outlook_matches_the_projection(sample_warehouse):
     assert outlook.savings["mode"].to_list() == ["automatic"]
 
 
+def test_one_mode_without_monte_carlo_and_free_checkpoints(hostile_analysis):
+    proj = pytest.importorskip("pipeline.projection", reason="projection (issue 5) has not landed")
+    free = proj.RecoveryProfile(0.1, 0.1, 0.1, checkpoint_interval_hours=2.0, checkpoint_write_hours=0.0)
+    spec = proj.JobSpec(
+        instances=64, price_per_gpu_hour_usd=2.0, gpu_hours=1e5, failure=proj.FailureModel.exponential(1e-3),
+        recovery={"automatic": free},
+    )  # fmt: skip
+    outlook = report.job_outlook(spec, monte_carlo_runs=0)
+    curve = outlook.checkpoint_curve
+    assert curve["expected_days"].is_finite().all() and curve["checkpoint_interval_hours"].min() < 2.0
+    assert curve["expected_days"].is_sorted()  # shorter is always better when writing is free
+    text = report.render_html(hostile_analysis, outlook)
+    specs = [json.loads(b) for a, b in parse(text).scripts if a.get("type") == "application/json"]
+    assert len(specs) == len(report.sections(hostile_analysis, outlook)) and "saves" not in text
+
+
 def test_cli_report_with_job_uses_fleet_rate(tmp_path, sample_warehouse):
     pytest.importorskip("pipeline.projection", reason="projection (issue 5) has not landed")
     job = tmp_path / "job.toml"

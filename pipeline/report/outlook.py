@@ -1,6 +1,6 @@
 """The projection part of the report: a :class:`JobOutlook` of frames, and the charts drawn from them.
 
-:func:`job_outlook` is the only place that calls :mod:`pipeline.projection`; it turns a
+:func:`job_outlook` is the report's only call into :mod:`pipeline.projection`; it turns a
 projection into plain frames with documented columns, so the charts and the page can be built
 (and tested) from frames alone:
 
@@ -22,6 +22,8 @@ import altair as alt
 import numpy as np
 import polars as pl
 
+from pipeline import projection as proj
+from pipeline.projection.spec import HOURS_PER_DAY
 from pipeline.report.charts import WIDTH, mode_color
 
 CHECKPOINT_GRID_POINTS = 60
@@ -42,10 +44,8 @@ class JobOutlook:
     explanation: str = ""
 
 
-def job_outlook(spec, *, monte_carlo_runs: int = 10_000, seed: int = 0) -> JobOutlook:
-    """Project ``spec`` (a :class:`pipeline.projection.JobSpec`) and collect what the report draws."""
-    from pipeline import projection as proj
-
+def job_outlook(spec: proj.JobSpec, *, monte_carlo_runs: int = 10_000, seed: int = 0) -> JobOutlook:
+    """Project ``spec`` and collect what the report draws, as frames."""
     result = proj.project(spec, monte_carlo_runs=monte_carlo_runs, seed=seed)
     modes = list(result.modes)
     rows = []
@@ -98,28 +98,34 @@ def job_outlook(spec, *, monte_carlo_runs: int = 10_000, seed: int = 0) -> JobOu
         savings=savings,
         size_sweep=size_sweep,
         days_histogram=histogram,
-        checkpoint_curve=_checkpoint_curve(proj, spec),
+        checkpoint_curve=_checkpoint_curve(spec),
         assumptions=_assumptions(spec, result, monte_carlo_runs, seed),
         explanation=proj.explain(result),
     )
 
 
-def _checkpoint_curve(proj, spec) -> pl.DataFrame:
-    """Expected days over a log grid of checkpoint intervals, from the projection's own formula."""
+def _checkpoint_curve(spec: proj.JobSpec) -> pl.DataFrame:
+    """Expected days over a log grid of checkpoint intervals around the Young/Daly optimum, from
+    the projection's own formula (:func:`pipeline.projection.expected_wall_hours`)."""
     rate = spec.failure.cluster_rate_per_hour(spec.instances)
     frames = []
     for mode, profile in spec.recovery.items():
-        optimum = proj.young_daly_interval_hours(profile.checkpoint_write_hours, 1 / rate)
-        grid = np.geomspace(optimum / 20, optimum * 20, CHECKPOINT_GRID_POINTS)
+        # free checkpoints have no optimum (shorter is always better): centre on the configured one
+        centre = (
+            proj.young_daly_interval_hours(profile.checkpoint_write_hours, 1 / rate)
+            or profile.checkpoint_interval_hours
+        )
+        grid = np.geomspace(centre / 20, centre * 20, CHECKPOINT_GRID_POINTS)
         days = [
-            proj.expected_wall_hours(spec.failure_free_hours, rate, profile.with_interval(float(t))) / 24
+            proj.expected_wall_hours(spec.failure_free_hours, rate, profile.with_interval(float(t)))
+            / HOURS_PER_DAY
             for t in grid
         ]
         frames.append(pl.DataFrame({"mode": mode, "checkpoint_interval_hours": grid, "expected_days": days}))
     return pl.concat(frames)
 
 
-def _assumptions(spec, result, runs: int, seed: int) -> pl.DataFrame:
+def _assumptions(spec: proj.JobSpec, result: proj.Projection, runs: int, seed: int) -> pl.DataFrame:
     f = spec.failure
     rows = [
         ("job", spec.name),
