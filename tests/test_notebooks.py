@@ -1,4 +1,6 @@
-"""Every notebook is stored without outputs, uses only ``pipeline``, and runs to the end headless.
+"""Every notebook is stored without outputs, calls ``pipeline`` for its logic, and runs to the end headless
+(against the sample warehouse in ``$FAILCAST_DB``; notebooks on the public data sets skip when those
+are absent).
 
 The kernel is the ``python3`` kernel of this interpreter: its spec runs ``python``, so the test puts
 this interpreter's folder first on PATH, and checks from inside the kernel which Python runs.
@@ -18,7 +20,7 @@ from nbclient import NotebookClient
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 IMPORT = re.compile(r"^\s*(?:from\s+(\S+)\s+import|import\s+(\S+))", re.MULTILINE)
-ALLOWED_IMPORTS = {"os", "pipeline"}
+DEFINITION = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s", re.MULTILINE)
 
 
 def test_there_is_a_notebook_per_question():
@@ -32,8 +34,9 @@ def test_notebook_is_stored_clean(path):
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.outputs == [] and c.execution_count is None for c in code), "clear outputs before committing"
     modules = {(a or b).split(".")[0] for c in code for a, b in IMPORT.findall(c.source)}
-    assert modules <= ALLOWED_IMPORTS, f"notebooks call pipeline, they do not re-implement it: {modules}"
-    assert any("FAILCAST_DB" in c.source for c in code)
+    assert "pipeline" in modules
+    defined = [c.source for c in code if DEFINITION.search(c.source)]
+    assert not defined, f"notebooks call pipeline, they do not define logic of their own: {defined}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -42,6 +45,11 @@ def test_notebook_runs_to_the_end(path, sample_warehouse, tmp_path, monkeypatch)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     nb = nbformat.read(path, as_version=4)
+    if any("shared_datasets_dir" in c.source for c in nb.cells):
+        from pipeline.datasets import shared_datasets_dir
+
+        if not shared_datasets_dir().exists():
+            pytest.skip(f"public data sets not found at {shared_datasets_dir()}")
     probe = nbformat.v4.new_code_cell("import sys, pipeline\nprint(sys.prefix)\nprint(pipeline.__file__)")
     nb.cells.append(probe)
     NotebookClient(
