@@ -163,16 +163,29 @@ def sample(out: Path, seed: int, rate_pct: float, shape: float, days: float, siz
 
 
 # --- ingest ---------------------------------------------------------------------------------
-INGEST_HELP = """Read incident and inventory files into the warehouse.
+INGEST_HELP = """Read incident logs, job accounting and inventory files into the warehouse.
 
 \b
-Formats (auto-detected from the name, or --format):
-  csv      timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at
-           2026-03-02T04:26:29Z,c0512,c0512-n0017,gpu_fell_off_bus,3,job-7,"NVRM: Xid ...",
-  jsonl    {"timestamp": "2026-03-02T04:26:29+00:00", "cluster_id": "c0512", ...}
-  parquet  the same columns
-Inventory files have cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to.
-Files already ingested (same sha256) are skipped; rows already stored count as duplicates.
+Formats (auto-detected from the name or the first lines, or --format); any may be .gz:
+  csv         canonical incidents: timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at
+              2026-03-02T04:26:29Z,c0512,c0512-n0017,gpu_fell_off_bus,3,job-7,"NVRM: Xid ...",
+              or inventory: cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to
+              c0512,c0512-n0017,p5.48xlarge,8,2026-03-01T00:00:00Z,
+  jsonl       {"timestamp": "2026-03-02T04:26:29+00:00", "cluster_id": "c0512", ...}
+  parquet     the same columns
+  kernel-log  NVIDIA Xid/SXid lines in syslog, journalctl or dmesg -T output, e.g.
+              2026-03-02T04:26:29.892511+00:00 node-017 kernel: NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.
+              Mar  2 04:26:29 node-017 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=10895, name=python3, ...
+              [Mon Mar  2 04:26:29 2026] NVRM: Xid (PCI:0000:18:00): 79, ...   (needs --node)
+              other kernel messages are counted as ignored; syslog lines have no year: see --year
+  sacct       sacct -P (--parsable2) with its header, any column order; needs JobID,State,Start,End,NodeList
+              JobID|JobName|State|Start|End|ElapsedRaw|NNodes|NodeList
+              881204|pretrain-7b|NODE_FAIL|2024-03-01T10:00:03|2024-03-01T13:12:44|11561|4|gpu-[001-004]
+
+\b
+Every line is counted: read = ingested + duplicate + rejected + ignored. Rejected lines are kept in
+the rejects table with the reason. Files already ingested (same sha256) are skipped; records already
+stored count as duplicates, so a log that grew adds only its new lines.
 """
 
 
@@ -191,26 +204,64 @@ Files already ingested (same sha256) are skipped; rows already stored count as d
     "--timezone", default="UTC", show_default=True, help="Time zone of timestamps that carry no offset."
 )
 @click.option(
+    "--year",
+    type=click.IntRange(1970, 2999),
+    help="Year of the first line of year-less syslog files (default: from each file's modification time).",
+)
+@click.option("--cluster", help="cluster_id for logs that do not name one (default: from the inventory).")
+@click.option("--node", help="node_id for log lines without a hostname (dmesg -T output).")
+@click.option(
+    "--gpu-bus-order",
+    default="",
+    metavar="BUS,BUS,...",
+    help="PCI bus numbers (hex) of gpu_index 0,1,...: XID lines then get a gpu_index, "
+    "e.g. 18,2a,3a,5d,9a,ab,ba,db (HGX H100).",
+)
+@click.option(
     "--window-minutes",
     type=float,
     default=10.0,
     show_default=True,
-    help="Events of one node and category closer than this form one incident.",
+    help="Events of one node, category and GPU closer than this form one incident.",
 )
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @json_option
-def ingest(paths, db: Path, fmt, mapping, timezone: str, window_minutes: float, as_json: bool) -> None:
+def ingest(
+    paths,
+    db: Path,
+    fmt,
+    mapping,
+    timezone: str,
+    year: int | None,
+    cluster: str | None,
+    node: str | None,
+    gpu_bus_order: str,
+    window_minutes: float,
+    quiet: bool,
+    as_json: bool,
+) -> None:
     files = _expand(paths)
+    column_map = ingest_mod.parse_column_map(mapping)
+    bus_order = ingest_mod.parse_bus_order(gpu_bus_order)
     con = warehouse.connect(db)
-    summaries = ingest_mod.ingest_files(
-        con,
-        files,
-        fmt=fmt,
-        column_map=ingest_mod.parse_column_map(mapping),
-        timezone=timezone,
-        window_seconds=window_minutes * 60,
-    )
+    show_bar = not quiet and not as_json and sys.stderr.isatty()
+    total = sum(f.stat().st_size for f in files if f.is_file())
+    with click.progressbar(length=total, label="ingesting", file=sys.stderr, hidden=not show_bar) as bar:
+        summaries = ingest_mod.ingest_files(
+            con,
+            files,
+            fmt=fmt,
+            column_map=column_map,
+            timezone=timezone,
+            window_seconds=window_minutes * 60,
+            year=year,
+            cluster=cluster,
+            node=node,
+            bus_order=bus_order,
+            progress=bar.update,
+        )
     if as_json:
-        echo_json([s.to_dict() for s in summaries])
+        echo_json({"timezone": timezone, "files": [s.to_dict() for s in summaries]})
         return
     click.echo(f"timestamps without an offset read as {timezone}")
     for s in summaries:
@@ -218,11 +269,21 @@ def ingest(paths, db: Path, fmt, mapping, timezone: str, window_minutes: float, 
             click.echo(f"{_safe(s.path)}: already ingested (same sha256), skipped")
             continue
         click.echo(
-            f"{_safe(s.path)}: {s.kind}, read {s.rows_read}, ingested {s.rows_ingested}, "
-            f"duplicate {s.rows_duplicate}, rejected {s.rows_rejected}"
+            f"{_safe(s.path)}: {s.kind} ({s.format}), read {s.rows_read}, ingested {s.rows_ingested}, "
+            f"duplicate {s.rows_duplicate}, rejected {s.rows_rejected}, ignored {s.rows_ignored}"
         )
         if s.ignored_columns:
             click.echo(f"  ignored columns: {_safe(', '.join(s.ignored_columns))}")
+        for note in s.notes:
+            click.echo(f"  note: {_safe(note)}")
+        if s.rows_rejected:
+            first = con.sql(
+                "SELECT line, reason FROM rejects WHERE file_id = ? ORDER BY line LIMIT 3", params=[s.file_id]
+            ).fetchall()
+            for line, reason in first:
+                click.echo(f"  rejected {_safe(s.path)}:{line}: {_safe(reason)}")
+            if s.rows_rejected > len(first):
+                click.echo(f"  ... {s.rows_rejected - len(first)} more in the rejects table")
 
 
 def _expand(patterns) -> list[Path]:

@@ -6,10 +6,24 @@ run leaves the warehouse as it was before that file.
 
 Tables
 ------
-ingested_files  one row per input file committed: path, sha256, size, kind, format, line counts.
-events          every accepted raw event (an incident row, an XID line ...), keyed by content.
-incidents       events collapsed per node and fault within a window; rates are computed on these.
+ingested_files  one row per input file committed: path, sha256, size, kind (incidents, inventory,
+                xid_log, jobs), format, line counts (read = ingested + duplicate + rejected +
+                ignored, where ignored lines are ordinary log lines that carry no fault).
+events          every accepted raw event (a canonical incident row, one XID line ...), keyed by
+                content (``event_key``). Columns: time, cluster, node, category, interrupting,
+                gpu_index, job_id, message, resolved time; ``xid`` (NVIDIA Xid or SXid code),
+                ``pci_bus_id`` (``0000:18:00``: identifies the GPU when no gpu_index mapping is
+                known), ``source_format`` (canonical, kernel-log). XID lines whose node's cluster is
+                not known at ingest carry cluster_id ``UNKNOWN_CLUSTER``; the rebuild resolves it
+                from the inventory.
+incidents       events collapsed per node and fault (category + GPU, the GPU being gpu_index or
+                else pci_bus_id) within a window; rates are computed on these.
 inventory       node service intervals; exposure (node-hours) comes from these.
+jobs            scheduler job records (Slurm sacct): job_id, cluster_id (if known), job_name, state
+                (first word: NODE_FAIL, COMPLETED ...), start/end (UTC), elapsed_hours, nnodes,
+                nodes (expanded hostlist), interrupted (NODE_FAIL or BOOT_FAIL: the infrastructure
+                ended the job), file_id, line. One row per (cluster_id, job_id); a later export of
+                the same job replaces the row (a RUNNING job that finished).
 rejects         every input line that could not be used, with file, line number, raw text, reason.
 """
 
@@ -67,7 +81,9 @@ CREATE TABLE IF NOT EXISTS incidents (
     resolved_at_utc TIMESTAMP,
     events         BIGINT NOT NULL,
     job_id         VARCHAR,
-    message        VARCHAR
+    message        VARCHAR,
+    pci_bus_id     VARCHAR,
+    xid            INTEGER
 );
 CREATE TABLE IF NOT EXISTS inventory (
     cluster_id     VARCHAR NOT NULL,
@@ -76,6 +92,23 @@ CREATE TABLE IF NOT EXISTS inventory (
     gpus_per_node  INTEGER NOT NULL,
     in_service_from_utc TIMESTAMP NOT NULL,
     in_service_to_utc   TIMESTAMP,
+    file_id        BIGINT NOT NULL,
+    line           BIGINT NOT NULL
+);
+ALTER TABLE events ADD COLUMN IF NOT EXISTS xid INTEGER;
+ALTER TABLE events ADD COLUMN IF NOT EXISTS pci_bus_id VARCHAR;
+ALTER TABLE events ADD COLUMN IF NOT EXISTS source_format VARCHAR;
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id         VARCHAR NOT NULL,
+    cluster_id     VARCHAR,
+    job_name       VARCHAR,
+    state          VARCHAR NOT NULL,
+    start_utc      TIMESTAMP,
+    end_utc        TIMESTAMP,
+    elapsed_hours  DOUBLE,
+    nnodes         INTEGER,
+    nodes          VARCHAR[] NOT NULL,
+    interrupted    BOOLEAN NOT NULL,
     file_id        BIGINT NOT NULL,
     line           BIGINT NOT NULL
 );
@@ -89,15 +122,27 @@ CREATE TABLE IF NOT EXISTS rejects (
 );
 """
 
-# Incidents are rebuilt from events: consecutive events of one node and category closer than the
-# window belong to one incident (a storm of XID lines, or one fault reported by two sources).
+UNKNOWN_CLUSTER = "unknown"
+
+# Incidents are rebuilt from events: consecutive events of one node, category and GPU closer than
+# the window belong to one incident (a storm of XID lines, or one fault reported by two sources).
+# The GPU is gpu_index when known, else the PCI bus id of an XID line. Events whose cluster was
+# unknown at ingest take the node's cluster from the inventory, whatever order files came in.
 _REBUILD_INCIDENTS = """
 CREATE OR REPLACE TABLE incidents AS
-WITH ordered AS (
+WITH resolved AS (
+    SELECT e.* REPLACE (
+               CASE WHEN e.cluster_id = $unknown
+                    THEN coalesce((SELECT min(i.cluster_id) FROM inventory i
+                                   WHERE i.node_id = e.node_id), e.cluster_id)
+                    ELSE e.cluster_id END AS cluster_id),
+           coalesce(CAST(e.gpu_index AS VARCHAR), e.pci_bus_id) AS gpu_key
+    FROM events e
+), ordered AS (
     SELECT *,
            lag(timestamp_utc) OVER w AS previous_utc
-    FROM events
-    WINDOW w AS (PARTITION BY cluster_id, node_id, category, gpu_index ORDER BY timestamp_utc)
+    FROM resolved
+    WINDOW w AS (PARTITION BY cluster_id, node_id, category, gpu_key ORDER BY timestamp_utc)
 ), flagged AS (
     SELECT *,
            CASE WHEN previous_utc IS NULL
@@ -107,21 +152,24 @@ WITH ordered AS (
 ), numbered AS (
     SELECT *,
            sum(starts_incident) OVER (
-               PARTITION BY cluster_id, node_id, category, gpu_index ORDER BY timestamp_utc
+               PARTITION BY cluster_id, node_id, category, gpu_key ORDER BY timestamp_utc
                ROWS UNBOUNDED PRECEDING) AS incident_seq
     FROM flagged
 )
-SELECT row_number() OVER (ORDER BY min(timestamp_utc), cluster_id, node_id, category)
+SELECT row_number() OVER (ORDER BY min(timestamp_utc), cluster_id, node_id, category, gpu_key)
            AS incident_id,
-       cluster_id, node_id, category, bool_or(interrupting) AS interrupting, gpu_index,
+       cluster_id, node_id, category, bool_or(interrupting) AS interrupting,
+       any_value(gpu_index) AS gpu_index,
        min(timestamp_utc) AS timestamp_utc,
        max(timestamp_utc) AS last_event_utc,
        max(resolved_at_utc) AS resolved_at_utc,
        count(*) AS events,
        arg_min(job_id, timestamp_utc) AS job_id,
-       arg_min(message, timestamp_utc) AS message
+       arg_min(message, timestamp_utc) AS message,
+       any_value(pci_bus_id) AS pci_bus_id,
+       arg_min(xid, timestamp_utc) AS xid
 FROM numbered
-GROUP BY cluster_id, node_id, category, gpu_index, incident_seq
+GROUP BY cluster_id, node_id, category, gpu_key, incident_seq
 """
 
 
@@ -154,7 +202,7 @@ def transaction(con) -> Iterator[None]:
 
 def rebuild_incidents(con, *, window_seconds: float = 600.0) -> None:
     """Recompute ``incidents`` from ``events`` (call inside the ingest transaction)."""
-    con.execute(_REBUILD_INCIDENTS, {"window_seconds": window_seconds})
+    con.execute(_REBUILD_INCIDENTS, {"window_seconds": window_seconds, "unknown": UNKNOWN_CLUSTER})
 
 
 def table(con, name: str) -> pl.DataFrame:
@@ -164,4 +212,4 @@ def table(con, name: str) -> pl.DataFrame:
     return con.sql(f"SELECT * FROM {name}").pl()  # noqa: S608 - name is whitelisted
 
 
-TABLES = ("ingested_files", "events", "incidents", "inventory", "rejects")
+TABLES = ("ingested_files", "events", "incidents", "inventory", "jobs", "rejects")

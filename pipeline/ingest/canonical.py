@@ -1,78 +1,36 @@
-"""Ingest: input files -> warehouse tables ``events``, ``incidents``, ``inventory``, ``rejects``.
+"""Canonical incidents and inventory files (CSV, JSONL, Parquet; plain or ``.gz``).
 
-Rules that every reader follows:
-
-* **Idempotent.** A file whose sha256 is already in ``ingested_files`` is skipped; an event whose
-  content key (time, cluster, node, category, GPU, message) is already stored counts as a
-  duplicate, so a log that grew adds only its new lines.
-* **Nothing lost.** A row that cannot be used goes to ``rejects`` with file, line, raw text and the
-  reason; the per-file summary counts read = ingested + duplicate + rejected.
-* **All or nothing per file.** Each file is written in one transaction.
-* **UTC.** Times with an offset are converted; naive times are read in ``timezone`` (default UTC).
+Read whole with Polars as strings, validated in SQL so that every bad row gets one reason. An
+incident's content key is (time, cluster, node, category, GPU, message): a row already stored is a
+duplicate. Inventory rows are keyed by (cluster, node, in_service_from); a later file may close an
+interval an earlier one left open, so the newest row for that key wins.
 """
 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
 
-from pipeline import warehouse
 from pipeline.categories import FailureCategory
+from pipeline.ingest.common import (
+    FileSummary,
+    InputError,
+    count,
+    insert_rejects,
+    record_counts,
+    register_file,
+    registered,
+)
 
 INCIDENT_COLUMNS = ("timestamp", "cluster_id", "node_id", "category")
 INCIDENT_OPTIONAL = ("gpu_index", "job_id", "message", "resolved_at")
 INVENTORY_COLUMNS = ("cluster_id", "node_id", "instance_type", "gpus_per_node", "in_service_from")
 INVENTORY_OPTIONAL = ("in_service_to",)
-FORMATS = ("csv", "jsonl", "parquet")
-
-
-class InputError(Exception):
-    """Input that cannot be read as a whole; the message names the file and how to fix it."""
-
-
-@dataclass
-class FileSummary:
-    path: str
-    kind: str
-    format: str
-    rows_read: int = 0
-    rows_ingested: int = 0
-    rows_duplicate: int = 0
-    rows_rejected: int = 0
-    skipped: bool = False
-    ignored_columns: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def detect_format(path: Path) -> str:
-    name = path.name.lower().removesuffix(".gz")
-    for suffix, fmt in (
-        (".csv", "csv"),
-        (".jsonl", "jsonl"),
-        (".ndjson", "jsonl"),
-        (".json", "jsonl"),
-        (".parquet", "parquet"),
-    ):
-        if name.endswith(suffix):
-            return fmt
-    raise InputError(f"{path}: cannot tell the format from the name; use --format {'|'.join(FORMATS)}")
+TABLE_FORMATS = ("csv", "jsonl", "parquet")
 
 
 def _read_table(path: Path, fmt: str) -> tuple[pl.DataFrame, int]:
@@ -180,10 +138,11 @@ FROM parsed
 """
 
 _INSERT_EVENTS = """
-INSERT INTO events
+INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category,
+                    interrupting, gpu_index, job_id, message, resolved_at_utc, source_format)
 SELECT event_key, $file_id, line, timezone('UTC', ts), cluster_id, node_id, category,
        list_contains($interrupting, category), gpu_index, job_id, message,
-       timezone('UTC', resolved_at)
+       timezone('UTC', resolved_at), 'canonical'
 FROM staged s
 WHERE reason IS NULL
   AND NOT EXISTS (SELECT 1 FROM events e WHERE e.event_key = s.event_key)
@@ -237,35 +196,15 @@ WHERE i.cluster_id = f.cluster_id AND i.node_id = f.node_id
 DELETE FROM inventory i USING fresh f
 WHERE i.cluster_id = f.cluster_id AND i.node_id = f.node_id
   AND i.in_service_from_utc = f.from_utc;
-INSERT INTO inventory
+INSERT INTO inventory (cluster_id, node_id, instance_type, gpus_per_node, in_service_from_utc,
+                       in_service_to_utc, file_id, line)
 SELECT cluster_id, node_id, instance_type, gpus_per_node, from_utc, to_utc, $file_id, line
 FROM fresh;
 """
 
 
-def _insert_rejects(con, file_id: int | None, path: Path, rejects: pl.DataFrame) -> None:
-    """``rejects`` has columns line, raw, reason."""
-    now = datetime.now(UTC).replace(tzinfo=None)
-    con.register("rejects_frame", rejects)
-    try:
-        con.execute(
-            "INSERT INTO rejects SELECT $file_id, $path, line, raw, reason, $now FROM rejects_frame",
-            {"file_id": file_id, "path": str(path), "now": now},
-        )
-    finally:
-        con.unregister("rejects_frame")
-
-
-def _ingest_one(
-    con, path: Path, *, fmt: str | None, column_map: Mapping[str, str], timezone: str
-) -> FileSummary:
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    fmt = fmt or detect_format(path)
-    sha = sha256_of(path)
-    if con.sql("SELECT 1 FROM ingested_files WHERE sha256 = ?", params=[sha]).fetchall():
-        return FileSummary(str(path), "-", fmt, skipped=True)
-
+def ingest_canonical(con, path: Path, *, sha: str, fmt: str, column_map: Mapping[str, str]) -> FileSummary:
+    """One canonical incidents or inventory file; the caller holds the transaction and time zone."""
     frame, _ = _read_table(path, fmt)
     frame = _apply_mapping(frame, column_map, path)
     kind = _detect_kind(frame.columns, path)
@@ -279,111 +218,34 @@ def _ingest_one(
         [pl.col(c) if c in frame.columns else pl.lit(None, pl.String).alias(c) for c in known]
     )
     summary = FileSummary(str(path), kind, fmt, rows_read=source.height, ignored_columns=ignored)
-
-    con.register("source", source)
-    try:
-        con.execute(f"SET TimeZone = '{_checked_timezone(con, timezone)}'")
-        with warehouse.transaction(con):
-            file_id = con.sql(
-                "INSERT INTO ingested_files (path, sha256, size_bytes, kind, format, rows_read,"
-                " rows_ingested, rows_duplicate, rows_rejected, ingested_at_utc)"
-                " VALUES (?, ?, ?, ?, ?, ?, 0, 0, 0, ?) RETURNING file_id",
-                params=[
-                    str(path),
-                    sha,
-                    path.stat().st_size,
-                    kind,
-                    fmt,
-                    source.height,
-                    datetime.now(UTC).replace(tzinfo=None),
-                ],
-            ).fetchall()[0][0]
-            if kind == "incidents":
-                con.execute(_STAGE_INCIDENTS, {"categories": [c.value for c in FailureCategory]})
-                before = con.sql("SELECT count(*) FROM events").fetchall()[0][0]
-                con.execute(
-                    _INSERT_EVENTS,
-                    {
-                        "file_id": file_id,
-                        "interrupting": [c.value for c in FailureCategory if c.interrupting],
-                    },
-                )
-                added = con.sql("SELECT count(*) FROM events").fetchall()[0][0] - before
-            else:
-                con.execute(_STAGE_INVENTORY)
-                before = con.sql(
-                    "SELECT count(*) FROM inventory WHERE file_id = ?", params=[file_id]
-                ).fetchall()[0][0]
-                con.execute(_UPSERT_INVENTORY, {"file_id": file_id})
-                added = (
-                    con.sql("SELECT count(*) FROM inventory WHERE file_id = ?", params=[file_id]).fetchall()[
-                        0
-                    ][0]
-                    - before
-                )
-            bad = con.sql("SELECT line, reason FROM staged WHERE reason IS NOT NULL").pl()
-            raw = _raw_lines(path, fmt, frame, bad["line"].to_list())
-            _insert_rejects(
-                con,
-                file_id,
-                path,
-                bad.with_columns(
-                    raw=pl.col("line").replace_strict(raw, default=None, return_dtype=pl.String)
-                ),
-            )
-            summary.rows_rejected = bad.height
-            summary.rows_ingested = added
-            summary.rows_duplicate = source.height - bad.height - added
+    with registered(con, "source", source):
+        file_id = register_file(con, path, sha, kind, fmt)
+        summary.file_id = file_id
+        if kind == "incidents":
+            con.execute(_STAGE_INCIDENTS, {"categories": [c.value for c in FailureCategory]})
+            before = count(con, "SELECT count(*) FROM events")
             con.execute(
-                "UPDATE ingested_files SET rows_ingested = ?, rows_duplicate = ?,"
-                " rows_rejected = ? WHERE file_id = ?",
-                [summary.rows_ingested, summary.rows_duplicate, summary.rows_rejected, file_id],
+                _INSERT_EVENTS,
+                {
+                    "file_id": file_id,
+                    "interrupting": [c.value for c in FailureCategory if c.interrupting],
+                },
             )
-    finally:
-        con.execute("SET TimeZone = 'UTC'")
-        con.unregister("source")
-    return summary
-
-
-def _checked_timezone(con, timezone: str) -> str:
-    """A time zone name DuckDB knows; checked against its list so it is safe to place in SET."""
-    known = con.sql("SELECT 1 FROM pg_timezone_names() WHERE name = ?", params=[timezone]).fetchall()
-    if not known:
-        raise InputError(
-            f"unknown time zone {timezone!r}; use an IANA name such as UTC or America/Los_Angeles"
+            added = count(con, "SELECT count(*) FROM events") - before
+        else:
+            con.execute(_STAGE_INVENTORY)
+            con.execute(_UPSERT_INVENTORY, {"file_id": file_id})
+            added = count(con, "SELECT count(*) FROM inventory WHERE file_id = ?", [file_id])
+        bad = con.sql("SELECT line, reason FROM staged WHERE reason IS NOT NULL").pl()
+        raw = _raw_lines(path, fmt, frame, bad["line"].to_list())
+        insert_rejects(
+            con,
+            file_id,
+            path,
+            bad.with_columns(raw=pl.col("line").replace_strict(raw, default=None, return_dtype=pl.String)),
         )
-    return timezone
-
-
-def ingest_files(
-    con,
-    paths: Iterable[Path | str],
-    *,
-    fmt: str | None = None,
-    column_map: Mapping[str, str] | None = None,
-    timezone: str = "UTC",
-    window_seconds: float = 600.0,
-) -> list[FileSummary]:
-    """Ingest each file in its own transaction, then rebuild ``incidents`` from ``events``."""
-    summaries = [
-        _ingest_one(con, Path(p), fmt=fmt, column_map=column_map or {}, timezone=timezone) for p in paths
-    ]
-    with warehouse.transaction(con):
-        warehouse.rebuild_incidents(con, window_seconds=window_seconds)
-    return summaries
-
-
-def parse_column_map(pairs: Iterable[str]) -> dict[str, str]:
-    """``["node_id=hostname", ...]`` -> ``{"node_id": "hostname"}`` with a clear error."""
-    known = {*INCIDENT_COLUMNS, *INCIDENT_OPTIONAL, *INVENTORY_COLUMNS, *INVENTORY_OPTIONAL}
-    mapping: dict[str, str] = {}
-    for pair in pairs:
-        canon, sep, source = pair.partition("=")
-        if not sep or not canon or not source:
-            raise InputError(f"--map {pair!r}: expected CANONICAL=SOURCE, e.g. node_id=hostname")
-        if canon not in known:
-            raise InputError(
-                f"--map {pair!r}: {canon!r} is not a canonical column ({', '.join(sorted(known))})"
-            )
-        mapping[canon] = source
-    return mapping
+        summary.rows_rejected = bad.height
+        summary.rows_ingested = added
+        summary.rows_duplicate = source.height - bad.height - added
+        record_counts(con, file_id, summary)
+    return summary

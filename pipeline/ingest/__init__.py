@@ -1,0 +1,175 @@
+"""Ingest: input files -> warehouse tables ``events``, ``incidents``, ``inventory``, ``jobs``, ``rejects``.
+
+Formats (auto-detected, or named with ``fmt``): canonical incidents/inventory ``csv``, ``jsonl``,
+``parquet`` (:mod:`.canonical`); NVIDIA XID lines in kernel logs, ``kernel-log`` (:mod:`.kernel_log`,
+codes mapped by :mod:`.xid`); Slurm ``sacct`` parsable output (:mod:`.sacct`). Any may be ``.gz``.
+
+Rules that every reader follows:
+
+* **Idempotent.** A file whose sha256 is already in ``ingested_files`` is skipped; a record whose
+  content key is already stored counts as a duplicate, so a log that grew adds only its new lines.
+* **Nothing lost.** Every line is counted: read = ingested + duplicate + rejected + ignored. A line
+  that should carry a record but cannot be used goes to ``rejects`` with file, line, raw text and
+  the reason; ``ignored`` lines carry nothing by design (ordinary kernel messages, sacct job steps).
+* **All or nothing per file.** Each file is written in one transaction; Ctrl-C mid-file rolls it back.
+* **UTC.** Times with an offset are converted; naive times are read in ``timezone`` (default UTC).
+* **Streaming.** Text logs are read in blocks of lines (:mod:`.lines`); only relevant lines are kept.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+from pipeline import warehouse
+from pipeline.ingest.canonical import (
+    INCIDENT_COLUMNS,
+    INCIDENT_OPTIONAL,
+    INVENTORY_COLUMNS,
+    INVENTORY_OPTIONAL,
+    TABLE_FORMATS,
+    ingest_canonical,
+)
+from pipeline.ingest.common import FileSummary, InputError, checked_timezone, sha256_of
+from pipeline.ingest.kernel_log import ingest_kernel_log
+from pipeline.ingest.lines import head_text
+from pipeline.ingest.sacct import ingest_sacct
+
+FORMATS = (*TABLE_FORMATS, "kernel-log", "sacct")
+
+__all__ = [
+    "FORMATS",
+    "FileSummary",
+    "InputError",
+    "detect_format",
+    "ingest_files",
+    "parse_bus_order",
+    "parse_column_map",
+    "sha256_of",
+]
+
+_LOG_LINE = re.compile(
+    r"^(?:\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}|[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} |\[)|Xid", re.M
+)
+
+
+def detect_format(path: Path) -> str:
+    """From the name (.csv, .jsonl/.ndjson/.json, .parquet), else from the first 64 KiB."""
+    name = path.name.lower().removesuffix(".gz")
+    for suffix, fmt in ((".csv", "csv"), (".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "jsonl")):
+        if name.endswith(suffix):
+            return fmt
+    with path.open("rb") as f:
+        if name.endswith(".parquet") or f.read(4) == b"PAR1":
+            return "parquet"
+    head = head_text(path)
+    first = next((line for line in head.splitlines() if line.strip()), "")
+    if "|" in first and "jobid" in first.lower().split("|"):
+        return "sacct"
+    if _LOG_LINE.search(head):
+        return "kernel-log"
+    raise InputError(
+        f"{path}: cannot tell the format from the name or content; use --format {'|'.join(FORMATS)}"
+    )
+
+
+def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSummary:
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    if path.stat().st_size == 0:
+        return FileSummary(str(path), "-", fmt or "-", notes=["empty file: nothing to ingest"])
+    sha = sha256_of(path)
+    if con.sql("SELECT 1 FROM ingested_files WHERE sha256 = ?", params=[sha]).fetchall():
+        return FileSummary(str(path), "-", fmt or "-", skipped=True)
+    fmt = fmt or detect_format(path)
+    progress = options["progress"]
+    con.execute(f"SET TimeZone = '{checked_timezone(con, options['timezone'])}'")
+    try:
+        with warehouse.transaction(con):
+            if fmt in TABLE_FORMATS:
+                summary = ingest_canonical(con, path, sha=sha, fmt=fmt, column_map=options["column_map"])
+                if progress:
+                    progress(path.stat().st_size)
+            elif fmt == "kernel-log":
+                summary = ingest_kernel_log(
+                    con,
+                    path,
+                    sha=sha,
+                    cluster=options["cluster"],
+                    node=options["node"],
+                    year=options["year"],
+                    bus_order=options["bus_order"],
+                    progress=progress,
+                )
+            else:
+                summary = ingest_sacct(con, path, sha=sha, cluster=options["cluster"], progress=progress)
+    finally:
+        con.execute("SET TimeZone = 'UTC'")
+    return summary
+
+
+def ingest_files(
+    con,
+    paths: Iterable[Path | str],
+    *,
+    fmt: str | None = None,
+    column_map: Mapping[str, str] | None = None,
+    timezone: str = "UTC",
+    window_seconds: float = 600.0,
+    year: int | None = None,
+    cluster: str | None = None,
+    node: str | None = None,
+    bus_order: Sequence[str] = (),
+    progress: Callable[[int], None] | None = None,
+) -> list[FileSummary]:
+    """Ingest each file in its own transaction, then rebuild ``incidents`` from ``events``.
+
+    ``year``: year of the first line of year-less syslog files (default: from the file's mtime).
+    ``cluster`` / ``node``: for logs that do not name them. ``bus_order``: PCI bus number (hex) of
+    each gpu_index, e.g. ``("18", "2a", ...)``, so XID lines get a gpu_index. ``progress`` is called
+    with the number of bytes just read (compressed bytes for ``.gz``).
+    """
+    if fmt is not None and fmt not in FORMATS:
+        raise InputError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    options = {
+        "column_map": column_map or {},
+        "timezone": timezone,
+        "year": year,
+        "cluster": cluster,
+        "node": node,
+        "bus_order": {b.lower().zfill(2): i for i, b in enumerate(bus_order)},
+        "progress": progress,
+    }
+    summaries = [_ingest_one(con, Path(p), fmt=fmt, options=options) for p in paths]
+    with warehouse.transaction(con):
+        warehouse.rebuild_incidents(con, window_seconds=window_seconds)
+    return summaries
+
+
+def parse_bus_order(text: str) -> tuple[str, ...]:
+    """``"18,2a,3a"`` -> ``("18", "2a", "3a")`` (PCI bus numbers of gpu_index 0, 1, 2 ...)."""
+    buses = tuple(b.strip().lower().removeprefix("0x") for b in text.split(",") if b.strip())
+    bad = [b for b in buses if not re.fullmatch(r"[0-9a-f]{1,2}", b)]
+    if bad or len(set(buses)) != len(buses):
+        raise InputError(
+            f"--gpu-bus-order {text!r}: expected distinct hex PCI bus numbers in gpu_index order, "
+            "e.g. 18,2a,3a,5d,9a,ab,ba,db"
+        )
+    return buses
+
+
+def parse_column_map(pairs: Iterable[str]) -> dict[str, str]:
+    """``["node_id=hostname", ...]`` -> ``{"node_id": "hostname"}`` with a clear error."""
+    known = {*INCIDENT_COLUMNS, *INCIDENT_OPTIONAL, *INVENTORY_COLUMNS, *INVENTORY_OPTIONAL}
+    mapping: dict[str, str] = {}
+    for pair in pairs:
+        canon, sep, source = pair.partition("=")
+        if not sep or not canon or not source:
+            raise InputError(f"--map {pair!r}: expected CANONICAL=SOURCE, e.g. node_id=hostname")
+        if canon not in known:
+            raise InputError(
+                f"--map {pair!r}: {canon!r} is not a canonical column ({', '.join(sorted(known))})"
+            )
+        mapping[canon] = source
+    return mapping

@@ -1,0 +1,107 @@
+"""Pieces every reader shares: the error type, the per-file summary and the warehouse bookkeeping."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+
+class InputError(ValueError):
+    """Input that cannot be read as a whole; the message names the file (and line) and how to fix it."""
+
+
+@dataclass
+class FileSummary:
+    """What happened to one file. Lines add up: read = ingested + duplicate + rejected + ignored.
+
+    ``ignored`` counts lines that carry no fault by design (ordinary kernel messages around the XID
+    lines, job steps and repeated headers in sacct output); they are not errors, so not rejects.
+    """
+
+    path: str
+    kind: str
+    format: str
+    rows_read: int = 0
+    rows_ingested: int = 0
+    rows_duplicate: int = 0
+    rows_rejected: int = 0
+    rows_ignored: int = 0
+    skipped: bool = False
+    file_id: int | None = None
+    ignored_columns: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def register_file(con, path: Path, sha: str, kind: str, fmt: str) -> int:
+    """Add the file to ``ingested_files`` (inside the file's transaction) and return its id."""
+    return con.sql(
+        "INSERT INTO ingested_files (path, sha256, size_bytes, kind, format, rows_read,"
+        " rows_ingested, rows_duplicate, rows_rejected, ingested_at_utc)"
+        " VALUES (?, ?, ?, ?, ?, 0, 0, 0, 0, ?) RETURNING file_id",
+        params=[str(path), sha, path.stat().st_size, kind, fmt, now_utc()],
+    ).fetchall()[0][0]
+
+
+def record_counts(con, file_id: int, summary: FileSummary) -> None:
+    con.execute(
+        "UPDATE ingested_files SET rows_read = ?, rows_ingested = ?, rows_duplicate = ?,"
+        " rows_rejected = ? WHERE file_id = ?",
+        [summary.rows_read, summary.rows_ingested, summary.rows_duplicate, summary.rows_rejected, file_id],
+    )
+
+
+def insert_rejects(con, file_id: int | None, path: Path, rejects: pl.DataFrame) -> None:
+    """``rejects`` has columns line, raw, reason."""
+    with registered(con, "rejects_frame", rejects):
+        con.execute(
+            "INSERT INTO rejects SELECT $file_id, $path, line, raw, reason, $now FROM rejects_frame",
+            {"file_id": file_id, "path": str(path), "now": now_utc()},
+        )
+
+
+@contextmanager
+def registered(con, name: str, frame: pl.DataFrame) -> Iterator[None]:
+    """A Polars frame visible to SQL as ``name`` for the block. If the block failed, the file's
+    transaction is aborted and its rollback drops the view, so unregistering may fail harmlessly."""
+    con.register(name, frame)
+    try:
+        yield
+    finally:
+        with suppress(duckdb.Error):
+            con.unregister(name)
+
+
+def checked_timezone(con, timezone: str) -> str:
+    """A time zone name DuckDB knows; checked against its list so it is safe to place in SET."""
+    known = con.sql("SELECT 1 FROM pg_timezone_names() WHERE name = ?", params=[timezone]).fetchall()
+    if not known:
+        raise InputError(
+            f"unknown time zone {timezone!r}; use an IANA name such as UTC or America/Los_Angeles"
+        )
+    return timezone
+
+
+def count(con, sql: str, params=None) -> int:
+    return con.sql(sql, params=params).fetchall()[0][0]

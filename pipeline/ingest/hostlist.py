@@ -1,0 +1,49 @@
+"""Slurm hostlist expressions: ``gpu-[001-003,010],login1`` -> ``[gpu-001, gpu-002, gpu-003, gpu-010, login1]``.
+
+Grammar (Slurm ``scontrol show hostnames``): comma-separated items; an item is text with bracketed
+range lists ``[a-b,c]``; zero padding follows the width of the lower bound; several bracket groups
+in one item expand as their product (``r[1-2]n[1-2]`` -> r1n1, r1n2, r2n1, r2n2).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+_ITEM = re.compile(r"(?:[^,\[\]]|\[[^\[\]]*\])+")
+_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+MAX_HOSTS = 1_000_000
+
+
+class HostlistError(ValueError):
+    pass
+
+
+def _range_values(spec: str, expr: str) -> list[str]:
+    values: list[str] = []
+    for part in spec.split(","):
+        m = _RANGE.fullmatch(part.strip())
+        if not m:
+            raise HostlistError(f"hostlist {expr!r}: bad range {part!r} (expected N or N-M)")
+        low, high = m.group(1), m.group(2) or m.group(1)
+        if int(high) < int(low) or int(high) - int(low) > MAX_HOSTS:
+            raise HostlistError(f"hostlist {expr!r}: range {part!r} is empty or too large")
+        width = len(low)
+        values.extend(str(n).zfill(width) for n in range(int(low), int(high) + 1))
+    return values
+
+
+def expand(expr: str) -> list[str]:
+    """All host names of a hostlist expression, in order; '' and 'None assigned' give []."""
+    expr = expr.strip()
+    if not expr or expr.lower() in {"none assigned", "none", "(null)"}:
+        return []
+    items = _ITEM.findall(expr)
+    if ",".join(items) != expr:
+        raise HostlistError(f"hostlist {expr!r}: unbalanced brackets or empty item")
+    hosts: list[str] = []
+    for item in items:
+        pieces = re.split(r"\[([^\]]*)\]", item)  # text, range, text, range, ..., text
+        choices = [[p] if i % 2 == 0 else _range_values(p, expr) for i, p in enumerate(pieces)]
+        hosts.extend("".join(combo) for combo in itertools.product(*choices))
+    return hosts

@@ -1,0 +1,212 @@
+"""Slurm accounting (``sacct --parsable2`` / ``-P``, or ``-p`` with a trailing ``|``) -> ``jobs``.
+
+Any column order, given by the header line (so export without ``-n/--noheader``). Needed columns:
+JobID, State, Start, End, NodeList; used when present: JobName, Cluster, NNodes, ElapsedRaw,
+Elapsed. Times are ``YYYY-MM-DDTHH:MM:SS`` in ``timezone`` or epoch seconds
+(``SLURM_TIME_FORMAT=%s``); ``Unknown``/``None`` mean not set. Source: sacct(1), "JOB STATE CODES".
+
+Ignored lines (counted, not rejected): blank lines, repeated header lines, job steps
+(``123.batch``, ``123.0``: the allocation line carries the job). ``State`` keeps its first word
+(``CANCELLED by 51234`` -> CANCELLED); NODE_FAIL and BOOT_FAIL mark the job ``interrupted``: the
+infrastructure ended it, the other states are job-level outcomes kept as context.
+
+Hostlists are expanded once per distinct NodeList value (:mod:`.hostlist`), not once per line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+
+from pipeline.ingest import hostlist
+from pipeline.ingest.common import (
+    FileSummary,
+    InputError,
+    count,
+    insert_rejects,
+    record_counts,
+    register_file,
+    registered,
+)
+from pipeline.ingest.lines import read_lines
+
+REQUIRED = ("jobid", "state", "start", "end", "nodelist")
+OPTIONAL = ("jobname", "cluster", "nnodes", "elapsedraw", "elapsed")
+INTERRUPTED_STATES = ("NODE_FAIL", "BOOT_FAIL")
+
+_SCHEMA = {
+    "line": pl.Int64,
+    "text": pl.String,
+    "bad_utf8": pl.Boolean,
+    "truncated": pl.Boolean,
+    "fields": pl.Int32,
+    **{c: pl.String for c in (*REQUIRED, *OPTIONAL)},
+    "nodes": pl.List(pl.String),
+    "hostlist_error": pl.String,
+}
+
+
+def _header(path: Path, frame: pl.DataFrame) -> tuple[str, dict[str, int], int]:
+    """The header line, a lower-case column -> position map, and the expected field count."""
+    first = frame.filter(pl.col("text").str.strip_chars() != "").head(1)
+    if first.height == 0:
+        raise InputError(f"{path}: no header line; export sacct without -n/--noheader")
+    header = first["text"][0]
+    names = [n.strip().lower() for n in header.removesuffix("|").split("|")]
+    missing = [c for c in REQUIRED if c not in names]
+    if missing:
+        raise InputError(
+            f"{path}:{first['line'][0]}: sacct header lacks {missing}; export with "
+            "sacct -P -o JobID,JobName,State,Start,End,ElapsedRaw,NNodes,NodeList (header kept)"
+        )
+    return header, {n: i for i, n in enumerate(names)}, len(names)
+
+
+def _expand_hostlists(values: pl.Series) -> pl.DataFrame:
+    rows = []
+    for value in values.drop_nulls().unique().to_list():
+        try:
+            rows.append((value, hostlist.expand(value), None))
+        except hostlist.HostlistError as exc:
+            rows.append((value, None, str(exc)))
+    return pl.DataFrame(
+        rows,
+        schema={"nodelist": pl.String, "nodes": pl.List(pl.String), "hostlist_error": pl.String},
+        orient="row",
+    )
+
+
+def _parse_batch(frame: pl.DataFrame, header: str, columns: dict[str, int], trailing: bool) -> pl.DataFrame:
+    text = pl.col("text").str.strip_suffix("|") if trailing else pl.col("text")
+    split = frame.with_columns(parts=text.str.split("|"))
+    keep = split.filter(
+        (pl.col("text").str.strip_chars() != "")
+        & (pl.col("text") != header)
+        & ~pl.col("parts")
+        .list.get(columns["jobid"], null_on_oob=True)
+        .str.contains(".", literal=True)
+        .fill_null(False)
+    )
+    fields = keep.select(
+        "line",
+        "text",
+        "bad_utf8",
+        "truncated",
+        pl.col("parts").list.len().alias("fields"),
+        *[
+            (
+                pl.col("parts").list.get(columns[c], null_on_oob=True).str.strip_chars()
+                if c in columns
+                else pl.lit(None, pl.String)
+            ).alias(c)
+            for c in (*REQUIRED, *OPTIONAL)
+        ],
+    )
+    return fields.join(_expand_hostlists(fields["nodelist"]), on="nodelist", how="left").cast(_SCHEMA)
+
+
+_STAGE = """
+CREATE OR REPLACE TEMP TABLE jobs_parsed AS
+WITH typed AS (
+    SELECT *,
+           CASE WHEN start IN ('', 'Unknown', 'None') THEN NULL
+                WHEN regexp_full_match(start, '[0-9]+') THEN to_timestamp(CAST(start AS BIGINT))
+                ELSE TRY_CAST(start AS TIMESTAMPTZ) END AS start_ts,
+           CASE WHEN "end" IN ('', 'Unknown', 'None') THEN NULL
+                WHEN regexp_full_match("end", '[0-9]+') THEN to_timestamp(CAST("end" AS BIGINT))
+                ELSE TRY_CAST("end" AS TIMESTAMPTZ) END AS end_ts,
+           TRY_CAST(nullif(nnodes, '') AS INTEGER) AS nnodes_int,
+           upper(split_part(state, ' ', 1)) AS state_word,
+           nullif(cluster, '') AS cluster_name
+    FROM jobs_lines
+)
+SELECT *,
+       CASE
+         WHEN truncated THEN 'truncated .gz: the compressed stream ends here; copy the file again'
+         WHEN bad_utf8 THEN 'line is not valid UTF-8 (undecodable bytes shown as U+FFFD); fix the encoding'
+         WHEN fields <> $fields THEN 'expected ' || $fields || ' |-separated fields like the header, found '
+                                    || fields
+         WHEN jobid IS NULL OR jobid = '' THEN 'JobID is empty'
+         WHEN state_word = '' THEN 'State is empty'
+         WHEN start_ts IS NULL AND start NOT IN ('', 'Unknown', 'None')
+           THEN 'Start ' || start || ' is not a time (ISO 8601 or epoch seconds)'
+         WHEN end_ts IS NULL AND "end" NOT IN ('', 'Unknown', 'None')
+           THEN 'End ' || "end" || ' is not a time (ISO 8601 or epoch seconds)'
+         WHEN end_ts < start_ts THEN 'End is before Start'
+         WHEN hostlist_error IS NOT NULL THEN hostlist_error
+         WHEN nnodes IS NOT NULL AND nnodes <> '' AND nnodes_int IS NULL
+           THEN 'NNodes ' || nnodes || ' is not an integer'
+       END AS reason,
+       coalesce(cluster_name, $cluster) AS cluster_id,
+       coalesce(TRY_CAST(elapsedraw AS DOUBLE) / 3600,
+                (coalesce(TRY_CAST(nullif(regexp_extract(elapsed, '^(\\d+)-', 1), '') AS DOUBLE), 0) * 86400
+                 + TRY_CAST(regexp_extract(elapsed, '(\\d+):(\\d+):(\\d+)$', 1) AS DOUBLE) * 3600
+                 + TRY_CAST(regexp_extract(elapsed, '(\\d+):(\\d+):(\\d+)$', 2) AS DOUBLE) * 60
+                 + TRY_CAST(regexp_extract(elapsed, '(\\d+):(\\d+):(\\d+)$', 3) AS DOUBLE)) / 3600,
+                epoch(end_ts - start_ts) / 3600) AS elapsed_hours
+FROM typed
+"""
+
+# Newest line of a job wins (a later export sees the final state); rows identical to a stored one
+# are duplicates, rows that differ replace it.
+_UPSERT = """
+CREATE OR REPLACE TEMP TABLE jobs_fresh AS
+SELECT jobid AS job_id, cluster_id, nullif(jobname, '') AS job_name, state_word AS state,
+       timezone('UTC', start_ts) AS start_utc, timezone('UTC', end_ts) AS end_utc, elapsed_hours,
+       coalesce(nnodes_int, len(nodes)) AS nnodes, nodes,
+       list_contains($interrupted, state_word) AS interrupted, line
+FROM jobs_parsed WHERE reason IS NULL
+QUALIFY row_number() OVER (PARTITION BY coalesce(cluster_id, ''), jobid ORDER BY line DESC) = 1;
+DELETE FROM jobs_fresh f USING jobs j
+WHERE j.job_id = f.job_id AND j.cluster_id IS NOT DISTINCT FROM f.cluster_id
+  AND j.job_name IS NOT DISTINCT FROM f.job_name AND j.state = f.state
+  AND j.start_utc IS NOT DISTINCT FROM f.start_utc AND j.end_utc IS NOT DISTINCT FROM f.end_utc
+  AND j.nnodes IS NOT DISTINCT FROM f.nnodes AND j.nodes = f.nodes;
+DELETE FROM jobs j USING jobs_fresh f
+WHERE j.job_id = f.job_id AND j.cluster_id IS NOT DISTINCT FROM f.cluster_id;
+INSERT INTO jobs (job_id, cluster_id, job_name, state, start_utc, end_utc, elapsed_hours, nnodes, nodes,
+                  interrupted, file_id, line)
+SELECT job_id, cluster_id, job_name, state, start_utc, end_utc, elapsed_hours, nnodes, nodes,
+       interrupted, $file_id, line
+FROM jobs_fresh;
+"""
+
+
+def ingest_sacct(
+    con, path: Path, *, sha: str, cluster: str | None, progress: Callable[[int], None] | None = None
+) -> FileSummary:
+    """One sacct export; the caller holds the transaction and the session time zone."""
+    summary = FileSummary(str(path), "jobs", "sacct")
+    file_id = register_file(con, path, sha, "jobs", "sacct")
+    summary.file_id = file_id
+    with registered(con, "jobs_empty", pl.DataFrame(schema=_SCHEMA)):
+        con.execute("CREATE OR REPLACE TEMP TABLE jobs_lines AS SELECT * FROM jobs_empty")
+    header: tuple[str, dict[str, int], int] | None = None
+    done = 0
+    for batch in read_lines(path):
+        summary.rows_read += batch.frame.height
+        if header is None:
+            header = _header(path, batch.frame)
+        staged = _parse_batch(batch.frame, header[0], header[1], header[0].endswith("|"))
+        with registered(con, "jobs_batch", staged):
+            con.execute("INSERT INTO jobs_lines SELECT * FROM jobs_batch")
+        if progress:
+            progress(batch.bytes_done - done)
+        done = batch.bytes_done
+    if header is None:
+        raise InputError(f"{path}: no lines; export sacct with its header line")
+    con.execute(_STAGE, {"fields": header[2], "cluster": cluster})
+    con.execute(_UPSERT, {"file_id": file_id, "interrupted": list(INTERRUPTED_STATES)})
+    summary.rows_ingested = count(con, "SELECT count(*) FROM jobs WHERE file_id = ?", [file_id])
+    bad = con.sql(
+        "SELECT line, text AS raw, reason FROM jobs_parsed WHERE reason IS NOT NULL ORDER BY line"
+    ).pl()
+    insert_rejects(con, file_id, path, bad)
+    relevant = count(con, "SELECT count(*) FROM jobs_parsed")
+    summary.rows_rejected = bad.height
+    summary.rows_ignored = summary.rows_read - relevant
+    summary.rows_duplicate = relevant - bad.height - summary.rows_ingested
+    record_counts(con, file_id, summary)
+    return summary
