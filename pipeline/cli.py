@@ -174,7 +174,7 @@ Formats (auto-detected from the name or the first lines, or --format); any may b
   jsonl       {"timestamp": "2026-03-02T04:26:29+00:00", "cluster_id": "c0512", ...}
   parquet     the same columns
   kernel-log  NVIDIA Xid/SXid lines in syslog, journalctl or dmesg -T output, e.g.
-              2026-03-02T04:26:29.892511+00:00 node-017 kernel: NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.
+              2026-03-02T04:26:29.892511+00:00 node-017 kernel: NVRM: Xid (PCI:0000:18:00): 79, GPU has ...
               Mar  2 04:26:29 node-017 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=10895, name=python3, ...
               [Mon Mar  2 04:26:29 2026] NVRM: Xid (PCI:0000:18:00): 79, ...   (needs --node)
               other kernel messages are counted as ignored; syslog lines have no year: see --year

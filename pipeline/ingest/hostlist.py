@@ -1,4 +1,4 @@
-"""Slurm hostlist expressions: ``gpu-[001-003,010],login1`` -> ``[gpu-001, gpu-002, gpu-003, gpu-010, login1]``.
+"""Slurm hostlist expressions: ``gpu-[001-003,010],login1`` -> gpu-001, gpu-002, gpu-003, gpu-010, login1.
 
 Grammar (Slurm ``scontrol show hostnames``): comma-separated items; an item is text with bracketed
 range lists ``[a-b,c]``; zero padding follows the width of the lower bound; several bracket groups

@@ -50,13 +50,21 @@ from pipeline.ingest.common import (
 from pipeline.ingest.lines import read_lines
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
-MONTHS = {m: i for i, m in enumerate(["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
+MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1
+    )
+}
 _MON = "(?:" + "|".join(MONTHS) + ")"
 _ISO = (
     r"^(?<iso_ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)"
     r"\s+(?<iso_host>\S+)\s+(?<iso_rest>.*)$"
 )
-_BSD = rf"^(?<bsd_mon>{_MON})\s+(?<bsd_day>\d{{1,2}})\s+(?<bsd_hms>\d{{2}}:\d{{2}}:\d{{2}})\s+(?<bsd_host>\S+)\s+(?<bsd_rest>.*)$"
+_BSD = (
+    rf"^(?<bsd_mon>{_MON})\s+(?<bsd_day>\d{{1,2}})\s+(?<bsd_hms>\d{{2}}:\d{{2}}:\d{{2}})"
+    r"\s+(?<bsd_host>\S+)\s+(?<bsd_rest>.*)$"
+)
 _CTIME = (
     rf"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\s+(?<ct_mon>{_MON})\s+(?<ct_day>\d{{1,2}})\s+"
     r"(?<ct_hms>\d{2}:\d{2}:\d{2})\s+(?<ct_year>\d{4})\]\s*(?<ct_rest>.*)$"
