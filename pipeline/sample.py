@@ -236,3 +236,62 @@ def simulate_fleet(spec: FleetSpec | None = None) -> Fleet:
         )
     )
     return Fleet(incidents=incidents, inventory=inventory, spec=spec)
+
+
+# The PCI bus numbers above as ``failcast ingest --gpu-bus-order`` takes them (gpu_index order).
+PCI_BUS_ORDER: tuple[str, ...] = tuple(f"{bus:02x}" for bus in _PCI_BUS)
+KERNEL_LOG_FORMS = {"syslog": "%b %e %H:%M:%S", "iso": "%Y-%m-%dT%H:%M:%S%.6f+00:00"}
+
+
+def write_kernel_logs(
+    fleet: Fleet,
+    out_dir: Path | str,
+    *,
+    form: str = "syslog",
+    storm_seconds: tuple[int, ...] = (0, 0, 1, 2),
+) -> list[Path]:
+    """The fleet's GPU incidents as NVIDIA XID kernel-log lines, one ``kern-<cluster>.log`` each.
+
+    Like a real log, each fault is a storm: the Xid line once per entry of ``storm_seconds`` (an
+    offset from the fault time; a repeated offset is an exact repeat), preceded by the driver's
+    ``NVRM: GPU at PCI:...`` line and an ordinary kernel message, which readers must ignore.
+    ``form`` is ``syslog`` (``Mar  2 04:26:29``, no year) or ``iso``; times are UTC. Non-GPU
+    incidents have no XID and are not written, so the logs hold exactly the GPU incidents.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    xid = fleet.incidents.filter(pl.col("message").str.starts_with("NVRM: Xid")).with_row_index("fault")
+    pci = pl.col("message").str.extract(r"\((PCI:[0-9a-f:]+)\)", 1)
+    storm = xid.with_columns(offset_s=pl.lit(list(storm_seconds))).explode("offset_s")
+    lines = (
+        pl.concat(
+            [
+                xid.with_columns(
+                    offset_s=pl.lit(-37), order=pl.lit(0), text=pl.lit("EXT4-fs (nvme0n1p1): re-mounted.")
+                ),
+                xid.with_columns(
+                    offset_s=pl.lit(0),
+                    order=pl.lit(1),
+                    text=pl.format("NVRM: GPU at {}: GPU-{}", pci, "fault"),
+                ),
+                storm.with_columns(order=pl.lit(2), text=pl.col("message")),
+            ],
+            how="diagonal_relaxed",
+        )
+        .with_columns(time=pl.col("timestamp") + pl.duration(seconds=pl.col("offset_s")))
+        .sort("cluster_id", "time", "fault", "order", maintain_order=True)
+        .with_columns(
+            line=pl.format(
+                "{} {} kernel: {}",
+                pl.col("time").dt.strftime(KERNEL_LOG_FORMS[form]),
+                pl.col("node_id"),
+                pl.col("text"),
+            )
+        )
+    )
+    paths = []
+    for (cluster,), group in lines.group_by("cluster_id", maintain_order=True):
+        path = out / f"kern-{cluster}.log"
+        path.write_text("\n".join(group["line"].to_list()) + "\n", encoding="utf-8")
+        paths.append(path)
+    return paths

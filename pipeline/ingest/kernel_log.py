@@ -109,7 +109,7 @@ def _parse_batch(
     dated = frame.select(
         pl.col("line"),
         month=_month(pl.col("text").str.extract(rf"^({_MON})\s+\d{{1,2}}\s+\d{{2}}:", 1)),
-        relevant=pl.col("text").str.contains("Xid", literal=True),
+        relevant=pl.col("text").str.contains("Xid", literal=True) | pl.col("truncated"),
     ).with_columns(previous=pl.col("month").forward_fill().shift(1).fill_null(pl.lit(last_month, pl.Int32)))
     dated = dated.with_columns(
         year_offset=offset

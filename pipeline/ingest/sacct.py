@@ -82,7 +82,8 @@ def _parse_batch(frame: pl.DataFrame, header: str, columns: dict[str, int], trai
     text = pl.col("text").str.strip_suffix("|") if trailing else pl.col("text")
     split = frame.with_columns(parts=text.str.split("|"))
     keep = split.filter(
-        (pl.col("text").str.strip_chars() != "")
+        pl.col("truncated")
+        | (pl.col("text").str.strip_chars() != "")
         & (pl.col("text") != header)
         & ~pl.col("parts")
         .list.get(columns["jobid"], null_on_oob=True)
