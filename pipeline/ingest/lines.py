@@ -40,7 +40,7 @@ def head_text(path: Path, size: int = 64 << 10) -> str:
         with gzip.open(path, "rb") if is_gzip(path) else path.open("rb") as f:
             data = f.read1(size) if hasattr(f, "read1") else f.read(size)
     except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(f"{path}: cannot read: {exc}") from exc
+        raise InputError(f"{path}: cannot read ({exc}); a damaged or truncated .gz? copy it again") from exc
     return data.decode("utf-8", errors="replace")
 
 
@@ -73,7 +73,9 @@ def read_lines(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[LineBatch
                     block += piece
             except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
                 if next_line == 1 and not block and not carry:
-                    raise InputError(f"{path}: not a readable gzip file ({exc})") from exc
+                    raise InputError(
+                        f"{path}: cannot read ({exc}); a damaged or truncated .gz? copy it again"
+                    ) from exc
                 truncated = True
             data = carry + bytes(block)
             if truncated:

@@ -159,7 +159,9 @@ SELECT jobid AS job_id, cluster_id, nullif(jobname, '') AS job_name, state_word 
        coalesce(nnodes_int, len(nodes)) AS nnodes, nodes,
        list_contains($interrupted, state_word) AS interrupted, line
 FROM jobs_parsed WHERE reason IS NULL
-QUALIFY row_number() OVER (PARTITION BY coalesce(cluster_id, ''), jobid ORDER BY line DESC) = 1;
+QUALIFY row_number() OVER (PARTITION BY coalesce(cluster_id, ''), jobid ORDER BY line DESC) = 1
+"""
+_REPLACE = """
 DELETE FROM jobs_fresh f USING jobs j
 WHERE j.job_id = f.job_id AND j.cluster_id IS NOT DISTINCT FROM f.cluster_id
   AND j.job_name IS NOT DISTINCT FROM f.job_name AND j.state = f.state
@@ -199,7 +201,8 @@ def ingest_sacct(
     if header is None:
         raise InputError(f"{path}: no lines; export sacct with its header line")
     con.execute(_STAGE, {"fields": header[2], "cluster": cluster})
-    con.execute(_UPSERT, {"file_id": file_id, "interrupted": list(INTERRUPTED_STATES)})
+    con.execute(_UPSERT, {"interrupted": list(INTERRUPTED_STATES)})
+    con.execute(_REPLACE, {"file_id": file_id})  # DuckDB binds parameters of the last statement only
     summary.rows_ingested = count(con, "SELECT count(*) FROM jobs WHERE file_id = ?", [file_id])
     bad = con.sql(
         "SELECT line, text AS raw, reason FROM jobs_parsed WHERE reason IS NOT NULL ORDER BY line"
