@@ -100,27 +100,10 @@ def test_sacct_bad_lines_are_rejected(con, write, line, reason):
 
 def test_sacct_re_export_updates_states_and_counts_duplicates(con, write):
     header = "JobID|State|Start|End|NodeList\n"
-    ingest_files(
-        con,
-        [
-            write(
-                "a.txt",
-                header
-                + "1|RUNNING|2024-03-01T10:00:00|Unknown|n1\n2|COMPLETED|2024-03-01T10:00:00|2024-03-01T11:00:00|n2\n",
-            )
-        ],
-    )
-    [s] = ingest_files(
-        con,
-        [
-            write(
-                "b.txt",
-                header
-                + "1|NODE_FAIL|2024-03-01T10:00:00|2024-03-01T12:00:00|n1\n2|COMPLETED|2024-03-01T10:00:00|2024-03-01T11:00:00|n2\n"
-                + header,
-            )
-        ],
-    )
+    done = "2|COMPLETED|2024-03-01T10:00:00|2024-03-01T11:00:00|n2\n"
+    ingest_files(con, [write("a.txt", header + "1|RUNNING|2024-03-01T10:00:00|Unknown|n1\n" + done)])
+    later = header + "1|NODE_FAIL|2024-03-01T10:00:00|2024-03-01T12:00:00|n1\n" + done + header
+    [s] = ingest_files(con, [write("b.txt", later)])
     assert (s.rows_read, s.rows_ingested, s.rows_duplicate, s.rows_ignored) == (4, 1, 1, 2)
     assert rows(con, "SELECT job_id, state, interrupted FROM jobs ORDER BY 1") == [
         ("1", "NODE_FAIL", True),
