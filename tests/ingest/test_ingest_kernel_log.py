@@ -329,3 +329,26 @@ def test_same_fleet_from_canonical_and_from_xid_logs(tmp_path, form, bus_order):
     expected = canonical.sql(query).fetchall()
     assert len(expected) > 10
     assert from_logs.sql(query).fetchall() == expected
+
+
+@pytest.mark.parametrize(
+    ("line", "utc"),
+    [
+        (f"2026-03-02T04:26:29Z {HOST} kernel: {XID79}", "2026-03-02 04:26:29"),
+        (f"2026-03-02T04:26:29+0000 {HOST} kernel: {XID79}", "2026-03-02 04:26:29"),  # journalctl short-iso
+        (f"2026-03-02T06:26:29.5+02:00 {HOST} kernel: {XID79}", "2026-03-02 04:26:29.5"),
+        (f"2026-03-02 04:26:29,250 {HOST} kernel: {XID79}", "2026-03-02 04:26:29.25"),
+        (
+            f"Mar  2 04:26:29 {HOST} kernel: [ 269.517039] NVRM: Xid (0000:01:00): 79, old driver",
+            "2026-03-02 04:26:29",
+        ),
+        (
+            f"Mar 12 04:26:29 {HOST} kernel: NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>",
+            "2026-03-12 04:26:29",
+        ),
+    ],
+)
+def test_accepted_line_forms(con, write, line, utc):
+    [s] = ingest_files(con, [write("kern.log", line + "\n")], year=2026, cluster="c1")
+    assert (s.rows_ingested, s.rows_rejected) == (1, 0)
+    assert rows(con, "SELECT CAST(timestamp_utc AS VARCHAR), node_id, xid FROM events") == [(utc, HOST, 79)]
