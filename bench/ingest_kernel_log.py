@@ -1,0 +1,81 @@
+"""Throughput and peak memory of the kernel-log reader on a synthetic syslog.
+
+    python bench/ingest_kernel_log.py --lines 2000000 [--xid-share 0.01] [--gz]
+
+Writes a year-less syslog of ordinary kernel messages with a share of Xid lines (storms of 4),
+ingests it into a fresh warehouse and prints lines/s, MB/s and peak RSS (memory must not grow with
+the file: the reader streams blocks of ``lines.BLOCK_BYTES``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import multiprocessing
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from pipeline import warehouse
+from pipeline.ingest import ingest_files
+
+
+def synthetic_log(path: Path, lines: int, xid_share: float, gz: bool, seed: int = 1) -> None:
+    rng = np.random.default_rng(seed)
+    seconds = np.sort(rng.integers(0, 300 * 86400, size=lines))
+    nodes = rng.integers(0, 2048, size=lines)
+    xid = rng.uniform(size=lines) < xid_share
+    frame = pl.DataFrame({"s": seconds, "node": nodes, "xid": xid}).with_columns(
+        time=pl.datetime(2026, 1, 1) + pl.duration(seconds=pl.col("s"))
+    )
+    text = frame.select(
+        pl.format(
+            "{} node-{} kernel: {}",
+            pl.col("time").dt.strftime("%b %e %H:%M:%S"),
+            pl.col("node"),
+            pl.when(pl.col("xid"))
+            .then(
+                pl.format("NVRM: Xid (PCI:0000:18:00): 79, pid={}, GPU has fallen off the bus.", pl.col("s"))
+            )
+            .otherwise(pl.lit("EXT4-fs (nvme0n1p1): re-mounted. Opts: errors=remount-ro")),
+        ).alias("line")
+    )["line"]
+    data = ("\n".join(text.to_list()) + "\n").encode()
+    path.write_bytes(gzip.compress(data, compresslevel=1) if gz else data)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lines", type=int, default=2_000_000)
+    parser.add_argument("--xid-share", type=float, default=0.01)
+    parser.add_argument("--gz", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / ("syslog.gz" if args.gz else "syslog")
+        # written by a child process so that this process's peak RSS measures the ingest alone
+        writer = multiprocessing.get_context("spawn").Process(
+            target=synthetic_log, args=(log, args.lines, args.xid_share, args.gz)
+        )
+        writer.start()
+        writer.join()
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        con = warehouse.connect(Path(tmp) / "w.duckdb")
+        start = time.perf_counter()
+        [s] = ingest_files(con, [log], year=2026, cluster="bench")
+        elapsed = time.perf_counter() - start
+        rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        size_mb = log.stat().st_size / 1e6
+        print(
+            f"{s.rows_read} lines ({size_mb:.0f} MB on disk) in {elapsed:.1f} s: "
+            f"{s.rows_read / elapsed:,.0f} lines/s, {size_mb / elapsed:.0f} MB/s; "
+            f"ingested {s.rows_ingested}, duplicate {s.rows_duplicate}, ignored {s.rows_ignored}; "
+            f"peak RSS {rss_before:.0f} MB before, {rss_after:.0f} MB after"
+        )
+
+
+if __name__ == "__main__":
+    main()
