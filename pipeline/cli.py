@@ -224,6 +224,13 @@ stored count as duplicates, so a log that grew adds only its new lines.
     show_default=True,
     help="Events of one node, category and GPU closer than this form one incident.",
 )
+@click.option(
+    "--estimate-exposure",
+    type=click.IntRange(min=1),
+    metavar="GPUS_PER_NODE",
+    help="With no inventory at all, ESTIMATE one from the nodes seen in the data (in service from the "
+    "first observation on); every result then says exposure_estimated. A real inventory replaces it.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @json_option
 def ingest(
@@ -237,6 +244,7 @@ def ingest(
     node: str | None,
     gpu_bus_order: str,
     window_minutes: float,
+    estimate_exposure: int | None,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -259,9 +267,19 @@ def ingest(
             node=node,
             bus_order=bus_order,
             progress=bar.update,
+            estimate_exposure=estimate_exposure,
         )
+    check = ingest_mod.inventory_check(con)
     if as_json:
-        echo_json({"timezone": timezone, "files": [s.to_dict() for s in summaries]})
+        echo_json(
+            {
+                "timezone": timezone,
+                "files": [s.to_dict() for s in summaries],
+                "exposure_estimated": check.exposure_estimated,
+                "inventory_rows": check.inventory_rows,
+                "nodes_not_in_inventory": list(check.nodes_not_in_inventory),
+            }
+        )
         return
     click.echo(f"timestamps without an offset read as {timezone}")
     for s in summaries:
@@ -284,6 +302,28 @@ def ingest(
                 click.echo(f"  rejected {_safe(s.path)}:{line}: {_safe(reason)}")
             if s.rows_rejected > len(first):
                 click.echo(f"  ... {s.rows_rejected - len(first)} more in the rejects table")
+    _echo_inventory_check(check)
+
+
+def _echo_inventory_check(check: ingest_mod.InventoryCheck) -> None:
+    if check.exposure_estimated:
+        click.echo(
+            f"WARNING: EXPOSURE IS ESTIMATED: no inventory was ingested, so {check.estimated_rows} nodes "
+            "seen in the data count as in service from the first observation on; nodes never seen are "
+            "missing, so rates are likely too high. Ingest an inventory file to replace the estimate."
+        )
+    elif check.inventory_rows == 0:
+        click.echo(
+            "note: no inventory yet: rates need one; ingest an inventory file, or pass "
+            "--estimate-exposure GPUS_PER_NODE to estimate it from the nodes seen"
+        )
+    elif check.nodes_not_in_inventory:
+        names = ", ".join(check.nodes_not_in_inventory[:5])
+        click.echo(
+            f"warning: {len(check.nodes_not_in_inventory)} node(s) in the data are not in the inventory "
+            f"({_safe(names)}{', ...' if len(check.nodes_not_in_inventory) > 5 else ''}): "
+            "their incidents have no exposure and are left out of rates"
+        )
 
 
 def _expand(patterns) -> list[Path]:

@@ -18,7 +18,10 @@ events          every accepted raw event (a canonical incident row, one XID line
                 from the inventory.
 incidents       events collapsed per node and fault (category + GPU, the GPU being gpu_index or
                 else pci_bus_id) within a window; rates are computed on these.
-inventory       node service intervals; exposure (node-hours) comes from these.
+inventory       node service intervals; exposure (node-hours) comes from these. ``estimated`` rows
+                are NOT a real inventory: with no inventory at all they are inferred from the nodes
+                seen in events and jobs (see :func:`estimate_inventory`), and every output using
+                them must say ``exposure_estimated``. A real inventory replaces them.
 jobs            scheduler job records (Slurm sacct): job_id, cluster_id (if known), job_name, state
                 (first word: NODE_FAIL, COMPLETED ...), start/end (UTC), elapsed_hours, nnodes,
                 nodes (expanded hostlist), interrupted (NODE_FAIL or BOOT_FAIL: the infrastructure
@@ -95,6 +98,7 @@ CREATE TABLE IF NOT EXISTS inventory (
     file_id        BIGINT NOT NULL,
     line           BIGINT NOT NULL
 );
+ALTER TABLE inventory ADD COLUMN IF NOT EXISTS estimated BOOLEAN DEFAULT false;
 ALTER TABLE events ADD COLUMN IF NOT EXISTS xid INTEGER;
 ALTER TABLE events ADD COLUMN IF NOT EXISTS pci_bus_id VARCHAR;
 ALTER TABLE events ADD COLUMN IF NOT EXISTS source_format VARCHAR;
@@ -203,6 +207,40 @@ def transaction(con) -> Iterator[None]:
 def rebuild_incidents(con, *, window_seconds: float = 600.0) -> None:
     """Recompute ``incidents`` from ``events`` (call inside the ingest transaction)."""
     con.execute(_REBUILD_INCIDENTS, {"window_seconds": window_seconds, "unknown": UNKNOWN_CLUSTER})
+
+
+# Nodes seen anywhere (incidents, job node lists) become estimated inventory rows in service from
+# the first observation of the whole fleet onwards (open-ended: exposure runs to the observation
+# end). Biased: nodes that never appear in any input are missing, so exposure is too low and rates
+# too high; with sacct jobs most working nodes appear. Only while no real inventory row exists.
+_ESTIMATE_INVENTORY = """
+INSERT INTO inventory (cluster_id, node_id, instance_type, gpus_per_node, in_service_from_utc,
+                       in_service_to_utc, file_id, line, estimated)
+WITH seen AS (
+    SELECT cluster_id, node_id, timestamp_utc AS t FROM incidents
+    UNION ALL
+    SELECT coalesce(cluster_id, $unknown), unnest(nodes), coalesce(start_utc, end_utc) FROM jobs
+)
+SELECT cluster_id, node_id, 'unknown (estimated)', $gpus, (SELECT min(t) FROM seen), NULL, 0, 0, true
+FROM seen
+WHERE NOT EXISTS (SELECT 1 FROM inventory WHERE NOT estimated)
+GROUP BY cluster_id, node_id
+"""
+
+
+def estimate_inventory(con, *, gpus_per_node: int | None = None) -> int:
+    """Refresh the estimated inventory (call inside a transaction after rebuilding incidents).
+
+    Estimated rows are dropped as soon as a real inventory exists. Otherwise they are rebuilt when
+    ``gpus_per_node`` is given or estimates already exist (keeping their GPU count). Returns the
+    number of estimated rows now in the inventory.
+    """
+    previous = con.sql("SELECT any_value(gpus_per_node) FROM inventory WHERE estimated").fetchall()[0][0]
+    con.execute("DELETE FROM inventory WHERE estimated")
+    gpus = gpus_per_node or previous
+    if gpus is not None:
+        con.execute(_ESTIMATE_INVENTORY, {"gpus": gpus, "unknown": UNKNOWN_CLUSTER})
+    return con.sql("SELECT count(*) FROM inventory WHERE estimated").fetchall()[0][0]
 
 
 def table(con, name: str) -> pl.DataFrame:

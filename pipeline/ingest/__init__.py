@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import warehouse
@@ -42,8 +43,10 @@ __all__ = [
     "FORMATS",
     "FileSummary",
     "InputError",
+    "InventoryCheck",
     "detect_format",
     "ingest_files",
+    "inventory_check",
     "parse_bus_order",
     "parse_column_map",
     "sha256_of",
@@ -122,6 +125,7 @@ def ingest_files(
     node: str | None = None,
     bus_order: Sequence[str] = (),
     progress: Callable[[int], None] | None = None,
+    estimate_exposure: int | None = None,
 ) -> list[FileSummary]:
     """Ingest each file in its own transaction, then rebuild ``incidents`` from ``events``.
 
@@ -144,7 +148,36 @@ def ingest_files(
     summaries = [_ingest_one(con, Path(p), fmt=fmt, options=options) for p in paths]
     with warehouse.transaction(con):
         warehouse.rebuild_incidents(con, window_seconds=window_seconds)
+        warehouse.estimate_inventory(con, gpus_per_node=estimate_exposure)
     return summaries
+
+
+@dataclass(frozen=True)
+class InventoryCheck:
+    """How far the inventory covers the nodes in the data; ``exposure_estimated`` must be shown
+    by every output whose exposure comes from this warehouse when it is true."""
+
+    inventory_rows: int
+    estimated_rows: int
+    nodes_not_in_inventory: tuple[str, ...]
+
+    @property
+    def exposure_estimated(self) -> bool:
+        return self.estimated_rows > 0
+
+
+def inventory_check(con) -> InventoryCheck:
+    """Inventory rows (real and estimated) and the nodes with incidents or jobs but no inventory row
+    (their incidents have no exposure, so rates leave them out)."""
+    real, estimated = con.sql(
+        "SELECT count(*) FILTER (WHERE NOT estimated), count(*) FILTER (WHERE estimated) FROM inventory"
+    ).fetchall()[0]
+    missing = con.sql(
+        "SELECT DISTINCT node_id FROM (SELECT node_id FROM incidents UNION ALL"
+        " SELECT unnest(nodes) FROM jobs) seen"
+        " WHERE node_id NOT IN (SELECT node_id FROM inventory) ORDER BY node_id"
+    ).fetchall()
+    return InventoryCheck(real, estimated, tuple(m[0] for m in missing))
 
 
 def parse_bus_order(text: str) -> tuple[str, ...]:
