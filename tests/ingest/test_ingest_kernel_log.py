@@ -352,3 +352,12 @@ def test_accepted_line_forms(con, write, line, utc):
     [s] = ingest_files(con, [write("kern.log", line + "\n")], year=2026, cluster="c1")
     assert (s.rows_ingested, s.rows_rejected) == (1, 0)
     assert rows(con, "SELECT CAST(timestamp_utc AS VARCHAR), node_id, xid FROM events") == [(utc, HOST, 79)]
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_progress_reports_every_byte_on_disk(con, write, packed):
+    data = (STORM + "\n").encode() * 200
+    path = write("kern.log.gz" if packed else "kern.log", gzip.compress(data) if packed else data)
+    seen: list[int] = []
+    ingest_files(con, [path], cluster="c1", progress=seen.append)
+    assert sum(seen) == path.stat().st_size and all(n >= 0 for n in seen)
