@@ -270,16 +270,9 @@ def ingest(
             estimate_exposure=estimate_exposure,
         )
     check = ingest_mod.inventory_check(con)
-    if as_json:
-        echo_json(
-            {
-                "timezone": timezone,
-                "files": [s.to_dict() for s in summaries],
-                "exposure_estimated": check.exposure_estimated,
-                "inventory_rows": check.inventory_rows,
-                "nodes_not_in_inventory": list(check.nodes_not_in_inventory),
-            }
-        )
+    if as_json:  # a list of per-file summaries; inventory warnings go to stderr
+        echo_json([{**s.to_dict(), "timezone": timezone} for s in summaries])
+        _echo_inventory_check(check, err=True)
         return
     click.echo(f"timestamps without an offset read as {timezone}")
     for s in summaries:
@@ -305,24 +298,27 @@ def ingest(
     _echo_inventory_check(check)
 
 
-def _echo_inventory_check(check: ingest_mod.InventoryCheck) -> None:
+def _echo_inventory_check(check: ingest_mod.InventoryCheck, *, err: bool = False) -> None:
     if check.exposure_estimated:
         click.echo(
             f"WARNING: EXPOSURE IS ESTIMATED: no inventory was ingested, so {check.estimated_rows} nodes "
             "seen in the data count as in service from the first observation on; nodes never seen are "
-            "missing, so rates are likely too high. Ingest an inventory file to replace the estimate."
+            "missing, so rates are likely too high. Ingest an inventory file to replace the estimate.",
+            err=err,
         )
     elif check.inventory_rows == 0:
         click.echo(
             "note: no inventory yet: rates need one; ingest an inventory file, or pass "
-            "--estimate-exposure GPUS_PER_NODE to estimate it from the nodes seen"
+            "--estimate-exposure GPUS_PER_NODE to estimate it from the nodes seen",
+            err=err,
         )
     elif check.nodes_not_in_inventory:
         names = ", ".join(check.nodes_not_in_inventory[:5])
         click.echo(
             f"warning: {len(check.nodes_not_in_inventory)} node(s) in the data are not in the inventory "
             f"({_safe(names)}{', ...' if len(check.nodes_not_in_inventory) > 5 else ''}): "
-            "their incidents have no exposure and are left out of rates"
+            "their incidents have no exposure and are left out of rates",
+            err=err,
         )
 
 

@@ -41,6 +41,10 @@ FORMATS = (*TABLE_FORMATS, "kernel-log", "sacct")
 
 __all__ = [
     "FORMATS",
+    "INCIDENT_COLUMNS",
+    "INCIDENT_OPTIONAL",
+    "INVENTORY_COLUMNS",
+    "INVENTORY_OPTIONAL",
     "FileSummary",
     "InputError",
     "InventoryCheck",

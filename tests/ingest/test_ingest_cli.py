@@ -54,11 +54,11 @@ def test_mixed_formats_are_detected_and_summarised(tmp_path):
     db = str(tmp_path / "w.duckdb")
     result = CliRunner().invoke(main, ["ingest", *files, "--db", db, "--year", "2026", "--json"])
     assert result.exit_code == 0, result.output
-    payload = json.loads(result.output)
-    assert payload["timezone"] == "UTC"
+    payload = json.loads(result.stdout)
+    assert {f["timezone"] for f in payload} == {"UTC"}
     got = [
         (f["kind"], f["format"], f["rows_read"], f["rows_ingested"], f["rows_rejected"], f["rows_ignored"])
-        for f in payload["files"]
+        for f in payload
     ]
     assert got == [
         ("inventory", "csv", 1, 1, 0, 0),
