@@ -33,5 +33,11 @@ def write(tmp_path):
     return _write
 
 
-def rows(con, sql: str, params=None) -> list[tuple]:
-    return con.sql(sql, params=params).fetchall()
+@pytest.fixture
+def sql(con):
+    """Rows of a query on the test warehouse, as tuples."""
+
+    def _rows(query: str, params=None) -> list[tuple]:
+        return con.sql(query, params=params).fetchall()
+
+    return _rows

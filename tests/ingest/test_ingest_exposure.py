@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from click.testing import CliRunner
-from conftest import rows
 
 from pipeline.cli import main
 from pipeline.ingest import ingest_files, inventory_check
@@ -28,10 +27,9 @@ def test_no_inventory_and_no_estimate_leaves_inventory_empty(con, write):
     assert check.nodes_not_in_inventory == ("node-1", "node-2")
 
 
-def test_estimated_inventory_from_nodes_seen_until_a_real_one_arrives(con, write):
+def test_estimated_inventory_from_nodes_seen_until_a_real_one_arrives(con, write, sql):
     ingest_files(con, [write("kern.log", LOG), write("sacct.txt", SACCT)], cluster="c1", estimate_exposure=4)
-    got = rows(
-        con,
+    got = sql(
         "SELECT node_id, gpus_per_node, in_service_from_utc, in_service_to_utc, estimated"
         " FROM inventory ORDER BY 1",
     )
@@ -41,7 +39,7 @@ def test_estimated_inventory_from_nodes_seen_until_a_real_one_arrives(con, write
 
     # a later run without the option keeps the estimate up to date with new nodes
     ingest_files(con, [write("more.log", LOG.replace("node-2", "node-9"))], cluster="c1")
-    assert rows(con, "SELECT count(*), min(gpus_per_node) FROM inventory WHERE estimated") == [(5, 4)]
+    assert sql("SELECT count(*), min(gpus_per_node) FROM inventory WHERE estimated") == [(5, 4)]
 
     ingest_files(con, [write("inventory.csv", INVENTORY)], estimate_exposure=4)
     check = inventory_check(con)

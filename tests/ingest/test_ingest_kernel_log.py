@@ -7,7 +7,6 @@ from datetime import datetime
 
 import polars as pl
 import pytest
-from conftest import rows
 
 from pipeline import sample, warehouse
 from pipeline.ingest import InputError, ingest_files
@@ -41,7 +40,7 @@ def summary_counts(s):
     return (s.rows_read, s.rows_ingested, s.rows_duplicate, s.rows_rejected, s.rows_ignored)
 
 
-def test_xid_storm_exact_counts(con, write):
+def test_xid_storm_exact_counts(con, write, sql):
     path = write("kern.log", STORM + "\n")
     [s] = ingest_files(con, [path], cluster="c1")
     assert summary_counts(s) == (9, 5, 1, 0, 3)
@@ -52,11 +51,11 @@ def test_xid_storm_exact_counts(con, write):
         ("application", 2, False, 13),
     ]
     assert incidents["timestamp_utc"][0] == datetime(2026, 3, 2, 4, 26, 29, 892511)
-    recorded = rows(con, "SELECT rows_read, rows_ingested, rows_duplicate, rows_rejected FROM ingested_files")
+    recorded = sql("SELECT rows_read, rows_ingested, rows_duplicate, rows_rejected FROM ingested_files")
     assert recorded == [(9, 5, 1, 0)]
 
 
-def test_rerun_is_a_no_op_and_grown_log_adds_only_new_lines(con, write):
+def test_rerun_is_a_no_op_and_grown_log_adds_only_new_lines(con, write, sql):
     path = write("kern.log", STORM + "\n")
     ingest_files(con, [path], cluster="c1")
     [again] = ingest_files(con, [path], cluster="c1")
@@ -66,8 +65,8 @@ def test_rerun_is_a_no_op_and_grown_log_adds_only_new_lines(con, write):
     grown = write("kern.log", STORM + "\n" + iso("2026-03-03T00:00:00", XID79.replace("79,", "48,")) + "\n")
     [s] = ingest_files(con, [grown], cluster="c1")
     assert summary_counts(s) == (10, 1, 6, 0, 3)
-    assert rows(con, "SELECT count(*) FROM events") == [(6,)]
-    assert rows(con, "SELECT count(*) FROM incidents") == [(3,)]
+    assert sql("SELECT count(*) FROM events") == [(6,)]
+    assert sql("SELECT count(*) FROM incidents") == [(3,)]
 
 
 @pytest.mark.parametrize(
@@ -114,14 +113,14 @@ def test_yearless_syslog_years(con, write, lines, mtime, year, expected):
     assert any("no year" in n and str(int(expected[0][:4])) in n for n in s.notes)
 
 
-def test_ordinary_kernel_lines_move_the_year_too(con, write):
+def test_ordinary_kernel_lines_move_the_year_too(con, write, sql):
     text = (
         f"Dec 31 23:00:00 {HOST} kernel: NVRM: Xid (PCI:0000:18:00): 79, a\n"
         f"Jan  1 00:30:00 {HOST} kernel: usb 1-1: new device\n"
         f"Mar  1 00:00:00 {HOST} kernel: NVRM: Xid (PCI:0000:18:00): 79, b\n"
     )
     ingest_files(con, [write("messages", text)], year=2025, cluster="c1")
-    got = rows(con, "SELECT year(timestamp_utc) FROM events ORDER BY line")
+    got = sql("SELECT year(timestamp_utc) FROM events ORDER BY line")
     assert got == [(2025,), (2026,)]
 
 
@@ -136,26 +135,24 @@ def test_ordinary_kernel_lines_move_the_year_too(con, write):
         (f"[Mon Mar  2 04:26:29 2026] {XID79}", "has no hostname; pass --node"),
     ],
 )
-def test_broken_xid_lines_are_rejected_with_reason(con, write, line, reason):
+def test_broken_xid_lines_are_rejected_with_reason(con, write, line, reason, sql):
     good = f"Mar  2 04:00:00 {HOST} kernel: NVRM: Xid (PCI:0000:18:00): 48, DBE"
     path = write("kern.log", f"{good}\n{line}\n{HOST} unrelated noise\n")
     [s] = ingest_files(con, [path], year=2026, cluster="c1")
     assert summary_counts(s) == (3, 1, 0, 1, 1)
-    [(line_no, raw, got)] = rows(con, "SELECT line, raw, reason FROM rejects")
+    [(line_no, raw, got)] = sql("SELECT line, raw, reason FROM rejects")
     assert (line_no, raw) == (2, line)
     assert reason in got
 
 
-def test_dmesg_ctime_with_node_option(con, write):
+def test_dmesg_ctime_with_node_option(con, write, sql):
     path = write("dmesg.txt", f"[Mon Mar  2 04:26:29 2026] {XID79}\n[Mon Mar  2 04:26:30 2026] usb 1-1: x\n")
     [s] = ingest_files(con, [path], node="node-9", cluster="c1")
     assert summary_counts(s) == (2, 1, 0, 0, 1)
-    assert rows(con, "SELECT node_id, timestamp_utc FROM events") == [
-        ("node-9", datetime(2026, 3, 2, 4, 26, 29))
-    ]
+    assert sql("SELECT node_id, timestamp_utc FROM events") == [("node-9", datetime(2026, 3, 2, 4, 26, 29))]
 
 
-def test_non_utf8_bytes(con, write):
+def test_non_utf8_bytes(con, write, sql):
     content = (
         iso("2026-03-02T04:26:29", XID79).encode()
         + b"\n"
@@ -165,11 +162,11 @@ def test_non_utf8_bytes(con, write):
     )
     [s] = ingest_files(con, [write("kern.log", content)], cluster="c1")
     assert summary_counts(s) == (3, 1, 0, 1, 1)
-    assert "not valid UTF-8" in rows(con, "SELECT reason FROM rejects")[0][0]
+    assert "not valid UTF-8" in sql("SELECT reason FROM rejects")[0][0]
     assert any("non-UTF-8" in n for n in s.notes)
 
 
-def test_truncated_gz_keeps_lines_before_the_cut(con, write):
+def test_truncated_gz_keeps_lines_before_the_cut(con, write, sql):
     lines = "".join(
         iso(f"2026-03-02T04:{m:02d}:00", XID79.replace("pid=10895", f"pid={m}")) + "\n" for m in range(60)
     )
@@ -179,7 +176,7 @@ def test_truncated_gz_keeps_lines_before_the_cut(con, write):
     assert s.rows_rejected == 1
     assert s.rows_read == s.rows_ingested + s.rows_duplicate + s.rows_rejected + s.rows_ignored
     assert 1000 < s.rows_read < 3000 and s.rows_ingested == 60
-    [(reason,)] = rows(con, "SELECT reason FROM rejects")
+    [(reason,)] = sql("SELECT reason FROM rejects")
     assert reason.startswith("truncated .gz")
 
 
@@ -188,10 +185,10 @@ def test_whole_gz_reads_like_plain(con, write):
     assert summary_counts(s) == (9, 5, 1, 0, 3)  # no newline at the end: last line still counted
 
 
-def test_empty_file_is_reported_and_not_recorded(con, write):
+def test_empty_file_is_reported_and_not_recorded(con, write, sql):
     [s] = ingest_files(con, [write("kern.log", b"")])
     assert s.rows_read == 0 and "empty file" in s.notes[0]
-    assert rows(con, "SELECT count(*) FROM ingested_files") == [(0,)]
+    assert sql("SELECT count(*) FROM ingested_files") == [(0,)]
 
 
 @pytest.mark.parametrize(
@@ -224,14 +221,14 @@ def test_empty_file_is_reported_and_not_recorded(con, write):
         ("nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32", "nvlink", True, 12028),
     ],
 )
-def test_xid_codes_map_to_categories(con, write, message, category, interrupting, xid):
+def test_xid_codes_map_to_categories(con, write, message, category, interrupting, xid, sql):
     [s] = ingest_files(con, [write("kern.log", iso("2026-03-02T04:26:29", message) + "\n")], cluster="c1")
     assert s.rows_ingested == 1
-    assert rows(con, "SELECT category, interrupting, xid FROM events") == [(category, interrupting, xid)]
+    assert sql("SELECT category, interrupting, xid FROM events") == [(category, interrupting, xid)]
     assert any("unknown_xid" in n for n in s.notes) == (category == "unknown_xid")
 
 
-def test_pci_bus_id_becomes_gpu_index_only_with_a_bus_order(con, write):
+def test_pci_bus_id_becomes_gpu_index_only_with_a_bus_order(con, write, sql):
     text = (
         iso("2026-03-02T04:26:29", XID79)
         + "\n"
@@ -240,7 +237,7 @@ def test_pci_bus_id_becomes_gpu_index_only_with_a_bus_order(con, write):
     )
     ingest_files(con, [write("a.log", text)], cluster="c1")
     ingest_files(con, [write("b.log", text.replace(HOST, "node-018"))], cluster="c1", bus_order=("18", "2a"))
-    got = rows(con, "SELECT node_id, pci_bus_id, gpu_index FROM events ORDER BY node_id, pci_bus_id")
+    got = sql("SELECT node_id, pci_bus_id, gpu_index FROM events ORDER BY node_id, pci_bus_id")
     assert got == [
         (HOST, "0000:18:00", None),
         (HOST, "0000:2a:00", None),
@@ -248,13 +245,13 @@ def test_pci_bus_id_becomes_gpu_index_only_with_a_bus_order(con, write):
         ("node-018", "0000:2a:00", 1),
     ]
     # two GPUs of one node failing together are two incidents either way
-    assert rows(con, "SELECT node_id, count(*) FROM incidents GROUP BY 1 ORDER BY 1") == [
+    assert sql("SELECT node_id, count(*) FROM incidents GROUP BY 1 ORDER BY 1") == [
         (HOST, 2),
         ("node-018", 2),
     ]
 
 
-def test_cluster_comes_from_inventory_whatever_the_order(con, write):
+def test_cluster_comes_from_inventory_whatever_the_order(con, write, sql):
     log = write(
         "kern.log",
         iso("2026-03-02T04:26:29", XID79) + "\n" + iso("2026-03-02T04:26:29", XID79, "ghost") + "\n",
@@ -266,16 +263,16 @@ def test_cluster_comes_from_inventory_whatever_the_order(con, write):
     )
     summaries = ingest_files(con, [log, inventory])
     assert [s.kind for s in summaries] == ["xid_log", "inventory"]
-    assert rows(con, "SELECT DISTINCT cluster_id FROM events") == [(warehouse.UNKNOWN_CLUSTER,)]
-    got = rows(con, "SELECT node_id, cluster_id FROM incidents ORDER BY node_id")
+    assert sql("SELECT DISTINCT cluster_id FROM events") == [(warehouse.UNKNOWN_CLUSTER,)]
+    got = sql("SELECT node_id, cluster_id FROM incidents ORDER BY node_id")
     assert got == [("ghost", warehouse.UNKNOWN_CLUSTER), (HOST, "c9")]
 
 
 @pytest.mark.parametrize(("timezone", "hour"), [("UTC", 4), ("America/New_York", 9), ("Asia/Tokyo", 19)])
-def test_naive_times_are_read_in_the_given_timezone(con, write, timezone, hour):
+def test_naive_times_are_read_in_the_given_timezone(con, write, timezone, hour, sql):
     text = f"Mar  2 04:26:29 {HOST} kernel: {XID79}\n2026-03-02T04:26:29+00:00 {HOST} kernel: {XID79} x\n"
     ingest_files(con, [write("messages", text)], year=2026, timezone=timezone, cluster="c1")
-    got = rows(con, "SELECT hour(timestamp_utc) FROM events ORDER BY line")
+    got = sql("SELECT hour(timestamp_utc) FROM events ORDER BY line")
     assert got == [(hour,), (4,)]  # the line with an offset is not affected
 
 
@@ -348,10 +345,10 @@ def test_same_fleet_from_canonical_and_from_xid_logs(tmp_path, form, bus_order):
         ),
     ],
 )
-def test_accepted_line_forms(con, write, line, utc):
+def test_accepted_line_forms(con, write, line, utc, sql):
     [s] = ingest_files(con, [write("kern.log", line + "\n")], year=2026, cluster="c1")
     assert (s.rows_ingested, s.rows_rejected) == (1, 0)
-    assert rows(con, "SELECT CAST(timestamp_utc AS VARCHAR), node_id, xid FROM events") == [(utc, HOST, 79)]
+    assert sql("SELECT CAST(timestamp_utc AS VARCHAR), node_id, xid FROM events") == [(utc, HOST, 79)]
 
 
 @pytest.mark.parametrize("packed", [False, True])

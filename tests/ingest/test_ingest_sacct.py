@@ -6,7 +6,6 @@ import re
 from datetime import datetime
 
 import pytest
-from conftest import rows
 
 from pipeline.ingest import InputError, ingest_files
 from pipeline.ingest.hostlist import HostlistError, expand
@@ -22,7 +21,7 @@ SACCT = """JobID|JobName|Partition|State|ExitCode|Start|End|ElapsedRaw|NNodes|No
 """
 
 
-def test_sacct_jobs(con, write):
+def test_sacct_jobs(con, write, sql):
     [s] = ingest_files(con, [write("sacct.txt", SACCT)], cluster="c1")
     assert (s.kind, s.format) == ("jobs", "sacct")
     assert (s.rows_read, s.rows_ingested, s.rows_duplicate, s.rows_rejected, s.rows_ignored) == (
@@ -32,9 +31,7 @@ def test_sacct_jobs(con, write):
         0,
         3,
     )
-    got = rows(
-        con, "SELECT job_id, state, interrupted, nnodes, nodes, elapsed_hours FROM jobs ORDER BY job_id"
-    )
+    got = sql("SELECT job_id, state, interrupted, nnodes, nodes, elapsed_hours FROM jobs ORDER BY job_id")
     assert got == [
         ("881204", "NODE_FAIL", True, 4, ["gpu-001", "gpu-002", "gpu-003", "gpu-004"], 11561 / 3600),
         ("881207", "FAILED", False, 1, ["gpu-017"], 45 / 3600),
@@ -42,12 +39,12 @@ def test_sacct_jobs(con, write):
         ("881215", "CANCELLED", False, 1, ["gpu-030"], 60 / 3600),
         ("881216", "BOOT_FAIL", True, 2, ["gpu-040", "gpu-042"], 60 / 3600),
     ]
-    assert rows(con, "SELECT start_utc, cluster_id FROM jobs WHERE job_id = '881204'") == [
+    assert sql("SELECT start_utc, cluster_id FROM jobs WHERE job_id = '881204'") == [
         (datetime(2024, 3, 1, 10, 0, 3), "c1")
     ]
 
 
-def test_sacct_other_column_order_trailing_bar_epoch_times_and_elapsed(con, write):
+def test_sacct_other_column_order_trailing_bar_epoch_times_and_elapsed(con, write, sql):
     text = (
         "NodeList|State|End|Start|JobID|Elapsed|Cluster|\n"
         "n[1-2]|COMPLETED|1709290800|1709287200|77|1-01:00:00|tiger|\n"
@@ -56,8 +53,7 @@ def test_sacct_other_column_order_trailing_bar_epoch_times_and_elapsed(con, writ
     )
     [s] = ingest_files(con, [write("sacct.txt", text)])
     assert (s.rows_ingested, s.rows_rejected) == (3, 0)
-    got = rows(
-        con,
+    got = sql(
         "SELECT job_id, cluster_id, start_utc, end_utc, elapsed_hours, nnodes, nodes FROM jobs ORDER BY 1",
     )
     assert got == [
@@ -90,22 +86,22 @@ def test_sacct_other_column_order_trailing_bar_epoch_times_and_elapsed(con, writ
         ("|x|gpu|COMPLETED|0:0|2024-03-01T10:00:03|2024-03-01T13:12:44|1|1|gpu-001", "JobID is empty"),
     ],
 )
-def test_sacct_bad_lines_are_rejected(con, write, line, reason):
+def test_sacct_bad_lines_are_rejected(con, write, line, reason, sql):
     [s] = ingest_files(con, [write("sacct.txt", SACCT + line + "\n")], cluster="c1")
     assert (s.rows_ingested, s.rows_rejected) == (5, 1)
-    [(line_no, raw, got)] = rows(con, "SELECT line, raw, reason FROM rejects")
+    [(line_no, raw, got)] = sql("SELECT line, raw, reason FROM rejects")
     assert (line_no, raw) == (9, line)
     assert reason in got
 
 
-def test_sacct_re_export_updates_states_and_counts_duplicates(con, write):
+def test_sacct_re_export_updates_states_and_counts_duplicates(con, write, sql):
     header = "JobID|State|Start|End|NodeList\n"
     done = "2|COMPLETED|2024-03-01T10:00:00|2024-03-01T11:00:00|n2\n"
     ingest_files(con, [write("a.txt", header + "1|RUNNING|2024-03-01T10:00:00|Unknown|n1\n" + done)])
     later = header + "1|NODE_FAIL|2024-03-01T10:00:00|2024-03-01T12:00:00|n1\n" + done + header
     [s] = ingest_files(con, [write("b.txt", later)])
     assert (s.rows_read, s.rows_ingested, s.rows_duplicate, s.rows_ignored) == (4, 1, 1, 2)
-    assert rows(con, "SELECT job_id, state, interrupted FROM jobs ORDER BY 1") == [
+    assert sql("SELECT job_id, state, interrupted FROM jobs ORDER BY 1") == [
         ("1", "NODE_FAIL", True),
         ("2", "COMPLETED", False),
     ]
@@ -118,12 +114,12 @@ def test_sacct_re_export_updates_states_and_counts_duplicates(con, write):
         ("JobID|State|NodeList\n1|COMPLETED|n1\n", "sacct header lacks ['start', 'end']"),
     ],
 )
-def test_sacct_without_a_usable_header_is_an_input_error(con, write, text, message):
+def test_sacct_without_a_usable_header_is_an_input_error(con, write, text, message, sql):
     path = write("sacct.txt", text)
     with pytest.raises(InputError, match=re.escape(message)) as err:
         ingest_files(con, [path], fmt="sacct")
     assert str(path) + ":1:" in str(err.value)
-    assert rows(con, "SELECT count(*) FROM ingested_files") == [(0,)]
+    assert sql("SELECT count(*) FROM ingested_files") == [(0,)]
 
 
 @pytest.mark.parametrize(
