@@ -74,6 +74,10 @@ def detect_format(path: Path) -> str:
     first = next((line for line in head.splitlines() if line.strip()), "")
     if "|" in first and "jobid" in first.lower().split("|"):
         return "sacct"
+    if {"node_id", "cluster_id", "timestamp"} & {c.strip().strip('"') for c in first.lower().split(",")}:
+        return "csv"
+    if first.lstrip().startswith("{"):
+        return "jsonl"
     if _LOG_LINE.search(head):
         return "kernel-log"
     raise InputError(

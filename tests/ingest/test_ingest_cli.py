@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli import main
-from pipeline.ingest import FORMATS
+from pipeline.ingest import FORMATS, detect_format
 
 INVENTORY = (
     "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n"
@@ -115,3 +115,25 @@ def test_a_real_process_reports_bad_input_without_traceback(tmp_path):
     )
     assert result.returncode == 2
     assert result.stderr.startswith(f"failcast: {path}: ") and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "fmt"),
+    [
+        # messages hold Xid lines, but the header says canonical CSV
+        ("export.txt", INCIDENTS.replace(",ecc,", ',"NVRM: Xid (PCI:0000:18:00): 48, DBE",'), "csv"),
+        ("events.log", '{"timestamp": "2026-03-02T04:26:29Z"}\n', "jsonl"),
+        ("syslog", KERNEL, "kernel-log"),
+        (
+            "journal.txt",
+            "-- Journal begins --\n2026-03-02T04:26:29+0000 n1 kernel: NVRM: Xid (PCI:0000:18:00): 79, x\n",
+            "kernel-log",
+        ),
+        ("acct", SACCT, "sacct"),
+        ("acct-p", SACCT.replace("\n", "|\n"), "sacct"),
+    ],
+)
+def test_format_is_detected_from_content(tmp_path, name, content, fmt):
+    path = tmp_path / name
+    path.write_text(content)
+    assert detect_format(path) == fmt
