@@ -254,7 +254,9 @@ def ingest(
     con = warehouse.connect(db)
     show_bar = not quiet and not as_json and sys.stderr.isatty()
     total = sum(f.stat().st_size for f in files if f.is_file())
-    with click.progressbar(length=total, label="ingesting", file=sys.stderr, hidden=not show_bar) as bar:
+    with click.progressbar(
+        length=total, label=f"ingesting {len(files)} file(s)", file=sys.stderr, hidden=not show_bar
+    ) as bar:
         summaries = ingest_mod.ingest_files(
             con,
             files,

@@ -219,6 +219,12 @@ def test_empty_file_is_reported_and_not_recorded(con, write, sql):
         ("NVRM: Xid (0000:01:00): 3, C 00000005 SC 00000007", "unknown_xid", True, 3),
         ("NVRM: Xid (PCI:0000:18:00): 4242, new in a future driver", "unknown_xid", True, 4242),
         ("nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32", "nvlink", True, 12028),
+        (
+            "NVRM: Xid (PCI:0000:18:00): 154, GPU recovery action changed to 0x1 (GPU Reset Required)",
+            "other",
+            False,
+            154,
+        ),
     ],
 )
 def test_xid_codes_map_to_categories(con, write, message, category, interrupting, xid, sql):
@@ -358,3 +364,17 @@ def test_progress_reports_every_byte_on_disk(con, write, packed):
     seen: list[int] = []
     ingest_files(con, [path], cluster="c1", progress=seen.append)
     assert sum(seen) == path.stat().st_size and all(n >= 0 for n in seen)
+
+
+@pytest.mark.parametrize(("bus_order", "incidents"), [(("18",), 1), ((), 2)])
+def test_one_fault_from_two_sources_is_one_incident_when_the_gpu_is_known(
+    con, write, sql, bus_order, incidents
+):
+    canonical = write(
+        "incidents.csv",
+        "timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at\n"
+        f"2026-03-02T04:26:00Z,c1,{HOST},gpu_fell_off_bus,0,j1,fell off,\n",
+    )
+    log = write("kern.log", iso("2026-03-02T04:26:29", XID79) + "\n")
+    ingest_files(con, [canonical, log], cluster="c1", bus_order=bus_order)
+    assert sql("SELECT count(*), sum(events) FROM incidents") == [(incidents, 2)]
