@@ -153,11 +153,22 @@ def ingest_files(
         "bus_order": {b.lower().zfill(2): i for i, b in enumerate(bus_order)},
         "progress": progress,
     }
-    summaries = [_ingest_one(con, Path(p), fmt=fmt, options=options) for p in paths]
+    summaries: list[FileSummary] = []
+    try:
+        for path in paths:
+            summaries.append(_ingest_one(con, Path(path), fmt=fmt, options=options))
+    except InputError:
+        if summaries:  # the files before the bad one are committed: keep incidents in step
+            _rebuild(con, window_seconds, estimate_exposure)
+        raise
+    _rebuild(con, window_seconds, estimate_exposure)
+    return summaries
+
+
+def _rebuild(con, window_seconds: float, estimate_exposure: int | None) -> None:
     with warehouse.transaction(con):
         warehouse.rebuild_incidents(con, window_seconds=window_seconds)
         warehouse.estimate_inventory(con, gpus_per_node=estimate_exposure)
-    return summaries
 
 
 @dataclass(frozen=True)

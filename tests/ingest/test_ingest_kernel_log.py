@@ -378,3 +378,12 @@ def test_one_fault_from_two_sources_is_one_incident_when_the_gpu_is_known(
     log = write("kern.log", iso("2026-03-02T04:26:29", XID79) + "\n")
     ingest_files(con, [canonical, log], cluster="c1", bus_order=bus_order)
     assert sql("SELECT count(*), sum(events) FROM incidents") == [(incidents, 2)]
+
+
+def test_a_bad_file_stops_the_run_but_earlier_files_are_complete(con, write, sql):
+    good = write("a.log", STORM + "\n")
+    bad = write("b.txt", "hello\n")
+    with pytest.raises(InputError, match="cannot tell the format"):
+        ingest_files(con, [good, bad], cluster="c1")
+    assert sql("SELECT count(*) FROM ingested_files") == [(1,)]
+    assert sql("SELECT count(*) FROM incidents") == [(2,)]
