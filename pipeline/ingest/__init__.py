@@ -34,7 +34,7 @@ from pipeline.ingest.canonical import (
 )
 from pipeline.ingest.common import FileSummary, InputError, checked_timezone, sha256_of
 from pipeline.ingest.kernel_log import ingest_kernel_log
-from pipeline.ingest.lines import head_text
+from pipeline.ingest.lines import head_text, is_gzip
 from pipeline.ingest.sacct import ingest_sacct
 
 FORMATS = (*TABLE_FORMATS, "kernel-log", "sacct")
@@ -88,13 +88,18 @@ def detect_format(path: Path) -> str:
 def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSummary:
     if not path.is_file():
         raise InputError(f"{path}: no such file")
-    if path.stat().st_size == 0:
+    progress = options["progress"]
+    size = path.stat().st_size
+    if size == 0 or (is_gzip(path) and not head_text(path, 1)):
+        if progress:
+            progress(size)
         return FileSummary(str(path), "-", fmt or "-", notes=["empty file: nothing to ingest"])
     sha = sha256_of(path)
     if con.sql("SELECT 1 FROM ingested_files WHERE sha256 = ?", params=[sha]).fetchall():
+        if progress:
+            progress(size)
         return FileSummary(str(path), "-", fmt or "-", skipped=True)
     fmt = fmt or detect_format(path)
-    progress = options["progress"]
     con.execute(f"SET TimeZone = '{checked_timezone(con, options['timezone'])}'")
     try:
         with warehouse.transaction(con):
