@@ -57,8 +57,9 @@ def _frame(data: bytes, first_line: int, truncated: bool = False) -> pl.DataFram
     )
 
 
-def read_lines(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[LineBatch]:
+def read_lines(path: Path, block_bytes: int | None = None) -> Iterator[LineBatch]:
     """Yield the file's lines in batches; a last line without a newline is still a line."""
+    block_bytes = block_bytes or BLOCK_BYTES
     next_line = 1
     carry = b""
     with path.open("rb") as raw:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import gzip
+import tempfile
 from datetime import datetime
+from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pipeline import sample, warehouse
 from pipeline.ingest import InputError, ingest_files
@@ -388,3 +392,64 @@ def test_a_bad_file_stops_the_run_but_earlier_files_are_complete(con, write, sql
         ingest_files(con, [good, bad], cluster="c1")
     assert sql("SELECT count(*) FROM ingested_files") == [(1,)]
     assert sql("SELECT count(*) FROM incidents") == [(2,)]
+
+
+def _snapshot(con) -> tuple:
+    events = con.sql("SELECT line, timestamp_utc, node_id, xid FROM events ORDER BY line").fetchall()
+    files = con.sql(
+        "SELECT rows_read, rows_ingested, rows_duplicate, rows_rejected FROM ingested_files"
+    ).fetchall()
+    rejects = con.sql("SELECT line, raw, reason FROM rejects ORDER BY line").fetchall()
+    return events, files, rejects
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_tiny_blocks_give_the_same_result(tmp_path, write, monkeypatch, packed):
+    """Lines and the syslog calendar carry across block boundaries (blocks of 37 bytes here)."""
+    text = (
+        f"Dec 31 23:59:58 {HOST} kernel: {XID79}\n"
+        f"Dec 31 23:59:59 {HOST} kernel: ordinary message with caf\u00e9 in it\n"
+        f"Jan  1 00:00:03 {HOST} kernel: {XID79}\n"
+        f"garbage {XID79}\n" + STORM
+    ).encode()
+    path = write("kern.log.gz" if packed else "kern.log", gzip.compress(text) if packed else text)
+    snapshots = []
+    for block in (None, 37):
+        if block:
+            monkeypatch.setattr("pipeline.ingest.lines.BLOCK_BYTES", block)
+        con = warehouse.connect(tmp_path / f"w{block}.duckdb")
+        ingest_files(con, [path], year=2025, cluster="c1")
+        snapshots.append(_snapshot(con))
+    assert snapshots[0] == snapshots[1]
+    events, files, rejects = snapshots[0]
+    assert files == [(13, 7, 1, 1)]
+    assert [e[1].year for e in events[:2]] == [2025, 2026]
+
+
+_POOL = [
+    iso("2026-03-02T04:26:29", XID79).encode(),
+    iso("2026-03-02T04:26:30", XID79.replace("79,", "13,")).encode(),
+    f"Mar  2 04:26:29 {HOST} kernel: {XID79}".encode(),
+    f"Mar  2 04:26:29 {HOST} kernel: usb 1-1: new device".encode(),
+    f"[ 5107.644336] {XID79}".encode(),
+    f"Feb 30 00:00:00 {HOST} kernel: {XID79}".encode(),
+    iso("2026-03-02T04:26:31", "NVRM: Xid (PCI:0000:18:00): 79, py").encode() + b"\xff\xfe",
+    b"",
+    b"\x00\x01 binary junk",
+]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(picks=st.lists(st.integers(0, len(_POOL) - 1), max_size=40), packed=st.booleans())
+def test_every_line_is_accounted_for(tmp_path, picks, packed):
+    data = b"\n".join(_POOL[i] for i in picks) + (b"\n" if picks else b"")
+    with tempfile.TemporaryDirectory(dir=tmp_path) as tmp:
+        path = Path(tmp) / ("kern.log.gz" if packed else "kern.log")
+        path.write_bytes(gzip.compress(data) if packed else data)
+        con = warehouse.connect(Path(tmp) / "w.duckdb")
+        [s] = ingest_files(con, [path], fmt="kernel-log", year=2026, cluster="c1")
+        assert s.rows_read == (len(picks) if data else 0)
+        assert s.rows_read == s.rows_ingested + s.rows_duplicate + s.rows_rejected + s.rows_ignored
+        assert con.sql("SELECT count(*) FROM events").fetchall() == [(s.rows_ingested,)]
+        assert con.sql("SELECT count(*) FROM rejects").fetchall() == [(s.rows_rejected,)]
+        con.close()
