@@ -170,7 +170,10 @@ def test_non_utf8_bytes(con, write, sql):
     assert any("non-UTF-8" in n for n in s.notes)
 
 
-def test_truncated_gz_keeps_lines_before_the_cut(con, write, sql):
+@pytest.mark.parametrize("block_bytes", [None, 1000])
+def test_truncated_gz_keeps_lines_before_the_cut(con, write, sql, monkeypatch, block_bytes):
+    if block_bytes:  # the cut falls after many blocks
+        monkeypatch.setattr("pipeline.ingest.lines.BLOCK_BYTES", block_bytes)
     lines = "".join(
         iso(f"2026-03-02T04:{m:02d}:00", XID79.replace("pid=10895", f"pid={m}")) + "\n" for m in range(60)
     )
@@ -180,8 +183,8 @@ def test_truncated_gz_keeps_lines_before_the_cut(con, write, sql):
     assert s.rows_rejected == 1
     assert s.rows_read == s.rows_ingested + s.rows_duplicate + s.rows_rejected + s.rows_ignored
     assert 1000 < s.rows_read < 3000 and s.rows_ingested == 60
-    [(reason,)] = sql("SELECT reason FROM rejects")
-    assert reason.startswith("truncated .gz")
+    [(line, reason)] = sql("SELECT line, reason FROM rejects")
+    assert reason.startswith("truncated .gz") and line == s.rows_read
 
 
 def test_whole_gz_reads_like_plain(con, write):
