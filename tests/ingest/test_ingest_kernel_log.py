@@ -192,7 +192,9 @@ def test_whole_gz_reads_like_plain(con, write):
     assert summary_counts(s) == (9, 5, 1, 0, 3)  # no newline at the end: last line still counted
 
 
-@pytest.mark.parametrize(("name", "content"), [("kern.log", b""), ("kern.log.gz", gzip.compress(b"", mtime=0))])
+@pytest.mark.parametrize(
+    ("name", "content"), [("kern.log", b""), ("kern.log.gz", gzip.compress(b"", mtime=0))]
+)
 def test_empty_file_is_reported_and_not_recorded(con, write, sql, name, content):
     [s] = ingest_files(con, [write(name, content)])
     assert s.rows_read == 0 and "empty file" in s.notes[0]
