@@ -11,6 +11,11 @@ events          every accepted raw event (an incident row, an XID line ...), key
 incidents       events collapsed per node and fault within a window; rates are computed on these.
 inventory       node service intervals; exposure (node-hours) comes from these.
 rejects         every input line that could not be used, with file, line number, raw text, reason.
+runs            one row per ``failcast run`` (see :mod:`pipeline.runs`): run_id, start/end, status
+                (running, succeeded, failed), pid and host, and JSON columns ``stages`` (per stage:
+                seconds and row counts), ``input_files`` (path, new/grown/unchanged, row counts),
+                ``versions`` (failcast, Python, libraries), ``config`` (the merged run config); the
+                report written and the error of a failed run.
 """
 
 from __future__ import annotations
@@ -86,6 +91,20 @@ CREATE TABLE IF NOT EXISTS rejects (
     raw            VARCHAR,
     reason         VARCHAR NOT NULL,
     rejected_at_utc TIMESTAMP NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id         VARCHAR PRIMARY KEY,
+    started_at_utc TIMESTAMP NOT NULL,
+    ended_at_utc   TIMESTAMP,
+    status         VARCHAR NOT NULL,
+    pid            INTEGER,
+    host           VARCHAR,
+    stages         JSON,
+    input_files    JSON,
+    versions       JSON,
+    config         JSON,
+    report_path    VARCHAR,
+    error          VARCHAR
 );
 """
 
@@ -164,4 +183,4 @@ def table(con, name: str) -> pl.DataFrame:
     return con.sql(f"SELECT * FROM {name}").pl()  # noqa: S608 - name is whitelisted
 
 
-TABLES = ("ingested_files", "events", "incidents", "inventory", "rejects")
+TABLES = ("ingested_files", "events", "incidents", "inventory", "rejects", "runs")
