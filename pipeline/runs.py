@@ -110,10 +110,13 @@ def _holder(text: str) -> dict[str, Any] | None:
 
 
 @contextmanager
-def warehouse_lock(db: Path | str, timeout_seconds: float = 0.0) -> Iterator[dict[str, Any] | None]:
+def warehouse_lock(
+    db: Path | str, timeout_seconds: float = 0.0, run_id: str | None = None
+) -> Iterator[dict[str, Any] | None]:
     """Hold ``<db>.lock`` exclusively; yields the previous holder's record if it died holding it.
 
     Waits up to ``timeout_seconds`` for a running holder, then raises :class:`LockedError`.
+    While held, the file says who holds it (pid, host, start time, run id).
     """
     path = lock_path(db)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,20 +140,16 @@ def warehouse_lock(db: Path | str, timeout_seconds: float = 0.0) -> Iterator[dic
     try:
         handle.seek(0)
         previous = _holder(handle.read())
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "run_id": run_id}
+        handle.truncate(0)
+        handle.write(json.dumps({**me, "started_at_utc": _now().isoformat(timespec="seconds") + "Z"}))
+        handle.flush()
         yield previous
     finally:
-        handle.seek(0)
-        handle.truncate()
+        handle.truncate(0)
         handle.flush()
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
-
-
-def _claim(db: Path | str, record: dict[str, Any]) -> None:
-    """Write who holds the lock into the lock file (only while holding it)."""
-    with open(lock_path(db), "r+", encoding="utf-8") as f:
-        f.truncate()
-        f.write(json.dumps(record))
 
 
 # --- manifest ---------------------------------------------------------------------------------
@@ -337,9 +336,7 @@ def run_batch(cfg: RunConfig, *, progress: bool = False) -> RunResult:
     db = Path(cfg.warehouse)
     started = _now()
     run_id = f"{started.strftime(_STAMP)}-{secrets.token_hex(3)}"
-    with warehouse_lock(db, cfg.lock_timeout_seconds) as previous:
-        me = {"pid": os.getpid(), "run_id": run_id, "started_at_utc": started.isoformat() + "Z"}
-        _claim(db, {**me, "host": socket.gethostname()})
+    with warehouse_lock(db, cfg.lock_timeout_seconds, run_id) as previous:
         if previous:
             log("lock", "the previous run did not release the lock (killed?)", logging.WARNING, **previous)
         con = warehouse.connect(db)
