@@ -30,7 +30,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from importlib import metadata
@@ -374,12 +374,13 @@ def _stages(con, cfg: RunConfig, record: RunRecord, progress: bool) -> None:
             {"path": str(f.path), "status": f.status} for f in inputs if f.status == "unchanged"
         ]
         totals = dict.fromkeys(("rows_read", "rows_ingested", "rows_duplicate", "rows_rejected"), 0)
-        with (
-            click.progressbar(changed, label="ingest", file=sys.stderr)
+        bar = (
+            click.progressbar(changed, label="ingest", file=sys.stderr, item_show_func=_file_name)
             if progress
-            else _plain(changed) as bar
-        ):
-            for item in bar:
+            else nullcontext(changed)
+        )
+        with bar as items:
+            for item in items:
                 (summary,) = ingest.ingest_files(
                     con,
                     [item.path],
@@ -395,6 +396,7 @@ def _stages(con, cfg: RunConfig, record: RunRecord, progress: bool) -> None:
                 log(
                     "ingest",
                     "file",
+                    logging.DEBUG if progress else logging.INFO,  # the bar shows it on a terminal
                     path=str(item.path),
                     status=item.status,
                     kind=summary.kind,
@@ -421,6 +423,5 @@ def _stages(con, cfg: RunConfig, record: RunRecord, progress: bool) -> None:
         counts["pruned"] = len(pruned)
 
 
-@contextmanager
-def _plain(items: list) -> Iterator[list]:
-    yield items
+def _file_name(item: InputFile | None) -> str | None:
+    return item.path.name if item else None

@@ -188,7 +188,15 @@ main(sys.argv[1:])
 """
 
 
-def test_a_run_killed_mid_ingest_is_followed_by_a_clean_run(tmp_path, fleet):
+@pytest.mark.parametrize(
+    ("signum", "returncode", "left_as"),
+    [
+        (signal.SIGKILL, -signal.SIGKILL, ("running", None)),  # no chance to clean up
+        (signal.SIGTERM, 128 + signal.SIGTERM, ("failed", "terminated (exit code 143)")),  # systemd stop
+    ],
+    ids=["SIGKILL", "SIGTERM"],
+)
+def test_a_run_killed_mid_ingest_is_followed_by_a_clean_run(tmp_path, fleet, signum, returncode, left_as):
     fleet.write(tmp_path / "logs")
     (tmp_path / "logs/incidents.csv").rename(tmp_path / "logs/incidents-1.csv")
     config, db, marker = write_config(tmp_path), tmp_path / "failcast.duckdb", tmp_path / "in-transaction"
@@ -202,21 +210,25 @@ def test_a_run_killed_mid_ingest_is_followed_by_a_clean_run(tmp_path, fleet):
     while not marker.exists() and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marker.exists(), child.stderr.read().decode()
-    child.send_signal(signal.SIGKILL)
-    assert child.wait(10) == -signal.SIGKILL
+    busy = CliRunner().invoke(main, ["runs", "--db", str(db)])
+    assert busy.exit_code == runs.EXIT_LOCKED and "the warehouse is in use" in busy.stderr
+    child.send_signal(signum)
+    assert child.wait(10) == returncode
     child.stderr.close()
 
     with warehouse.connect(db, read_only=True) as con:  # the killed file left nothing behind
         assert con.sql("SELECT count(*) FROM events").fetchall()[0][0] == 0
         assert con.sql("SELECT kind FROM ingested_files").fetchall() == [("inventory",)]
-        assert con.sql("SELECT status FROM runs").fetchall() == [("running",)]
+        assert con.sql("SELECT status, error FROM runs").fetchall() == [left_as]
 
     clean = run(config, "--log-format", "json")
     assert clean.exit_code == 0, clean.output
     logged = [json.loads(line) for line in clean.stderr.splitlines()]
-    assert any(r["stage"] == "lock" and r["level"] == "warning" for r in logged)
+    lock_warnings = [r for r in logged if r["stage"] == "lock" and r["level"] == "warning"]
+    assert bool(lock_warnings) == (signum == signal.SIGKILL)  # only a killed run leaves the lock file full
     killed, ok = manifest(db)[1], manifest(db)[0]
-    assert killed["status"] == "failed" and killed["error"].startswith("abandoned")
+    assert killed["status"] == "failed"
+    assert killed["error"].startswith("abandoned" if signum == signal.SIGKILL else "terminated")
     assert ok["status"] == "succeeded"
     assert ok["stages"]["transform"]["events"] == fleet.incidents.height
     assert ok["stages"]["transform"]["inventory"] == fleet.inventory.height
