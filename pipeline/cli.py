@@ -16,7 +16,6 @@ from datetime import date, datetime
 from pathlib import Path
 
 import click
-import duckdb
 import polars as pl
 
 from pipeline import analysis as analysis_mod
@@ -550,13 +549,9 @@ def runs(config_path: Path | None, db_override: str | None, limit: int, as_json:
     """List recorded runs, newest first: status, timings, files, report, error."""
     db = config_mod.load_config(config_path).with_overrides(warehouse=db_override).warehouse
     try:
-        con = warehouse.connect(db, read_only=True)
-    except duckdb.IOException:
-        holder = runs_mod.lock_path(db)
-        fail(
-            f"{db}: the warehouse is in use (a run holds it; see {holder}); try again when it ends",
-            runs_mod.EXIT_LOCKED,
-        )
+        con = runs_mod.open_warehouse(db, read_only=True)
+    except runs_mod.LockedError as exc:
+        fail(str(exc), runs_mod.EXIT_LOCKED)
     with con:
         recorded = runs_mod.list_runs(con, limit) if _has_runs_table(con) else []
     if as_json:

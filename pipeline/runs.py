@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import duckdb
 
 import pipeline
 from pipeline import analysis, ingest, report, warehouse
@@ -130,11 +131,15 @@ def warehouse_lock(
             if time.monotonic() >= deadline:
                 handle.close()
                 holder = _holder(path.read_text(encoding="utf-8")) or {}
+                who = (
+                    f"pid {holder['pid']} (run {holder['run_id']} started {holder['started_at_utc']} "
+                    f"on {holder['host']})"
+                    if {"pid", "run_id", "started_at_utc", "host"} <= holder.keys()
+                    else "a process that has not written its pid yet"
+                )
                 raise LockedError(
-                    f"{db}: locked by pid {holder.get('pid', '?')} (run {holder.get('run_id', '?')} "
-                    f"started {holder.get('started_at_utc', '?')} on {holder.get('host', '?')}); "
-                    f"waited {timeout_seconds:g} s. One run at a time per warehouse: try again "
-                    "later or raise --lock-timeout"
+                    f"{db}: locked by {who}; waited {timeout_seconds:g} s. One run at a time per "
+                    "warehouse: try again later or raise --lock-timeout"
                 ) from None
             time.sleep(min(0.1, max(deadline - time.monotonic(), 0.0)))
     try:
@@ -150,6 +155,20 @@ def warehouse_lock(
         handle.flush()
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
+
+
+def open_warehouse(db: Path | str, *, read_only: bool = False):
+    """:func:`warehouse.connect`, with DuckDB's own file lock (another process has the file open,
+    e.g. a DuckDB CLI session) reported as :class:`LockedError`."""
+    try:
+        return warehouse.connect(db, read_only=read_only)
+    except duckdb.IOException as exc:
+        if "lock" not in str(exc).lower():
+            raise
+        raise LockedError(
+            f"{db}: the warehouse file is open in another process; close it (a DuckDB CLI or notebook "
+            f"session?) or wait for the run using it to end. DuckDB says: {str(exc).splitlines()[0]}"
+        ) from None
 
 
 # --- manifest ---------------------------------------------------------------------------------
@@ -339,7 +358,7 @@ def run_batch(cfg: RunConfig, *, progress: bool = False) -> RunResult:
     with warehouse_lock(db, cfg.lock_timeout_seconds, run_id) as previous:
         if previous:
             log("lock", "the previous run did not release the lock (killed?)", logging.WARNING, **previous)
-        con = warehouse.connect(db)
+        con = open_warehouse(db)
         try:
             for stale in mark_abandoned(con):
                 log("lock", "marked an abandoned run as failed", logging.WARNING, run_id=stale)

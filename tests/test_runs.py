@@ -144,6 +144,31 @@ def test_a_second_run_is_refused_while_the_lock_is_held(tmp_path, fleet):
     assert run(config).exit_code == 0  # released: the next run goes ahead
 
 
+def test_a_run_is_refused_while_another_process_has_the_warehouse_open(tmp_path, fleet):
+    fleet.write(tmp_path / "logs")
+    config, db = write_config(tmp_path), tmp_path / "failcast.duckdb"
+    warehouse.connect(db).close()
+    reader = subprocess.Popen(  # an analyst's DuckDB session left open
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, time; con = duckdb.connect({str(db)!r}, read_only=True); "
+            "print('open', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert reader.stdout.readline() == "open\n"
+        refused = run(config)
+    finally:
+        reader.kill()
+        reader.wait()
+        reader.stdout.close()
+    assert refused.exit_code == runs.EXIT_LOCKED, refused.stderr
+    assert "open in another process" in refused.stderr and str(reader.pid) in refused.stderr
+
+
 def test_the_lock_waits_for_a_holder_that_finishes_in_time(tmp_path):
     db = tmp_path / "w.duckdb"
     held = threading.Event()
@@ -211,7 +236,9 @@ def test_a_run_killed_mid_ingest_is_followed_by_a_clean_run(tmp_path, fleet, sig
         time.sleep(0.05)
     assert marker.exists(), child.stderr.read().decode()
     busy = CliRunner().invoke(main, ["runs", "--db", str(db)])
-    assert busy.exit_code == runs.EXIT_LOCKED and "the warehouse is in use" in busy.stderr
+    assert (
+        busy.exit_code == runs.EXIT_LOCKED and "the warehouse file is open in another process" in busy.stderr
+    )
     child.send_signal(signum)
     assert child.wait(10) == returncode
     child.stderr.close()
