@@ -553,24 +553,11 @@ def runs(config_path: Path | None, db_override: str | None, limit: int, as_json:
     except runs_mod.LockedError as exc:
         fail(str(exc), runs_mod.EXIT_LOCKED)
     with con:
-        recorded = runs_mod.list_runs(con, limit) if _has_runs_table(con) else []
+        recorded = runs_mod.list_runs(con, limit)
     if as_json:
         echo_json(recorded)
         return
+    for run_row in recorded:
+        click.echo(runs_mod.format_run(run_row))
     if not recorded:
         click.echo(f"{db}: no runs recorded yet")
-    for r in recorded:
-        ended = r["ended_at_utc"]
-        seconds = f"{(ended - r['started_at_utc']).total_seconds():.1f} s" if ended else "-"
-        ingest_stage = (r["stages"] or {}).get("ingest", {})
-        files = f"files new {ingest_stage.get('new', '-')} grown {ingest_stage.get('grown', '-')}"
-        tail = r["error"] or r["report_path"] or ""
-        click.echo(
-            f"{r['run_id']}  {r['started_at_utc']:%Y-%m-%d %H:%M:%S}Z  {seconds:>8}  "
-            f"{r['status']:<9}  {files}  {_safe(tail)}"
-        )
-
-
-def _has_runs_table(con) -> bool:
-    """A warehouse written before the runs table existed (read-only: no schema upgrade)."""
-    return bool(con.sql("SELECT 1 FROM information_schema.tables WHERE table_name = 'runs'").fetchall())
