@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from pipeline import config
+from pipeline import config, projection
 from pipeline.cli import main
 
 REPO = Path(__file__).parents[1]
@@ -81,9 +82,15 @@ def test_every_key_is_read_and_paths_are_relative_to_the_file(tmp_path):
     }
 
 
-def test_the_example_in_the_repo_loads():
+def test_the_example_in_the_repo_loads_and_projection_accepts_its_jobs_and_profiles():
     cfg = config.load_config(REPO / "failcast.example.toml")
     assert cfg.inputs and cfg.jobs and cfg.recovery
+    for job in cfg.jobs:  # config-wide profiles first, a job's own [recovery] wins
+        doc = job if isinstance(job, dict) else tomllib.loads(Path(job).read_text())
+        spec = projection.job_spec_from_mapping(
+            {**doc, "recovery": {**cfg.recovery, **doc.get("recovery", {})}}
+        )
+        assert spec.recovery["manual"].detect_hours == cfg.recovery["manual"]["detect_hours"]
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 from pipeline import runs, sample, warehouse
 from pipeline.cli import main
+from pipeline.runs.log import log
 
 REPO = Path(__file__).parents[1]
 SPEC = sample.FleetSpec(cluster_sizes=(8, 16), days=30, rate_per_node_hour=0.004, seed=11)
@@ -209,6 +210,7 @@ def slow(con):
 
 warehouse.transaction = slow
 from pipeline.cli import main
+from pipeline.runs.log import log
 main(sys.argv[1:])
 """
 
@@ -337,3 +339,21 @@ def test_publish_moves_the_aliases_and_they_survive_pruning(tmp_path):
 def test_runs_on_a_missing_warehouse_says_how_to_fix_it(tmp_path):
     result = CliRunner().invoke(main, ["runs", "--db", str(tmp_path / "none.duckdb")])
     assert result.exit_code == 2 and "no warehouse here" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("log_format", "check"),
+    [
+        ("json", lambda line: json.loads(line)["fields"]["path"] == "evil\x1b[2J.csv"),
+        ("text", lambda line: "\x1b" not in line and "evil\\x1b[2J.csv" in line),
+    ],
+)
+def test_log_lines_carry_stage_and_fields_and_no_terminal_escapes(capsys, log_format, check):
+    runs.setup_logging(log_format)
+    log("ingest", "file", path="evil\x1b[2J.csv", rows_ingested=3)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert check(line)
+    if log_format == "json":
+        record = json.loads(line)
+        assert (record["level"], record["stage"], record["message"]) == ("info", "ingest", "file")
+        assert datetime.fromisoformat(record["ts"]).tzinfo is not None
