@@ -220,8 +220,9 @@ main(sys.argv[1:])
     [
         (signal.SIGKILL, -signal.SIGKILL, ("running", None)),  # no chance to clean up
         (signal.SIGTERM, 128 + signal.SIGTERM, ("failed", "terminated (exit code 143)")),  # systemd stop
+        (signal.SIGINT, 130, ("failed", "interrupted (SIGINT)")),  # Ctrl-C
     ],
-    ids=["SIGKILL", "SIGTERM"],
+    ids=["SIGKILL", "SIGTERM", "SIGINT"],
 )
 def test_a_run_killed_mid_ingest_is_followed_by_a_clean_run(tmp_path, fleet, signum, returncode, left_as):
     fleet.write(tmp_path / "logs")
@@ -257,7 +258,10 @@ def test_a_run_killed_mid_ingest_is_followed_by_a_clean_run(tmp_path, fleet, sig
     assert bool(lock_warnings) == (signum == signal.SIGKILL)  # only a killed run leaves the lock file full
     killed, ok = manifest(db)[1], manifest(db)[0]
     assert killed["status"] == "failed"
-    assert killed["error"].startswith("abandoned" if signum == signal.SIGKILL else "terminated")
+    if signum == signal.SIGKILL:  # marked by the clean run, which found it still "running"
+        assert killed["error"].startswith("abandoned")
+    else:  # recorded by the interrupted run itself
+        assert killed["error"] == left_as[1]
     assert ok["status"] == "succeeded"
     assert ok["stages"]["transform"]["events"] == fleet.incidents.height
     assert ok["stages"]["transform"]["inventory"] == fleet.inventory.height
