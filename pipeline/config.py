@@ -127,7 +127,8 @@ def _line_of(text: str, table: tuple[str, ...], key: str) -> int | None:
         match = _KEY_LINE.match(line)
         if match and _parts(match.group(2)) == (key,) and (*current, *_parts(match.group(1))) == table:
             return number
-    return None
+    # Inside an inline table (``inputs = { csv = ... }``): point at the line of the enclosing key.
+    return _line_of(text, table[:-1], table[-1]) if table else None
 
 
 def _check_type(value: Any, expected: Any) -> str | None:

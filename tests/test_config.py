@@ -111,6 +111,7 @@ def test_the_example_in_the_repo_loads_and_projection_accepts_its_jobs_and_profi
         ('jobs = ["missing.toml"]\n', 1, "names 'missing.toml'"),
         ("jobs = [3]\n", 1, "item 0 must be a path to a job TOML file or a table"),
         ('[inputs]\npdf = ["k.pdf"]\n', 2, "key 'inputs.pdf' is unknown"),
+        ('report_dir = "r"\ninputs = { csv = "x.csv" }\n', 2, "key 'inputs.csv' must be a list"),
     ],
 )
 def test_bad_config_names_file_line_and_key(tmp_path, text, line, fragment):
