@@ -488,13 +488,13 @@ warehouse lock; 130/143 interrupted by SIGINT/SIGTERM (the run is recorded as fa
     type=click.Path(dir_okay=False, path_type=Path),
     help="failcast.toml (see failcast.example.toml); without it the bundled sample in data/sample/.",
 )
-@click.option("--db", "warehouse", help="Override the config's warehouse.")
-@click.option("--out", "report_dir", help="Override the config's report folder.")
+@click.option("--db", "warehouse", type=click.Path(dir_okay=False), help="Override the config's warehouse.")
+@click.option("--out", "report_dir", type=click.Path(file_okay=False), help="Override the report folder.")
 @click.option("--timezone", help="Time zone of timestamps without an offset.")
 @click.option("--window-minutes", "dedup_window_minutes", type=float, help="Incident collapse window.")
 @click.option("--until", "observed_until", type=click.DateTime(), help="End of the observed window (UTC).")
-@click.option("--keep-reports", type=click.IntRange(min=1), help="Dated reports to keep.")
-@click.option("--keep-days", type=click.FloatRange(min=0, min_open=True), help="Delete reports older.")
+@click.option("--keep-reports", type=click.IntRange(min=1), help="Dated reports to keep (config default 30).")
+@click.option("--keep-days", type=click.FloatRange(min=0, min_open=True), help="Also delete dated reports older (days).")
 @click.option(
     "--lock-timeout",
     "lock_timeout_seconds",
@@ -542,7 +542,7 @@ def _terminated(signum, frame) -> None:
 @click.option(
     "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), help="failcast.toml"
 )
-@click.option("--db", "db_override", help="Override the config's warehouse.")
+@click.option("--db", "db_override", type=click.Path(dir_okay=False), help="Override the config's warehouse.")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
 @json_option
 def runs(config_path: Path | None, db_override: str | None, limit: int, as_json: bool) -> None:
