@@ -494,7 +494,11 @@ warehouse lock; 130/143 interrupted by SIGINT/SIGTERM (the run is recorded as fa
 @click.option("--window-minutes", "dedup_window_minutes", type=float, help="Incident collapse window.")
 @click.option("--until", "observed_until", type=click.DateTime(), help="End of the observed window (UTC).")
 @click.option("--keep-reports", type=click.IntRange(min=1), help="Dated reports to keep (config default 30).")
-@click.option("--keep-days", type=click.FloatRange(min=0, min_open=True), help="Also delete dated reports older (days).")
+@click.option(
+    "--keep-days",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Also delete dated reports older than this many days.",
+)
 @click.option(
     "--lock-timeout",
     "lock_timeout_seconds",
