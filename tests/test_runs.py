@@ -37,13 +37,12 @@ def csv_text(frame: pl.DataFrame, header: bool = True) -> str:
     return frame.with_columns(pl.col(pl.Datetime).dt.strftime(ISO)).write_csv(include_header=header)
 
 
-def write_config(folder: Path, **extra: str) -> Path:
+def write_config(folder: Path) -> Path:
     """A config reading ``folder/logs``; the warehouse and reports live beside it."""
     lines = [
         'warehouse = "failcast.duckdb"',
         'report_dir = "reports"',
         "lock_timeout_seconds = 0",
-        *(f"{k} = {v}" for k, v in extra.items()),
         "[inputs]",
         'inventory = ["logs/inventory.csv"]',
         'csv = ["logs/incidents-*.csv"]',
@@ -54,9 +53,15 @@ def write_config(folder: Path, **extra: str) -> Path:
     return path
 
 
+def write_fleet(folder: Path, fleet: sample.Fleet) -> Path:
+    """The simulated fleet as ``folder/logs/{inventory,incidents-1}.csv``; returns the config."""
+    incidents, _ = fleet.write(folder / "logs")
+    incidents.rename(folder / "logs/incidents-1.csv")
+    return write_config(folder)
+
+
 def run(config: Path, *args: str):
-    result = CliRunner().invoke(main, ["run", "--config", str(config), *args])
-    return result
+    return CliRunner().invoke(main, ["run", "--config", str(config), *args])
 
 
 def contents(db: Path) -> dict[str, pl.DataFrame]:
@@ -126,9 +131,7 @@ def test_two_incremental_runs_equal_one_run_over_the_final_folder(tmp_path, flee
 
 
 def test_a_second_run_is_refused_while_the_lock_is_held(tmp_path, fleet):
-    fleet.write(tmp_path / "logs")
-    (tmp_path / "logs/incidents.csv").rename(tmp_path / "logs/incidents-1.csv")
-    config = write_config(tmp_path)
+    config = write_fleet(tmp_path, fleet)
     with runs.warehouse_lock(tmp_path / "failcast.duckdb", run_id="holder"):
         started = time.monotonic()
         blocked = subprocess.run(
@@ -148,8 +151,7 @@ def test_a_second_run_is_refused_while_the_lock_is_held(tmp_path, fleet):
 
 
 def test_a_run_is_refused_while_another_process_has_the_warehouse_open(tmp_path, fleet):
-    fleet.write(tmp_path / "logs")
-    config, db = write_config(tmp_path), tmp_path / "failcast.duckdb"
+    config, db = write_fleet(tmp_path, fleet), tmp_path / "failcast.duckdb"
     warehouse.connect(db).close()
     reader = subprocess.Popen(  # an analyst's DuckDB session left open
         [
@@ -228,9 +230,11 @@ main(sys.argv[1:])
     ids=["SIGKILL", "SIGTERM", "SIGINT"],
 )
 def test_a_run_killed_mid_ingest_is_followed_by_a_clean_run(tmp_path, fleet, signum, returncode, left_as):
-    fleet.write(tmp_path / "logs")
-    (tmp_path / "logs/incidents.csv").rename(tmp_path / "logs/incidents-1.csv")
-    config, db, marker = write_config(tmp_path), tmp_path / "failcast.duckdb", tmp_path / "in-transaction"
+    config, db, marker = (
+        write_fleet(tmp_path, fleet),
+        tmp_path / "failcast.duckdb",
+        tmp_path / "in-transaction",
+    )
     child = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(_SLOW_INGEST), "run", "--config", str(config)],
         cwd=REPO,
@@ -272,9 +276,7 @@ def test_a_run_killed_mid_ingest_is_followed_by_a_clean_run(tmp_path, fleet, sig
 
 
 def test_a_failed_stage_marks_the_run_failed_and_keeps_the_previous_report(tmp_path, fleet):
-    fleet.write(tmp_path / "logs")
-    (tmp_path / "logs/incidents.csv").rename(tmp_path / "logs/incidents-1.csv")
-    config = write_config(tmp_path)
+    config = write_fleet(tmp_path, fleet)
     assert run(config).exit_code == 0
     latest = tmp_path / "reports/latest.html"
     before = (latest.read_bytes(), sorted(p.name for p in (tmp_path / "reports").iterdir()))
