@@ -176,19 +176,19 @@ def test_a_run_is_refused_while_another_process_has_the_warehouse_open(tmp_path,
 
 def test_the_lock_waits_for_a_holder_that_finishes_in_time(tmp_path):
     db = tmp_path / "w.duckdb"
-    held = threading.Event()
+    held, released_at = threading.Event(), []
 
     def hold() -> None:
         with runs.warehouse_lock(db, run_id="first"):
             held.set()
-            time.sleep(0.4)
+            time.sleep(0.3)
+            released_at.append(time.monotonic())
 
     thread = threading.Thread(target=hold)
     thread.start()
     held.wait(5)
-    started = time.monotonic()
     with runs.warehouse_lock(db, timeout_seconds=10, run_id="second") as previous:
-        assert time.monotonic() - started >= 0.3
+        assert time.monotonic() > released_at[0]  # got it only once the first holder let go
         assert previous is None  # the first holder released cleanly
         assert json.loads(runs.lock_path(db).read_text())["run_id"] == "second"
     thread.join()
