@@ -267,6 +267,7 @@ def test_a_run_killed_mid_ingest_is_followed_by_a_clean_run(tmp_path, fleet, sig
     assert killed["status"] == "failed"
     if signum == signal.SIGKILL:  # marked by the clean run, which found it still "running"
         assert killed["error"].startswith("abandoned")
+        assert ok["stages"]["lock"]["abandoned_runs"] == [killed["run_id"]]
     else:  # recorded by the interrupted run itself
         assert killed["error"] == left_as[1]
     assert ok["status"] == "succeeded"

@@ -8,6 +8,7 @@ import itertools
 import logging
 import secrets
 import sys
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,14 +80,18 @@ def run_batch(cfg: RunConfig, *, progress: bool = False) -> RunResult:
     db = Path(cfg.warehouse)
     started = utc_now()
     run_id = f"{started.strftime(STAMP)}-{secrets.token_hex(3)}"
+    waiting = time.perf_counter()
     with warehouse_lock(db, cfg.lock_timeout_seconds, run_id) as previous:
+        waited = round(time.perf_counter() - waiting, 3)
         if previous:
             log("lock", "the previous run did not release the lock (killed?)", logging.WARNING, **previous)
         con = open_warehouse(db)
         try:
-            for stale in mark_abandoned(con):
+            abandoned = mark_abandoned(con)
+            for stale in abandoned:
                 log("lock", "marked an abandoned run as failed", logging.WARNING, run_id=stale)
             record = RunRecord(con, run_id, started)
+            record.stages["lock"] = {"seconds": waited, "abandoned_runs": abandoned}
             record.start(cfg.to_document())
             log("run", "started", run_id=run_id, warehouse=str(db))
             try:
