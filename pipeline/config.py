@@ -1,71 +1,290 @@
 """Run configuration: a ``failcast.toml`` file, defaults for the bundled sample, CLI overrides.
 
-Unknown keys and wrong types are errors that name the key and the file: a scheduled job must not
-silently ignore a typo.
+A scheduled job must not silently ignore a typo, so unknown keys and wrong types are errors that
+name the key, the file and the line (``tomllib`` reports no positions for keys, so the line is
+found by scanning the text for the key under its ``[table]`` header). Paths in the file are
+relative to the file's folder. See ``failcast.example.toml`` at the repository root for every key.
+
+``jobs`` (job specs to project: paths to job TOML files, or inline tables) and ``recovery``
+(named recovery profiles) are kept as plain validated data; ``pipeline.projection`` turns them
+into its own classes, so this module does not depend on it.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+import zoneinfo
+from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime
 from pathlib import Path
+from typing import Any
+
+from pipeline.ingest import FORMATS
 
 SAMPLE_DIR = Path("data/sample")
+INPUT_KINDS = ("inventory", "auto", *FORMATS)
+"""``[inputs]`` keys: ``inventory`` and ``auto`` globs are read with the format detected from the
+file name; the others force that format."""
+LOG_FORMATS = ("text", "json")
 
 
 class ConfigError(ValueError):
-    """A config file that cannot be used; the message names the file and the key."""
+    """A config file that cannot be used; the message names the file, line and key."""
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    inputs: tuple[str, ...] = (str(SAMPLE_DIR / "inventory.csv"), str(SAMPLE_DIR / "incidents.csv"))
-    db: str = "data/failcast.duckdb"
+    inputs: dict[str, tuple[str, ...]] = field(
+        default_factory=lambda: {
+            "inventory": (str(SAMPLE_DIR / "inventory.csv"),),
+            "csv": (str(SAMPLE_DIR / "incidents.csv"),),
+        }
+    )
+    column_map: dict[str, str] = field(default_factory=dict)
+    warehouse: str = "data/failcast.duckdb"
     report_dir: str = "reports"
     timezone: str = "UTC"
     dedup_window_minutes: float = 10.0
-    observed_until: str | None = None
-    column_map: dict[str, str] = field(default_factory=dict)
+    observed_until: datetime | None = None
+    lock_timeout_seconds: float = 60.0
+    log_format: str = "text"
+    keep_reports: int = 30
+    keep_days: float | None = None
+    jobs: tuple[str | dict[str, Any], ...] = ()
+    recovery: dict[str, dict[str, float]] = field(default_factory=dict)
 
-    def with_overrides(self, **overrides) -> RunConfig:
+    def with_overrides(self, **overrides: Any) -> RunConfig:
         """CLI flags win over the file; ``None`` means "not given"."""
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
+    def to_document(self) -> dict[str, Any]:
+        """The config as a TOML/JSON-shaped document (the inverse of :func:`load_config`)."""
+        return {
+            "warehouse": self.warehouse,
+            "report_dir": self.report_dir,
+            "timezone": self.timezone,
+            "dedup_window_minutes": self.dedup_window_minutes,
+            "observed_until": self.observed_until,
+            "lock_timeout_seconds": self.lock_timeout_seconds,
+            "log_format": self.log_format,
+            "inputs": {**{k: list(v) for k, v in self.inputs.items()}, "column_map": dict(self.column_map)},
+            "retention": {"keep_reports": self.keep_reports, "keep_days": self.keep_days},
+            "jobs": list(self.jobs),
+            "recovery": self.recovery,
+        }
 
-_TYPES = {
-    "inputs": list,
-    "db": str,
+
+_NUMBER = (int, float)
+_STRINGS = "list of strings"
+# Expected type per key; a nested dict is a [table] with its own keys.
+_SPEC: dict[str, Any] = {
+    "warehouse": str,
     "report_dir": str,
     "timezone": str,
-    "dedup_window_minutes": (int, float),
-    "observed_until": str,
-    "column_map": dict,
+    "dedup_window_minutes": _NUMBER,
+    "observed_until": (str, datetime),
+    "lock_timeout_seconds": _NUMBER,
+    "log_format": str,
+    "inputs": {**dict.fromkeys(INPUT_KINDS, _STRINGS), "column_map": dict},
+    "retention": {"keep_reports": int, "keep_days": _NUMBER},
+    "jobs": list,
+    "recovery": dict,
 }
+_TYPE_NAMES = {str: "a string", int: "an integer", _NUMBER: "a number", dict: "a table", list: "an array"}
+
+
+class _Where:
+    """Names a key as ``file:line: key 'table.key'`` for error messages."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path, self.text = path, text
+
+    def error(self, table: tuple[str, ...], key: str, reason: str) -> ConfigError:
+        line = _line_of(self.text, table, key)
+        place = f"{self.path}:{line}" if line else str(self.path)
+        return ConfigError(f"{place}: key {'.'.join((*table, key))!r} {reason}")
+
+
+_HEADER = re.compile(r"^\s*\[\[?([^\[\]]+)\]\]?\s*(#.*)?$")
+_KEY_LINE = re.compile(r"""^\s*((?:[\w"'-]+\s*\.\s*)*)([\w"'-]+)\s*=""")
+
+
+def _parts(dotted: str) -> tuple[str, ...]:
+    return tuple(p.strip().strip("\"'") for p in dotted.split(".") if p.strip())
+
+
+def _line_of(text: str, table: tuple[str, ...], key: str) -> int | None:
+    """1-based line where ``key`` is set under ``[table]`` (or a header names it); first match wins."""
+    current: tuple[str, ...] = ()
+    for number, line in enumerate(text.splitlines(), start=1):
+        if header := _HEADER.match(line):
+            current = _parts(header.group(1))
+            if current[: len(table) + 1] == (*table, key):
+                return number
+            continue
+        match = _KEY_LINE.match(line)
+        if match and _parts(match.group(2)) == (key,) and (*current, *_parts(match.group(1))) == table:
+            return number
+    # Inside an inline table (``inputs = { csv = ... }``): point at the line of the enclosing key.
+    return _line_of(text, table[:-1], table[-1]) if table else None
+
+
+def _check_type(value: Any, expected: Any) -> str | None:
+    """None if ``value`` fits, else what was expected."""
+    if expected == _STRINGS:
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return None if ok else "must be a list of strings (globs)"
+    if isinstance(value, bool) or not isinstance(value, expected):
+        wanted = _TYPE_NAMES.get(expected, "a string or a TOML datetime")
+        return f"must be {wanted}, got {type(value).__name__} {value!r}"
+    return None
+
+
+def _check_table(raw: dict[str, Any], spec: dict[str, Any], table: tuple[str, ...], where: _Where) -> None:
+    for key, value in raw.items():
+        if key not in spec:
+            known = ", ".join(spec)
+            raise where.error(table, key, f"is unknown; known keys here: {known} (see failcast.example.toml)")
+        expected = spec[key]
+        if isinstance(expected, dict):
+            if not isinstance(value, dict):
+                raise where.error(table, key, f"must be a table, got {type(value).__name__}")
+            _check_table(value, expected, (*table, key), where)
+        elif reason := _check_type(value, expected):
+            raise where.error(table, key, reason)
+
+
+def _check_values(raw: dict[str, Any], where: _Where) -> None:
+    """Ranges and the free-form tables (column_map, jobs, recovery)."""
+    for key in ("dedup_window_minutes", "lock_timeout_seconds"):
+        if raw.get(key, 0) < 0:
+            raise where.error((), key, "must not be negative")
+    if raw.get("log_format", "text") not in LOG_FORMATS:
+        raise where.error((), "log_format", f"must be one of {', '.join(LOG_FORMATS)}")
+    if "timezone" in raw:
+        try:
+            zoneinfo.ZoneInfo(raw["timezone"])
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise where.error(
+                (), "timezone", "is not an IANA time zone name such as UTC or Europe/Paris"
+            ) from None
+    retention = raw.get("retention", {})
+    if retention.get("keep_reports", 1) < 1:
+        raise where.error(("retention",), "keep_reports", "must be at least 1 (the latest report)")
+    if retention.get("keep_days", 1) <= 0:
+        raise where.error(("retention",), "keep_days", "must be positive")
+    for canonical, source in raw.get("inputs", {}).get("column_map", {}).items():
+        if not isinstance(source, str):
+            raise where.error(("inputs", "column_map"), canonical, "must be a source column name (string)")
+    for index, job in enumerate(raw.get("jobs", [])):
+        if not isinstance(job, str | dict):
+            raise where.error((), "jobs", f"item {index} must be a path to a job TOML file or a table")
+    for name, profile in raw.get("recovery", {}).items():
+        if not isinstance(profile, dict):
+            raise where.error(("recovery",), name, "must be a table of durations in hours")
+        for key, value in profile.items():
+            if isinstance(value, bool) or not isinstance(value, _NUMBER) or value < 0:
+                raise where.error(("recovery", name), key, f"must be a non-negative number, got {value!r}")
+
+
+def _utc_naive(value: str | datetime, where: _Where) -> datetime:
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise where.error((), "observed_until", f"{value!r} is not ISO 8601") from None
+    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
 
 
 def load_config(path: Path | str | None) -> RunConfig:
-    """Read a TOML config; paths in it are relative to the file's folder."""
+    """Read and check a TOML config; without a path, the defaults (the bundled sample)."""
     if path is None:
         return RunConfig()
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
+    try:
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    known = {f.name for f in fields(RunConfig)}
-    for key, value in raw.items():
-        if key not in known:
-            raise ConfigError(f"{path}: unknown key {key!r}; known keys: {', '.join(sorted(known))}")
-        if not isinstance(value, _TYPES[key]) or isinstance(value, bool):
-            raise ConfigError(
-                f"{path}: key {key!r} has the wrong type ({type(value).__name__}); see failcast.example.toml"
-            )
+    where = _Where(path, text)
+    _check_table(raw, _SPEC, (), where)
+    _check_values(raw, where)
+
     base = path.parent
-    if "inputs" in raw:
-        raw["inputs"] = tuple(str(base / p) for p in raw["inputs"])
-    for key in ("db", "report_dir"):
+    values: dict[str, Any] = {
+        k: raw[k] for k in ("timezone", "lock_timeout_seconds", "log_format") if k in raw
+    }
+    for key in ("warehouse", "report_dir"):
         if key in raw:
-            raw[key] = str(base / raw[key])
-    return RunConfig(**raw)
+            values[key] = str(base / raw[key])
+    if "dedup_window_minutes" in raw:
+        values["dedup_window_minutes"] = float(raw["dedup_window_minutes"])
+    if "observed_until" in raw:
+        values["observed_until"] = _utc_naive(raw["observed_until"], where)
+    if "inputs" in raw:
+        inputs = dict(raw["inputs"])
+        values["column_map"] = inputs.pop("column_map", {})
+        values["inputs"] = {kind: tuple(str(base / g) for g in globs) for kind, globs in inputs.items()}
+    retention = raw.get("retention", {})
+    if "keep_reports" in retention:
+        values["keep_reports"] = retention["keep_reports"]
+    if "keep_days" in retention:
+        values["keep_days"] = float(retention["keep_days"])
+    if "jobs" in raw:
+        values["jobs"] = tuple(_job(job, base, where) for job in raw["jobs"])
+    if "recovery" in raw:
+        values["recovery"] = {n: {k: float(v) for k, v in p.items()} for n, p in raw["recovery"].items()}
+    return RunConfig(**values)
+
+
+def _job(job: str | dict[str, Any], base: Path, where: _Where) -> str | dict[str, Any]:
+    if isinstance(job, dict):
+        return job
+    resolved = base / job
+    if not resolved.is_file():
+        raise where.error((), "jobs", f"names {job!r}, but {resolved} is not a file")
+    return str(resolved)
+
+
+# --- printing the merged config (failcast run --print-config) ---------------------------------
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, int | float | datetime | date):
+        return value.isoformat() if isinstance(value, date) else repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        pairs = (f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None)
+        return "{ " + ", ".join(pairs) + " }"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")
+
+
+def render_toml(document: dict[str, Any], prefix: tuple[str, ...] = ()) -> str:
+    """A document of scalars, arrays and tables as TOML; ``None`` values are left out."""
+    lines = [
+        f"{_toml_key(k)} = {_toml_value(v)}" for k, v in document.items() if not isinstance(v, dict | None)
+    ]
+    for key, value in document.items():
+        if isinstance(value, dict):
+            name = ".".join(_toml_key(p) for p in (*prefix, key))
+            lines += ["", f"[{name}]", render_toml(value, (*prefix, key)).strip("\n")]
+    return "\n".join(lines).strip("\n") + "\n"
+
+
+def render_json(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=2, default=lambda v: v.isoformat())

@@ -28,6 +28,11 @@ jobs            scheduler job records (Slurm sacct): job_id, cluster_id (if know
                 ended the job), file_id, line. One row per (cluster_id, job_id); a later export of
                 the same job replaces the row (a RUNNING job that finished).
 rejects         every input line that could not be used, with file, line number, raw text, reason.
+runs            one row per ``failcast run`` (see :mod:`pipeline.runs`): run_id, start/end, status
+                (running, succeeded, failed), pid and host, and JSON columns ``stages`` (per stage:
+                seconds and row counts), ``input_files`` (path, new/grown/unchanged, row counts),
+                ``versions`` (failcast, Python, libraries), ``config`` (the merged run config); the
+                report written and the error of a failed run.
 """
 
 from __future__ import annotations
@@ -123,6 +128,20 @@ CREATE TABLE IF NOT EXISTS rejects (
     raw            VARCHAR,
     reason         VARCHAR NOT NULL,
     rejected_at_utc TIMESTAMP NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id         VARCHAR PRIMARY KEY,
+    started_at_utc TIMESTAMP NOT NULL,
+    ended_at_utc   TIMESTAMP,
+    status         VARCHAR NOT NULL,
+    pid            INTEGER,
+    host           VARCHAR,
+    stages         JSON,
+    input_files    JSON,
+    versions       JSON,
+    config         JSON,
+    report_path    VARCHAR,
+    error          VARCHAR
 );
 """
 
@@ -250,4 +269,4 @@ def table(con, name: str) -> pl.DataFrame:
     return con.sql(f"SELECT * FROM {name}").pl()  # noqa: S608 - name is whitelisted
 
 
-TABLES = ("ingested_files", "events", "incidents", "inventory", "jobs", "rejects")
+TABLES = ("ingested_files", "events", "incidents", "inventory", "jobs", "rejects", "runs")

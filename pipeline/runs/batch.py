@@ -1,0 +1,184 @@
+"""What ``failcast run`` does (see :mod:`pipeline.runs`): lock, record, ingest new and grown files,
+rebuild, refit, report, publish, prune."""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import logging
+import secrets
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pipeline import analysis, ingest, report, warehouse
+from pipeline.config import RunConfig
+from pipeline.runs.lock import open_warehouse, warehouse_lock
+from pipeline.runs.log import log
+from pipeline.runs.manifest import RunRecord, describe, mark_abandoned, utc_now
+from pipeline.runs.reports import STAMP, dated_name, prune_reports, publish
+
+STATUSES = ("new", "grown", "unchanged")
+ROW_COUNTS = ("rows_read", "rows_ingested", "rows_duplicate", "rows_rejected")
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: Path
+    fmt: str | None  # None: detect from the name
+    status: str  # one of STATUSES
+
+
+def expand_inputs(inputs: dict[str, tuple[str, ...]]) -> tuple[list[tuple[Path, str | None]], list[str]]:
+    """(path, format) for every file the globs match, each once, plus the globs that matched none.
+
+    A plain path (no wildcard) that does not exist is kept, so ingest reports it as missing.
+    """
+    found: dict[Path, str | None] = {}
+    unmatched: list[str] = []
+    for kind, patterns in inputs.items():
+        fmt = None if kind in ("inventory", "auto") else kind
+        for pattern in patterns:
+            matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
+            if not matches:
+                unmatched.append(pattern)
+            for match in matches:
+                found.setdefault(Path(match), fmt)
+    return list(found.items()), unmatched
+
+
+def classify_inputs(con, files: list[tuple[Path, str | None]]) -> list[InputFile]:
+    """new / grown (path seen, content changed) / unchanged (same sha256 already ingested)."""
+    known = con.sql("SELECT path, sha256 FROM ingested_files").fetchall()
+    paths, hashes = {p for p, _ in known}, {s for _, s in known}
+    classified = []
+    for path, fmt in files:
+        if path.is_file() and ingest.sha256_of(path) in hashes:
+            status = "unchanged"
+        else:
+            status = "grown" if str(path) in paths else "new"
+        classified.append(InputFile(path, fmt, status))
+    return classified
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    report_path: Path
+    stages: dict[str, dict[str, Any]]
+    input_files: list[dict[str, Any]]
+
+
+def run_batch(cfg: RunConfig, *, progress: bool = False) -> RunResult:
+    """One scheduled run (see :mod:`pipeline.runs`). Raises :class:`LockedError` if another holds
+    the warehouse; any other failure is recorded in ``runs`` and re-raised."""
+    db = Path(cfg.warehouse)
+    started = utc_now()
+    run_id = f"{started.strftime(STAMP)}-{secrets.token_hex(3)}"
+    waiting = time.perf_counter()
+    with warehouse_lock(db, cfg.lock_timeout_seconds, run_id) as previous:
+        waited = round(time.perf_counter() - waiting, 3)
+        if previous:
+            log("lock", "the previous run did not release the lock (killed?)", logging.WARNING, **previous)
+        con = open_warehouse(db)
+        try:
+            abandoned = mark_abandoned(con)
+            for stale in abandoned:
+                log("lock", "marked an abandoned run as failed", logging.WARNING, run_id=stale)
+            record = RunRecord(con, run_id, started)
+            record.stages["lock"] = {"seconds": waited, "abandoned_runs": abandoned}
+            record.start(cfg.to_document())
+            log("run", "started", run_id=run_id, warehouse=str(db))
+            try:
+                _stages(con, cfg, record, progress)
+            except BaseException as exc:
+                record.finish("failed", describe(exc))
+                log("run", "failed", logging.ERROR, run_id=run_id, error=describe(exc))
+                raise
+            record.finish("succeeded")
+            log("run", "succeeded", run_id=run_id, report=record.report_path)
+        finally:
+            con.close()
+    return RunResult(run_id, Path(record.report_path or ""), record.stages, record.input_files)
+
+
+def _stages(con, cfg: RunConfig, record: RunRecord, progress: bool) -> None:
+    with record.stage("ingest") as counts:
+        counts.update(_ingest(con, cfg, record, progress))
+    with record.stage("transform") as counts:
+        with warehouse.transaction(con):
+            warehouse.rebuild_incidents(con, window_seconds=cfg.dedup_window_minutes * 60)
+        for name in ("events", "incidents", "inventory", "rejects"):
+            counts[name] = con.sql(f"SELECT count(*) FROM {name}").fetchall()[0][0]  # noqa: S608
+    with record.stage("analyze") as counts:
+        result = analysis.analyze(con, observed_until=cfg.observed_until)
+        counts.update(observed_until=result.observed_until.isoformat(), best_family=result.best_family)
+    with record.stage("report") as counts:
+        path = report.write_report(result, cfg.report_dir, filename=dated_name(record.started_at_utc))
+        counts["bytes"] = path.stat().st_size
+        record.report_path = str(path)
+    with record.stage("publish") as counts:
+        counts["aliases"] = [str(p) for p in publish(path)]
+        pruned = prune_reports(path.parent, keep=cfg.keep_reports, keep_days=cfg.keep_days, now=utc_now())
+        counts["pruned"] = len(pruned)
+
+
+def _file_name(batch: list[InputFile] | None) -> str | None:
+    return batch[0].path.name if batch else None
+
+
+def _ingest(con, cfg: RunConfig, record: RunRecord, progress: bool) -> dict[str, int]:
+    """Ingest new and grown files; returns file and row counts for the manifest."""
+    files, unmatched = expand_inputs(cfg.inputs)
+    for pattern in unmatched:
+        log("ingest", "no files match", logging.WARNING, glob=pattern)
+    inputs = classify_inputs(con, files)
+    counts = {"files": len(inputs), **{s: sum(f.status == s for f in inputs) for s in STATUSES}}
+    counts |= dict.fromkeys(ROW_COUNTS, 0)
+    record.input_files = [
+        {"path": str(f.path), "status": f.status} for f in inputs if f.status == "unchanged"
+    ]
+    changed = [f for f in inputs if f.status != "unchanged"]
+    # ingest_files rebuilds incidents after each call (about 2 s per million events), so a scheduled
+    # run passes all files of one format at once; on a terminal, one file per call moves the bar.
+    batches = (
+        [[f] for f in changed]
+        if progress
+        else [list(group) for _, group in itertools.groupby(changed, key=lambda f: f.fmt)]
+    )
+    bar = (
+        click.progressbar(batches, label="ingest", file=sys.stderr, item_show_func=_file_name)
+        if progress
+        else nullcontext(batches)
+    )
+    with bar as items:
+        for batch in items:
+            summaries = ingest.ingest_files(
+                con,
+                [f.path for f in batch],
+                fmt=batch[0].fmt,
+                column_map=cfg.column_map,
+                timezone=cfg.timezone,
+                window_seconds=cfg.dedup_window_minutes * 60,
+            )
+            for item, summary in zip(batch, summaries, strict=True):
+                entry = {"status": item.status, **summary.to_dict()}
+                record.input_files.append(entry)
+                for key in ROW_COUNTS:
+                    counts[key] += entry[key]
+                log(
+                    "ingest",
+                    "file",
+                    logging.DEBUG if progress else logging.INFO,  # the bar shows it on a terminal
+                    path=str(item.path),
+                    status=item.status,
+                    kind=summary.kind,
+                    rows_ingested=summary.rows_ingested,
+                    rows_rejected=summary.rows_rejected,
+                )
+    return counts
