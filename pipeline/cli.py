@@ -546,25 +546,14 @@ def report(db: Path, out: Path, observed_until, job_path, monte_carlo_runs: int,
 
 def _report_job_spec(path: Path, fleet_rate, db: Path):
     """The job spec; a spec without a [failures] table is projected with the warehouse's fleet rate."""
-    import tomllib
-
     from pipeline import projection as proj
 
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        fail(f"{path}: cannot read job spec ({exc.strerror})")
-    except tomllib.TOMLDecodeError as exc:
-        fail(f"{path}: invalid TOML ({exc})")
-    failure = None
-    if not doc.get("failures"):
-        failure = proj.FailureModel.from_counts(
-            fleet_rate.failures_, fleet_rate.exposure_hours_, source=f"fleet rate in {db}"
-        )
-    try:
-        return proj.job_spec_from_mapping(doc, failure=failure)
-    except proj.SpecError as exc:
-        fail(f"{path}: {exc}")
+    return proj.job_spec_for_fleet(
+        path,
+        fleet_failures=fleet_rate.failures_,
+        fleet_instance_hours=fleet_rate.exposure_hours_,
+        source=f"fleet rate in {db}",
+    )
 
 
 # --- run ------------------------------------------------------------------------------------

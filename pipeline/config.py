@@ -24,6 +24,7 @@ from typing import Any
 from pipeline.ingest import FORMATS
 
 SAMPLE_DIR = Path("data/sample")
+SAMPLE_JOB = Path("data/jobs/fleet-llama3-70b.toml")
 INPUT_KINDS = ("inventory", "auto", *FORMATS)
 """``[inputs]`` keys: ``inventory`` and ``auto`` globs are read with the format detected from the
 file name; the others force that format."""
@@ -201,7 +202,7 @@ def _utc_naive(value: str | datetime, where: _Where) -> datetime:
 def load_config(path: Path | str | None) -> RunConfig:
     """Read and check a TOML config; without a path, the defaults (the bundled sample)."""
     if path is None:
-        return RunConfig()
+        return RunConfig(jobs=(str(SAMPLE_JOB),))
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

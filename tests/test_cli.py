@@ -87,6 +87,7 @@ def test_run_writes_the_report(tmp_path, monkeypatch) -> None:
     html = (tmp_path / "r" / "failcast-report.html").read_text()
     assert html.startswith("<!DOCTYPE html>") and "vegaEmbed" in html
     assert "https://cdn" not in html  # self-contained: nothing fetched from a CDN
+    assert "llama3-70b-on-this-fleet" in html  # the bundled job is projected on the fleet's rate
 
 
 @pytest.mark.parametrize(

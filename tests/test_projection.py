@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -387,3 +388,30 @@ def test_cli_project_json_text_explain_and_errors():
         res = runner.invoke(main, [*args, *bad])
         assert res.exit_code == 2
         assert words in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_job_for_fleet_uses_the_measured_rate_and_config_recovery(tmp_path) -> None:
+    from pipeline.projection import job_spec_for_fleet
+
+    job = tmp_path / "job.toml"
+    job.write_text(
+        'name = "j"\n[work]\ngpu_hours = 1e5\n[cluster]\ninstances = 64\nprice_per_gpu_hour_usd = 2.0\n'
+        "[recovery.automatic]\ndetect_hours = 0.2\n"
+    )
+    spec = job_spec_for_fleet(
+        job,
+        fleet_failures=40,
+        fleet_instance_hours=100_000.0,
+        source="test fleet",
+        recovery={"automatic": {"detect_hours": 0.9, "replace_hours": 0.7}},
+    )
+    assert spec.failure.cluster_rate_per_hour(1) == pytest.approx(40 / 100_000)
+    automatic = spec.recovery["automatic"]
+    assert (automatic.detect_hours, automatic.replace_hours) == (0.2, 0.7)  # the job's key wins
+    with_preset = job_spec_for_fleet(
+        {**tomllib.loads(job.read_text()), "failures": {"preset": "opt-175b"}},
+        fleet_failures=40,
+        fleet_instance_hours=100_000.0,
+        source="test fleet",
+    )
+    assert with_preset.failure.cluster_rate_per_hour(1) == pytest.approx(0.000588, rel=0.01)

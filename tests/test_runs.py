@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from pipeline import runs, sample, warehouse
+from pipeline import config, runs, sample, warehouse
 from pipeline.cli import main
 from pipeline.config import load_config
 from pipeline.runs.log import log
@@ -295,6 +295,9 @@ def test_a_failed_stage_marks_the_run_failed_and_keeps_the_previous_report(tmp_p
 
 def test_without_a_config_run_writes_the_readme_report_from_the_sample(tmp_path, monkeypatch, fleet):
     fleet.write(tmp_path / "data/sample")
+    job = Path(__file__).resolve().parents[1] / config.SAMPLE_JOB
+    (tmp_path / config.SAMPLE_JOB).parent.mkdir(parents=True)
+    (tmp_path / config.SAMPLE_JOB).write_bytes(job.read_bytes())
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["run"])
     assert result.exit_code == 0, result.output

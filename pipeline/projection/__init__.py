@@ -49,8 +49,10 @@ from .spec import (
     JobSpec,
     RecoveryProfile,
     SpecError,
+    job_spec_for_fleet,
     job_spec_from_mapping,
     load_job_spec,
+    read_job_document,
 )
 
 __all__ = [
@@ -69,10 +71,12 @@ __all__ = [
     "expected_wall_hours",
     "explain",
     "first_order_ettr",
+    "job_spec_for_fleet",
     "job_spec_from_mapping",
     "load_job_spec",
     "monte_carlo",
     "project",
+    "read_job_document",
     "sensitivity_table",
     "superposed_failure_times",
     "sweep_cluster_size",

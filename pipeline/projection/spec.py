@@ -341,19 +341,54 @@ def failure_model_from_mapping(table: dict[str, Any], where: str = "failures") -
     )
 
 
-def load_job_spec(path: str | Path) -> JobSpec:
-    """Read a TOML job spec (see data/jobs/llama3-70b.toml). Errors name the file and key."""
+def read_job_document(path: str | Path) -> dict[str, Any]:
+    """The parsed TOML of a job spec file; errors name the file."""
     path = Path(path)
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise SpecError(f"{path}: cannot read job spec ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: invalid TOML ({exc})") from None
+
+
+def load_job_spec(path: str | Path) -> JobSpec:
+    """Read a TOML job spec (see data/jobs/llama3-70b.toml). Errors name the file and key."""
     try:
-        return job_spec_from_mapping(doc)
+        return job_spec_from_mapping(read_job_document(path))
     except SpecError as exc:
         raise SpecError(f"{path}: {exc}") from None
+
+
+def job_spec_for_fleet(
+    job: str | Path | dict[str, Any],
+    *,
+    fleet_failures: int,
+    fleet_instance_hours: float,
+    source: str,
+    recovery: dict[str, dict[str, float]] | None = None,
+) -> JobSpec:
+    """A job (TOML path or parsed table) projected on *this* fleet.
+
+    A job without a ``[failures]`` table gets the fleet's measured rate, with its exact interval,
+    so a scheduled report projects the next job on the failures the fleet actually had. Recovery
+    profiles from the run config (``recovery``) apply under the job's own ``[recovery]`` keys.
+    """
+    where = str(job) if not isinstance(job, dict) else f"job {job.get('name', '(inline)')!r}"
+    doc = dict(job) if isinstance(job, dict) else read_job_document(job)
+    own = doc.get("recovery", {})
+    if recovery and isinstance(own, dict):  # else job_spec_from_mapping names the bad table
+        modes: dict[str, Any] = {mode: dict(table) for mode, table in recovery.items()}
+        for mode, table in own.items():
+            modes[mode] = {**modes[mode], **table} if isinstance(table, dict) and mode in modes else table
+        doc["recovery"] = modes
+    failure = None
+    if not doc.get("failures"):
+        failure = FailureModel.from_counts(fleet_failures, fleet_instance_hours, source=source)
+    try:
+        return job_spec_from_mapping(doc, failure=failure)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
 
 
 def job_spec_from_mapping(doc: dict[str, Any], **overrides: Any) -> JobSpec:

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from pipeline import analysis, ingest, report, warehouse
+from pipeline import analysis, ingest, projection, report, warehouse
 from pipeline.config import RunConfig
 from pipeline.runs.lock import open_warehouse, warehouse_lock
 from pipeline.runs.log import log
@@ -118,14 +118,37 @@ def _stages(con, cfg: RunConfig, record: RunRecord, progress: bool) -> None:
     with record.stage("analyze") as counts:
         result = analysis.analyze(con, observed_until=cfg.observed_until)
         counts.update(observed_until=result.observed_until.isoformat(), best_family=result.best_family)
+    with record.stage("project") as counts:
+        outlook = _job_outlook(cfg, result)
+        counts["job"] = outlook.job if outlook else None
     with record.stage("report") as counts:
-        path = report.write_report(result, cfg.report_dir, filename=dated_name(record.started_at_utc))
+        path = report.write_report(
+            result, cfg.report_dir, filename=dated_name(record.started_at_utc), projection=outlook
+        )
         counts["bytes"] = path.stat().st_size
         record.report_path = str(path)
     with record.stage("publish") as counts:
         counts["aliases"] = [str(p) for p in publish(path)]
         pruned = prune_reports(path.parent, keep=cfg.keep_reports, keep_days=cfg.keep_days, now=utc_now())
         counts["pruned"] = len(pruned)
+
+
+def _job_outlook(cfg: RunConfig, result: analysis.FleetAnalysis) -> report.JobOutlook | None:
+    """The first configured job projected on this fleet (the report shows one job)."""
+    if not cfg.jobs:
+        return None
+    if len(cfg.jobs) > 1:
+        log("project", "the report shows the first of the configured jobs", logging.WARNING,
+            jobs=len(cfg.jobs))
+    rate = result.fleet_rate
+    spec = projection.job_spec_for_fleet(
+        cfg.jobs[0],
+        fleet_failures=rate.failures_,
+        fleet_instance_hours=rate.exposure_hours_,
+        source=f"fleet rate in {cfg.warehouse}",
+        recovery=cfg.recovery,
+    )
+    return report.job_outlook(spec)
 
 
 def _file_name(batch: list[InputFile] | None) -> str | None:
