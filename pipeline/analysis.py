@@ -20,7 +20,13 @@ PROJECTED_SIZES = (256, 512, 2048, 16384)
 
 @dataclass
 class FleetAnalysis:
-    """Everything the report shows, as Polars frames and fitted models."""
+    """Everything the report shows, as Polars frames and fitted models.
+
+    Times between failures (``node_durations``, ``node_fits``, ``kaplan_meier``, ``nelson_aalen``,
+    ``cluster_durations``, ``size_regression``) follow ``first_gap`` (see
+    :func:`pipeline.transform.times_between_failures`): by default the span from a window's start
+    to its first failure is left out because it is a forward-recurrence time, not a full gap.
+    """
 
     observed_until: datetime
     exposure: pl.DataFrame
@@ -37,6 +43,16 @@ class FleetAnalysis:
     scaling_projection: pl.DataFrame
     files: pl.DataFrame
     rejects: pl.DataFrame
+    rates_by_size_bucket: pl.DataFrame
+    category_shares: pl.DataFrame
+    trend_tests: pl.DataFrame
+    first_gap: str
+    node_durations: pl.DataFrame
+    nelson_aalen: models.NelsonAalen
+    cluster_durations: pl.DataFrame
+    size_regression: models.WeibullSizeRegression | None
+    size_regression_projection: pl.DataFrame
+    job_interruptions: pl.DataFrame | None
 
     @property
     def fleet_rate(self) -> models.PoissonRate:
@@ -73,7 +89,59 @@ def cluster_mtbf(rates_by_cluster: pl.DataFrame, exposure: pl.DataFrame) -> pl.D
     )
 
 
-def analyze(con, *, observed_until: datetime | None = None) -> FleetAnalysis:
+TREND_SCHEMA = {
+    "cluster_id": pl.String,
+    "failures": pl.Int64,
+    "observed_node_hours": pl.Float64,
+    "laplace_statistic": pl.Float64,
+    "laplace_p_value": pl.Float64,
+    "laplace_verdict": pl.String,
+    "crow_beta": pl.Float64,
+    "crow_beta_ci_low": pl.Float64,
+    "crow_beta_ci_high": pl.Float64,
+    "crow_statistic": pl.Float64,
+    "crow_p_value": pl.Float64,
+    "crow_verdict": pl.String,
+}
+
+
+def trend_tests(operating_times: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
+    """One row per cluster: Laplace and MIL-HDBK-189 tests on its failures' operating times
+    (:func:`pipeline.transform.failure_operating_times`); nulls where it had fewer than 2."""
+    totals = exposure.group_by("cluster_id").agg(observed_node_hours=pl.col("node_hours").sum())
+    rows = []
+    for cluster, total in totals.sort("cluster_id").iter_rows():
+        times = operating_times.filter(pl.col("cluster_id") == cluster)["operating_node_hours"]
+        row = dict.fromkeys(TREND_SCHEMA) | {
+            "cluster_id": cluster,
+            "failures": times.len(),
+            "observed_node_hours": total,
+        }
+        if times.len() >= 2:
+            t = models.TrendTest().fit(times.to_numpy(), total)
+            row |= {
+                "laplace_statistic": t.laplace_statistic_,
+                "laplace_p_value": t.laplace_p_value_,
+                "laplace_verdict": t.laplace_verdict_,
+                "crow_beta": t.crow_beta_,
+                "crow_beta_ci_low": t.crow_beta_confidence_interval_[0],
+                "crow_beta_ci_high": t.crow_beta_confidence_interval_[1],
+                "crow_statistic": t.crow_statistic_,
+                "crow_p_value": t.crow_p_value_,
+                "crow_verdict": t.crow_verdict_,
+            }
+        rows.append(row)
+    return pl.DataFrame(rows, schema=TREND_SCHEMA, orient="row")
+
+
+def _projection(predict, sizes: np.ndarray) -> pl.DataFrame:
+    mtbf, low, high = predict(sizes)
+    return pl.DataFrame(
+        {"instances": sizes, "mtbf_hours": mtbf, "mtbf_ci_low_hours": low, "mtbf_ci_high_hours": high}
+    )
+
+
+def analyze(con, *, observed_until: datetime | None = None, first_gap: str = "drop") -> FleetAnalysis:
     """Run every transform and fit on the warehouse behind ``con``."""
     incidents = warehouse.table(con, "incidents")
     inventory = warehouse.table(con, "inventory")
@@ -85,38 +153,65 @@ def analyze(con, *, observed_until: datetime | None = None) -> FleetAnalysis:
     end = observed_until or transform.observation_end(incidents, inventory)
     exposure = transform.exposure_intervals(inventory, end)
     by_cluster = transform.failure_rates(incidents, exposure, by=["cluster_id"])
+    overall = transform.failure_rates(incidents, exposure, by=[])
 
-    durations = transform.aggregate_durations(transform.times_between_failures(incidents, exposure))
+    durations = transform.aggregate_durations(
+        transform.times_between_failures(incidents, exposure, first_gap=first_gap)
+    )
     args = (durations["duration_hours"], durations["observed"], durations["count"])
-    fits = {family: models.ParametricTBF(family).fit(*args) for family in FAMILIES}
-    best = min(fits, key=lambda f: fits[f].aic_)
+    fits = models.fit_families(*args, families=FAMILIES)
 
     per_cluster = cluster_mtbf(by_cluster, exposure)
-    scaling, projection = None, pl.DataFrame()
+    sizes = np.array(sorted({*PROJECTED_SIZES, *per_cluster["instances"].round().to_list()}))
+    cluster_durations = transform.aggregate_durations(
+        transform.times_between_failures(incidents, exposure, level="cluster", first_gap=first_gap),
+        by=["cluster_id", "instances"],
+    )
+    scaling, projection, regression, regression_projection = None, pl.DataFrame(), None, pl.DataFrame()
     if per_cluster["instances"].n_unique() >= 2:
         scaling = models.MTBFScaling().fit(
             per_cluster["instances"], per_cluster["failures"], per_cluster["exposure_cluster_hours"]
         )
-        sizes = np.array(sorted({*PROJECTED_SIZES, *per_cluster["instances"].round().to_list()}))
-        mtbf, low, high = scaling.predict_mtbf_hours(sizes)
-        projection = pl.DataFrame(
-            {"instances": sizes, "mtbf_hours": mtbf, "mtbf_ci_low_hours": low, "mtbf_ci_high_hours": high}
+        projection = _projection(scaling.predict_mtbf_hours, sizes)
+    if cluster_durations.filter("observed")["instances"].n_unique() >= 2:
+        regression = models.WeibullSizeRegression().fit(
+            cluster_durations["instances"],
+            cluster_durations["duration_hours"],
+            cluster_durations["observed"],
+            cluster_durations["count"],
         )
+        regression_projection = _projection(regression.predict_mtbf_hours, sizes)
+
+    jobs = None
+    if "jobs" in warehouse.TABLES and overall["failures"][0] > 0:
+        table = warehouse.table(con, "jobs")
+        if table.height:
+            jobs = transform.job_interruption_rates(table, overall["rate_per_node_hour"][0])
 
     return FleetAnalysis(
         observed_until=end,
         exposure=exposure,
         incidents=incidents,
-        rates_overall=transform.failure_rates(incidents, exposure, by=[]),
+        rates_overall=overall,
         rates_by_cluster=by_cluster,
         rates_by_category=transform.failure_rates(incidents, exposure, by=["category"]),
         rates_by_month=transform.failure_rates(incidents, exposure, by=["cluster_id"], period="month"),
         node_fits=fits,
-        best_family=best,
+        best_family=models.best_by_aic(fits),
         kaplan_meier=models.KaplanMeier().fit(*args),
         cluster_mtbf=per_cluster,
         scaling=scaling,
         scaling_projection=projection,
         files=warehouse.table(con, "ingested_files"),
         rejects=warehouse.table(con, "rejects"),
+        rates_by_size_bucket=transform.failure_rates(incidents, exposure, by=["size_bucket"]),
+        category_shares=transform.category_shares(incidents, exposure, by=["cluster_id"]),
+        trend_tests=trend_tests(transform.failure_operating_times(incidents, exposure), exposure),
+        first_gap=first_gap,
+        node_durations=durations,
+        nelson_aalen=models.NelsonAalen().fit(*args),
+        cluster_durations=cluster_durations,
+        size_regression=regression,
+        size_regression_projection=regression_projection,
+        job_interruptions=jobs,
     )

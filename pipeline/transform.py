@@ -20,7 +20,10 @@ from datetime import datetime
 
 import numpy as np
 import polars as pl
+from scipy.stats import beta as beta_dist
 from scipy.stats import chi2
+
+from pipeline.categories import INTERRUPTING_CATEGORIES, FailureCategory
 
 EXPOSURE_KEYS = ("cluster_id", "node_id", "instance_type", "size_bucket")
 PERIODS = {"day": "1d", "week": "1w", "month": "1mo"}
@@ -92,15 +95,14 @@ def poisson_interval(
 
 
 def _periodic_exposure(exposure: pl.DataFrame, every: str) -> pl.DataFrame:
-    """Split each interval at period boundaries: one row per (interval, period) it overlaps."""
-    start, end = exposure["start_utc"].min(), exposure["end_utc"].max()
+    """Split each interval at period boundaries: one row per (interval, period) it overlaps.
+
+    Periods start at the calendar boundary at or before the first interval (Monday for weeks,
+    the 1st for months) so exposure in a partial last period is kept.
+    """
+    first = exposure.select(pl.col("start_utc").min().dt.truncate(every)).item()
     periods = pl.DataFrame(
-        {
-            "period": pl.datetime_range(start, end, every, eager=True, time_unit="us")
-            .dt.truncate(every)
-            .unique()
-            .sort()
-        }
+        {"period": pl.datetime_range(first, exposure["end_utc"].max(), every, eager=True, time_unit="us")}
     ).with_columns(period_end=pl.col("period").dt.offset_by(every))
     return (
         exposure.lazy()
@@ -113,6 +115,23 @@ def _periodic_exposure(exposure: pl.DataFrame, every: str) -> pl.DataFrame:
         .with_columns(node_hours=(pl.col("end_utc") - pl.col("start_utc")).dt.total_seconds() / 3600)
         .with_columns(gpu_hours=pl.col("node_hours") * pl.col("gpus_per_node"))
         .drop("period_end")
+        .collect()
+    )
+
+
+def failures_in_service(incidents: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
+    """Incidents that happened while their node was in service and observed, with the node's
+    exposure attributes; failures outside every interval (out for repair, after ``--until``) have
+    no exposure behind them and would bias rates upwards."""
+    return (
+        incidents.lazy()
+        .join(
+            exposure.lazy().select(*EXPOSURE_KEYS, "start_utc", "end_utc"),
+            on=["cluster_id", "node_id"],
+            how="inner",
+        )
+        .filter(pl.col("timestamp_utc").is_between("start_utc", "end_utc", closed="left"))
+        .drop("start_utc", "end_utc")
         .collect()
     )
 
@@ -141,16 +160,15 @@ def failure_rates(
     if period is not None and period not in PERIODS:
         raise ValueError(f"unknown period {period!r}; use one of {', '.join(PERIODS)}")
     exposure_keys = [k for k in by if k != "category"]
+    base_exposure = exposure
     if period:
         exposure = _periodic_exposure(exposure, PERIODS[period])
         exposure_keys.append("period")
     keys = [*exposure_keys, *(["category"] if "category" in by else [])]
 
-    events = incidents.filter(pl.col("interrupting")) if interrupting_only else incidents
-    attributes = exposure.select("cluster_id", "node_id", "instance_type", "size_bucket").unique(
-        subset=["cluster_id", "node_id"]
+    events = failures_in_service(
+        incidents.filter(pl.col("interrupting")) if interrupting_only else incidents, base_exposure
     )
-    events = events.join(attributes, on=["cluster_id", "node_id"], how="inner")
     if period:
         events = events.with_columns(period=pl.col("timestamp_utc").dt.truncate(PERIODS[period]))
 
@@ -160,8 +178,9 @@ def failure_rates(
     )
     counts = events.group_by(keys or pl.lit(0).alias("_all")).agg(failures=pl.len())
     if "category" in by:
-        # every category appears in every group, with zero failures where it had none
-        cats = events.select("category").unique()
+        # every known category appears in every group, with zero failures where it had none
+        known = INTERRUPTING_CATEGORIES if interrupting_only else tuple(c.value for c in FailureCategory)
+        cats = pl.concat([pl.Series("category", known), events["category"]]).unique().sort().to_frame()
         exposure_sums = exposure_sums.join(cats, how="cross")
     join_on = keys or ["_all"]
     rates = (
@@ -184,17 +203,33 @@ def failure_rates(
     )
 
 
+FIRST_GAP_CHOICES = ("drop", "keep")
+
+
 def times_between_failures(
-    incidents: pl.DataFrame, exposure: pl.DataFrame, *, level: str = "node"
+    incidents: pl.DataFrame, exposure: pl.DataFrame, *, level: str = "node", first_gap: str = "drop"
 ) -> pl.DataFrame:
     """Durations (hours) between successive interrupting failures, right-censored at the end of
     each service interval (node level) or of the cluster's observed window (cluster level).
 
-    Returns ``cluster_id`` (and ``node_id`` at node level), ``instances``, ``duration_hours``
-    and ``observed`` (True for a failure, False for a censored tail).
+    ``first_gap`` decides what to do with the span from a window's start to its first failure
+    (or to its end when it has none). That span is a full time-between-failures only if the node
+    was as good as new at the window start. When observation starts on a node already running
+    (logs begin after installation, or the stationary renewal of ``pipeline.sample``), it is a
+    *forward-recurrence* time, longer-tailed than a real gap: keeping it biases the Weibull
+    shape up towards 1 and the MTBF up (2245 h for a true 2000 h on the sample fleet). "drop"
+    (default) fits only the gaps that start at a failure, which is exact for any renewal
+    process whatever the age at window start (the process after a failure is independent of its
+    past), at the price of the windows with no failure. "keep" uses every span, right for nodes
+    observed from installation.
+
+    Returns ``cluster_id`` (and ``node_id`` at node level), ``instances``, ``duration_hours``,
+    ``observed`` (True for a failure, False for a censored tail) and ``first_gap``.
     """
     if level not in ("node", "cluster"):
         raise ValueError(f"level must be 'node' or 'cluster', not {level!r}")
+    if first_gap not in FIRST_GAP_CHOICES:
+        raise ValueError(f"first_gap must be one of {', '.join(FIRST_GAP_CHOICES)}, not {first_gap!r}")
     if level == "node":
         windows = exposure.select("cluster_id", "node_id", "instances", "start_utc", "end_utc")
         keys = ["cluster_id", "node_id"]
@@ -213,22 +248,157 @@ def times_between_failures(
         .select("window", time_utc=pl.col("timestamp_utc"), observed=pl.lit(True))
     )
     ends = windows.lazy().select("window", time_utc=pl.col("end_utc"), observed=pl.lit(False))
-    return (
+    durations = (
         pl.concat([failures, ends])
         .join(windows.lazy(), on="window")
         .sort("window", "time_utc", "observed", descending=[False, False, True])
-        .with_columns(previous_utc=pl.col("time_utc").shift(1).over("window").fill_null(pl.col("start_utc")))
-        .with_columns(duration_hours=(pl.col("time_utc") - pl.col("previous_utc")).dt.total_seconds() / 3600)
+        .with_columns(previous_utc=pl.col("time_utc").shift(1).over("window"))
+        .with_columns(
+            first_gap=pl.col("previous_utc").is_null(),
+            duration_hours=(
+                pl.col("time_utc") - pl.col("previous_utc").fill_null(pl.col("start_utc"))
+            ).dt.total_seconds()
+            / 3600,
+        )
         .filter(pl.col("observed") | (pl.col("duration_hours") > 0))
-        .select(*keys, "instances", "duration_hours", "observed")
-        .collect()
     )
+    if first_gap == "drop":
+        durations = durations.filter(~pl.col("first_gap"))
+    return durations.select(*keys, "instances", "duration_hours", "observed", "first_gap").collect()
 
 
-def aggregate_durations(durations: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
-    """Unique (duration, observed) pairs with their counts: what the fitters take as weights."""
+def aggregate_durations(
+    durations: pl.DataFrame, by: Sequence[str] = (), *, resolution_hours: float | None = None
+) -> pl.DataFrame:
+    """Unique (duration, observed) pairs with their counts: what the fitters take as weights.
+
+    The fit on these is the fit on the raw rows (same likelihood). ``resolution_hours`` first
+    rounds durations to that grid (at least one step), which bounds the number of unique values
+    for very large inputs at a bias of at most half a step per duration.
+    """
+    if resolution_hours is not None:
+        if resolution_hours <= 0:
+            raise ValueError("resolution_hours must be positive")
+        step = float(resolution_hours)
+        durations = durations.with_columns(
+            duration_hours=(pl.col("duration_hours") / step).round().clip(lower_bound=1) * step
+        )
     return (
         durations.group_by([*by, "duration_hours", "observed"])
         .agg(count=pl.len())
-        .sort([*by, "duration_hours"])
+        .sort([*by, "duration_hours", "observed"])
+    )
+
+
+def category_shares(
+    incidents: pl.DataFrame, exposure: pl.DataFrame, by: Sequence[str] = ("cluster_id",), *, confidence=0.95
+) -> pl.DataFrame:
+    """Share of interrupting failures by root cause within each group, with the exact
+    Clopper–Pearson interval (Clopper & Pearson 1934): for k of n,
+    low = Beta.ppf(a/2; k, n - k + 1), high = Beta.ppf(1 - a/2; k + 1, n - k)."""
+    rates = failure_rates(incidents, exposure, by=[*by, "category"], confidence=confidence)
+    shares = rates.select(*by, "category", "failures").with_columns(
+        group_failures=pl.col("failures").sum().over(list(by)) if by else pl.col("failures").sum()
+    )
+    k = shares["failures"].to_numpy().astype(float)
+    n = shares["group_failures"].to_numpy().astype(float)
+    a = 1 - confidence
+    with np.errstate(invalid="ignore", divide="ignore"):
+        low = np.where(k > 0, beta_dist.ppf(a / 2, k, n - k + 1), 0.0)
+        high = np.where(k < n, beta_dist.ppf(1 - a / 2, k + 1, n - k), 1.0)
+        share = np.where(n > 0, k / n, np.nan)
+    return shares.with_columns(
+        share=pl.Series(share),
+        share_ci_low=pl.Series(np.where(n > 0, low, np.nan)),
+        share_ci_high=pl.Series(np.where(n > 0, high, np.nan)),
+    ).fill_nan(None)
+
+
+def _cumulative_exposure(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Node-hours accrued by ``at`` over intervals [starts, ends): a piecewise-linear clock whose
+    slope is the number of nodes in service."""
+    edges = np.concatenate([starts, ends])
+    order = np.argsort(edges, kind="stable")
+    edges = edges[order]
+    active = np.cumsum(np.concatenate([np.ones_like(starts), -np.ones_like(ends)])[order])
+    accrued = np.concatenate([[0.0], np.cumsum(active[:-1] * np.diff(edges))])
+    return np.interp(at, edges, accrued)
+
+
+def failure_operating_times(incidents: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
+    """Each cluster's interrupting failures on its *operating* clock, the node-hours accrued
+    since the cluster's first service start, with the cluster's total ``observed_node_hours``.
+
+    Trend tests run on this clock so that nodes joining or leaving (a growing cluster) are not
+    mistaken for a rising or falling failure rate.
+    """
+    hours = (pl.col("start_utc").dt.epoch("us") / 3.6e9, pl.col("end_utc").dt.epoch("us") / 3.6e9)
+    failures = failures_in_service(incidents.filter(pl.col("interrupting")), exposure).with_columns(
+        t=pl.col("timestamp_utc").dt.epoch("us") / 3.6e9
+    )
+    frames = []
+    for (cluster,), windows in exposure.with_columns(a=hours[0], b=hours[1]).group_by("cluster_id"):
+        starts, ends = windows["a"].to_numpy(), windows["b"].to_numpy()
+        at = np.sort(failures.filter(pl.col("cluster_id") == cluster)["t"].to_numpy())
+        frames.append(
+            pl.DataFrame(
+                {
+                    "cluster_id": [cluster] * at.size,
+                    "operating_node_hours": _cumulative_exposure(starts, ends, at),
+                    "observed_node_hours": [float((ends - starts).sum())] * at.size,
+                },
+                schema={
+                    "cluster_id": pl.String,
+                    "operating_node_hours": pl.Float64,
+                    "observed_node_hours": pl.Float64,
+                },
+            )
+        )
+    return pl.concat(frames).sort("cluster_id", "operating_node_hours")
+
+
+def job_interruption_rates(
+    jobs: pl.DataFrame, node_rate_per_node_hour: float, *, confidence: float = 0.95
+) -> pl.DataFrame:
+    """Interruptions per job-hour by node-count bucket (nearest power of two of ``nnodes``), with
+    the exact interval, against what independent node failures predict.
+
+    A job on n nodes is interrupted when any of its nodes fails, so under independence its rate
+    per job-hour is n x the node rate; over a bucket the expectation is
+    ``node_rate * node_hours / job_hours``. ``ratio_to_node_model`` above 1 means jobs die more
+    often than node failures explain (software, NCCL, storage), below 1 that some node failures
+    do not kill jobs. A job ends at its first interruption, so interruptions / job-hours is the
+    exponential MLE with censoring and the Garwood interval applies.
+
+    ``jobs`` has the warehouse ``jobs`` columns; only ``nnodes``, ``elapsed_hours`` and
+    ``interrupted`` are used. Jobs that never ran (no or zero elapsed time) are left out.
+    """
+    missing = {"nnodes", "elapsed_hours", "interrupted"} - set(jobs.columns)
+    if missing:
+        raise ValueError(f"jobs frame lacks column(s) {', '.join(sorted(missing))}")
+    if not node_rate_per_node_hour > 0:
+        raise ValueError("node_rate_per_node_hour must be positive")
+    rates = (
+        jobs.filter((pl.col("elapsed_hours") > 0) & (pl.col("nnodes") >= 1))
+        .group_by(nnodes_bucket=size_bucket(pl.col("nnodes")))
+        .agg(
+            jobs=pl.len(),
+            interruptions=pl.col("interrupted").fill_null(False).sum().cast(pl.Int64),
+            job_hours=pl.col("elapsed_hours").sum(),
+            node_hours=(pl.col("elapsed_hours") * pl.col("nnodes")).sum(),
+        )
+        .sort("nnodes_bucket")
+        .with_columns(mean_nnodes=pl.col("node_hours") / pl.col("job_hours"))
+    )
+    low, high = poisson_interval(rates["interruptions"].to_numpy(), rates["job_hours"].to_numpy(), confidence)
+    expected = node_rate_per_node_hour * rates["mean_nnodes"]
+    return rates.with_columns(
+        rate_per_job_hour=pl.col("interruptions") / pl.col("job_hours"),
+        rate_ci_low=pl.Series(low),
+        rate_ci_high=pl.Series(high),
+        expected_rate_per_job_hour=expected,
+    ).with_columns(
+        ratio_to_node_model=pl.col("rate_per_job_hour") / pl.col("expected_rate_per_job_hour"),
+        ratio_ci_low=pl.col("rate_ci_low") / pl.col("expected_rate_per_job_hour"),
+        ratio_ci_high=pl.col("rate_ci_high") / pl.col("expected_rate_per_job_hour"),
     )
