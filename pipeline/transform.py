@@ -223,6 +223,8 @@ def times_between_failures(
     past), at the price of the windows with no failure. "keep" uses every span, right for nodes
     observed from installation.
 
+    Only failures while the node was in service count (:func:`failures_in_service`).
+
     Returns ``cluster_id`` (and ``node_id`` at node level), ``instances``, ``duration_hours``,
     ``observed`` (True for a failure, False for a censored tail) and ``first_gap``.
     """
@@ -240,8 +242,8 @@ def times_between_failures(
         keys = ["cluster_id"]
     windows = windows.with_row_index("window")
     failures = (
-        incidents.lazy()
-        .filter(pl.col("interrupting"))
+        failures_in_service(incidents.filter(pl.col("interrupting")), exposure)
+        .lazy()
         .select(*keys, "timestamp_utc")
         .join(windows.lazy(), on=keys, how="inner")
         .filter(pl.col("timestamp_utc").is_between("start_utc", "end_utc", closed="left"))
