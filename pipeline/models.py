@@ -73,6 +73,10 @@ class PoissonRate:
         return self
 
 
+# L-BFGS-B tolerances tighter than lifelines' defaults so that the optimum does not depend on how
+# the data are laid out (raw rows vs unique durations with counts) beyond 1e-6 relative.
+_TIGHT = {"ftol": 1e-14, "gtol": 1e-10}
+
 _FAMILIES = {
     "exponential": lifelines.ExponentialFitter,
     "weibull": lifelines.WeibullFitter,
@@ -108,7 +112,12 @@ class ParametricTBF:
         if not np.any(np.asarray(observed, bool) & (weights > 0)):
             raise ValueError("no observed failures to fit")
         fitter = _FAMILIES[self.family]()
-        fitter.fit(np.clip(durations, 1e-9, None), event_observed=np.asarray(observed, bool), weights=weights)
+        fitter.fit(
+            np.clip(durations, 1e-9, None),
+            event_observed=np.asarray(observed, bool),
+            weights=weights,
+            fit_options=_TIGHT,
+        )
         names = list(fitter._fitted_parameter_names)
         values = np.array([getattr(fitter, n) for n in names], dtype=float)
         self.params_ = dict(zip(names, values, strict=True))
