@@ -170,7 +170,10 @@ def analyze(con, *, observed_until: datetime | None = None, first_gap: str = "dr
     scaling, projection, regression, regression_projection = None, pl.DataFrame(), None, pl.DataFrame()
     if per_cluster["instances"].n_unique() >= 2:
         scaling = models.MTBFScaling().fit(
-            per_cluster["instances"], per_cluster["failures"], per_cluster["exposure_cluster_hours"]
+            per_cluster["instances"],
+            per_cluster["failures"],
+            per_cluster["exposure_cluster_hours"],
+            dispersion=transform.count_dispersion(incidents, exposure),
         )
         projection = _projection(scaling.predict_mtbf_hours, sizes)
     if cluster_durations.filter("observed")["instances"].n_unique() >= 2:

@@ -13,6 +13,7 @@ Every model's ``fit(...)`` returns ``self``; fitted values end in ``_`` (``rate_
 * :class:`MTBFScaling` — cluster MTBF against instance count, MTBF(N) = MTBF_1 / N^alpha, fitted as a
   Poisson regression of cluster failure counts with log(exposure hours) as offset:
   log E[k] = log T + log(1/MTBF_1) + alpha log N. alpha = 1 when instances fail independently.
+  The covariance is scaled by the node-count dispersion (quasi-Poisson, McCullagh & Nelder 1989).
 * :class:`WeibullSizeRegression` — the second view of size: a Weibull AFT regression (lifelines
   ``WeibullAFTFitter``) of cluster-level times between failures on log(instances),
   log lambda = b0 + b1 log N, so MTBF(N) = exp(b0) Gamma(1 + 1/rho) N^b1 and alpha = -b1. Unlike
@@ -209,7 +210,11 @@ def best_by_aic(fits: dict[str, ParametricTBF]) -> str:
 class MTBFScaling:
     """MTBF(N) = MTBF_1 / N^alpha by Poisson regression (IRLS) with an offset for exposure."""
 
-    def fit(self, instances, failures, exposure_cluster_hours) -> MTBFScaling:
+    def fit(self, instances, failures, exposure_cluster_hours, dispersion: float = 1.0) -> MTBFScaling:
+        """``dispersion`` (see :func:`pipeline.transform.count_dispersion`) scales the covariance
+        (quasi-Poisson): node renewal processes with Weibull shape < 1 give more variable counts
+        than Poisson, and intervals that ignore it are too narrow. Under-dispersion (< 1) never
+        narrows the interval below the Poisson one: with few nodes it is mostly noise."""
         n = np.asarray(instances, float)
         k = np.asarray(failures, float)
         t = np.asarray(exposure_cluster_hours, float)
@@ -224,11 +229,12 @@ class MTBFScaling:
             beta = beta + step
             if np.max(np.abs(step)) < 1e-10:
                 break
-        cov = np.linalg.inv(x.T @ (x * (t * np.exp(x @ beta))[:, None]))
+        cov = max(float(dispersion), 1.0) * np.linalg.inv(x.T @ (x * (t * np.exp(x @ beta))[:, None]))
         se = np.sqrt(np.diag(cov))
         self.alpha_ = float(beta[1])
         self.alpha_confidence_interval_ = (beta[1] - _Z95 * se[1], beta[1] + _Z95 * se[1])
         self.mtbf_one_hours_ = float(math.exp(-beta[0]))
+        self.dispersion_ = float(dispersion)
         self.coef_, self.variance_matrix_ = beta, cov
         return self
 

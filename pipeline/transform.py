@@ -316,6 +316,23 @@ def category_shares(
     ).fill_nan(None)
 
 
+def count_dispersion(incidents: pl.DataFrame, exposure: pl.DataFrame) -> float:
+    """Pearson dispersion of per-node failure counts around each cluster's rate (McCullagh &
+    Nelder 1989, 4.5): phi = sum (k - mu)^2 / mu / (nodes - clusters), mu = cluster rate x the
+    node's hours. 1 for Poisson counts; a node renewal process with Weibull shape < 1 gives
+    phi > 1 (clustered failures), shape > 1 phi < 1. Quasi-Poisson intervals scale by sqrt(phi).
+    """
+    nodes = failure_rates(incidents, exposure, by=["cluster_id", "node_id"]).with_columns(
+        mu=pl.col("exposure_node_hours")
+        * (pl.col("failures").sum() / pl.col("exposure_node_hours").sum()).over("cluster_id")
+    )
+    dof = nodes.height - nodes["cluster_id"].n_unique()
+    nodes = nodes.filter(pl.col("mu") > 0)
+    if dof <= 0 or nodes.height == 0:
+        return 1.0
+    return float(((nodes["failures"] - nodes["mu"]) ** 2 / nodes["mu"]).sum() / dof)
+
+
 def _cumulative_exposure(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
     """Node-hours accrued by ``at`` over intervals [starts, ends): a piecewise-linear clock whose
     slope is the number of nodes in service."""
@@ -334,13 +351,16 @@ def failure_operating_times(incidents: pl.DataFrame, exposure: pl.DataFrame) -> 
     Trend tests run on this clock so that nodes joining or leaving (a growing cluster) are not
     mistaken for a rising or falling failure rate.
     """
-    hours = (pl.col("start_utc").dt.epoch("us") / 3.6e9, pl.col("end_utc").dt.epoch("us") / 3.6e9)
+    schema = {"cluster_id": pl.String, "operating_node_hours": pl.Float64, "observed_node_hours": pl.Float64}
     failures = failures_in_service(incidents.filter(pl.col("interrupting")), exposure).with_columns(
         t=pl.col("timestamp_utc").dt.epoch("us") / 3.6e9
     )
-    frames = []
-    for (cluster,), windows in exposure.with_columns(a=hours[0], b=hours[1]).group_by("cluster_id"):
-        starts, ends = windows["a"].to_numpy(), windows["b"].to_numpy()
+    windows = exposure.with_columns(
+        a=pl.col("start_utc").dt.epoch("us") / 3.6e9, b=pl.col("end_utc").dt.epoch("us") / 3.6e9
+    )
+    frames = [pl.DataFrame(schema=schema)]
+    for (cluster,), nodes in windows.group_by("cluster_id"):
+        starts, ends = nodes["a"].to_numpy(), nodes["b"].to_numpy()
         at = np.sort(failures.filter(pl.col("cluster_id") == cluster)["t"].to_numpy())
         frames.append(
             pl.DataFrame(
@@ -349,11 +369,7 @@ def failure_operating_times(incidents: pl.DataFrame, exposure: pl.DataFrame) -> 
                     "operating_node_hours": _cumulative_exposure(starts, ends, at),
                     "observed_node_hours": [float((ends - starts).sum())] * at.size,
                 },
-                schema={
-                    "cluster_id": pl.String,
-                    "operating_node_hours": pl.Float64,
-                    "observed_node_hours": pl.Float64,
-                },
+                schema=schema,
             )
         )
     return pl.concat(frames).sort("cluster_id", "operating_node_hours")
