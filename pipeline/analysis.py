@@ -141,8 +141,22 @@ def _projection(predict, sizes: np.ndarray) -> pl.DataFrame:
     )
 
 
-def analyze(con, *, observed_until: datetime | None = None, first_gap: str = "drop") -> FleetAnalysis:
-    """Run every transform and fit on the warehouse behind ``con``."""
+FIT_RESOLUTION_HOURS = 1 / 60
+
+
+def analyze(
+    con,
+    *,
+    observed_until: datetime | None = None,
+    first_gap: str = "drop",
+    resolution_hours: float | None = FIT_RESOLUTION_HOURS,
+) -> FleetAnalysis:
+    """Run every transform and fit on the warehouse behind ``con``.
+
+    Gaps are aggregated on a ``resolution_hours`` grid (1 minute: at most 30 s off per gap) before
+    fitting, which bounds the rows lifelines sees; ``None`` fits the exact durations. See
+    bench/RESULTS.md for the speed-up and the shift in estimates per grid.
+    """
     incidents = warehouse.table(con, "incidents")
     inventory = warehouse.table(con, "inventory")
     if inventory.height == 0:
@@ -156,7 +170,8 @@ def analyze(con, *, observed_until: datetime | None = None, first_gap: str = "dr
     overall = transform.failure_rates(incidents, exposure, by=[])
 
     durations = transform.aggregate_durations(
-        transform.times_between_failures(incidents, exposure, first_gap=first_gap)
+        transform.times_between_failures(incidents, exposure, first_gap=first_gap),
+        resolution_hours=resolution_hours,
     )
     args = (durations["duration_hours"], durations["observed"], durations["count"])
     fits = models.fit_families(*args, families=FAMILIES)
@@ -166,6 +181,7 @@ def analyze(con, *, observed_until: datetime | None = None, first_gap: str = "dr
     cluster_durations = transform.aggregate_durations(
         transform.times_between_failures(incidents, exposure, level="cluster", first_gap=first_gap),
         by=["cluster_id", "instances"],
+        resolution_hours=resolution_hours,
     )
     scaling, projection, regression, regression_projection = None, pl.DataFrame(), None, pl.DataFrame()
     if per_cluster["instances"].n_unique() >= 2:
