@@ -23,8 +23,6 @@ import polars as pl
 from scipy.stats import beta as beta_dist
 from scipy.stats import chi2
 
-from pipeline.categories import INTERRUPTING_CATEGORIES, FailureCategory
-
 EXPOSURE_KEYS = ("cluster_id", "node_id", "instance_type", "size_bucket")
 PERIODS = {"day": "1d", "week": "1w", "month": "1mo"}
 
@@ -150,7 +148,9 @@ def failure_rates(
     ``by`` may name exposure keys (cluster_id, node_id, instance_type, size_bucket) and
     ``category``; ``period`` ("day", "week", "month") adds a calendar ``period`` column.
     Category is not a property of exposure: each category's rate uses the whole exposure of
-    its group, so category rates add up to the total rate.
+    its group, so category rates add up to the total rate; every category seen in the input
+    gets a row in every group, with 0 failures where the group had none. Only failures while
+    the node was in service and observed count (:func:`failures_in_service`).
     """
     unknown = [k for k in by if k not in (*EXPOSURE_KEYS, "category")]
     if unknown:
@@ -166,9 +166,8 @@ def failure_rates(
         exposure_keys.append("period")
     keys = [*exposure_keys, *(["category"] if "category" in by else [])]
 
-    events = failures_in_service(
-        incidents.filter(pl.col("interrupting")) if interrupting_only else incidents, base_exposure
-    )
+    counted = incidents.filter(pl.col("interrupting")) if interrupting_only else incidents
+    events = failures_in_service(counted, base_exposure)
     if period:
         events = events.with_columns(period=pl.col("timestamp_utc").dt.truncate(PERIODS[period]))
 
@@ -178,9 +177,9 @@ def failure_rates(
     )
     counts = events.group_by(keys or pl.lit(0).alias("_all")).agg(failures=pl.len())
     if "category" in by:
-        # every known category appears in every group, with zero failures where it had none
-        known = INTERRUPTING_CATEGORIES if interrupting_only else tuple(c.value for c in FailureCategory)
-        cats = pl.concat([pl.Series("category", known), events["category"]]).unique().sort().to_frame()
+        # every category seen in the input appears in every group (and period), with zero
+        # failures where that group had none
+        cats = counted.select("category").unique().sort("category")
         exposure_sums = exposure_sums.join(cats, how="cross")
     join_on = keys or ["_all"]
     rates = (
