@@ -26,6 +26,10 @@ class FleetAnalysis:
     ``cluster_durations``, ``size_regression``) follow ``first_gap`` (see
     :func:`pipeline.transform.times_between_failures`): by default the span from a window's start
     to its first failure is left out because it is a forward-recurrence time, not a full gap.
+    ``count_dispersion`` is the Pearson dispersion of node failure counts (1 for Poisson; > 1
+    means the Garwood intervals are too narrow); the scaling law's interval uses it.
+    ``job_interruptions`` is None without Slurm jobs; jobs on clusters without inventory are left
+    out of it.
     """
 
     observed_until: datetime
@@ -53,6 +57,7 @@ class FleetAnalysis:
     size_regression: models.WeibullSizeRegression | None
     size_regression_projection: pl.DataFrame
     job_interruptions: pl.DataFrame | None
+    count_dispersion: float
 
     @property
     def fleet_rate(self) -> models.PoissonRate:
@@ -183,13 +188,14 @@ def analyze(
         by=["cluster_id", "instances"],
         resolution_hours=resolution_hours,
     )
+    dispersion = transform.count_dispersion(incidents, exposure)
     scaling, projection, regression, regression_projection = None, pl.DataFrame(), None, pl.DataFrame()
     if per_cluster["instances"].n_unique() >= 2:
         scaling = models.MTBFScaling().fit(
             per_cluster["instances"],
             per_cluster["failures"],
             per_cluster["exposure_cluster_hours"],
-            dispersion=transform.count_dispersion(incidents, exposure),
+            dispersion=dispersion,
         )
         projection = _projection(scaling.predict_mtbf_hours, sizes)
     if cluster_durations.filter("observed")["instances"].n_unique() >= 2:
@@ -202,10 +208,10 @@ def analyze(
         regression_projection = _projection(regression.predict_mtbf_hours, sizes)
 
     jobs = None
-    if "jobs" in warehouse.TABLES and overall["failures"][0] > 0:
-        table = warehouse.table(con, "jobs")
+    if "jobs" in warehouse.TABLES:
+        table = warehouse.table(con, "jobs").filter(pl.col("cluster_id").is_in(by_cluster["cluster_id"]))
         if table.height:
-            jobs = transform.job_interruption_rates(table, overall["rate_per_node_hour"][0])
+            jobs = transform.job_interruption_rates(table, by_cluster)
 
     return FleetAnalysis(
         observed_until=end,
@@ -233,4 +239,5 @@ def analyze(
         size_regression=regression,
         size_regression_projection=regression_projection,
         job_interruptions=jobs,
+        count_dispersion=dispersion,
     )

@@ -381,8 +381,7 @@ def rates(db: Path, by, period, all_categories: bool, view: str, observed_until,
     elif view == "jobs":
         if "jobs" not in warehouse.TABLES or not (jobs := warehouse.table(con, "jobs")).height:
             raise ValueError("the warehouse has no Slurm jobs; ingest sacct output first")
-        fleet = transform.failure_rates(incidents, exposure, by=[])
-        frame = transform.job_interruption_rates(jobs, fleet["rate_per_node_hour"][0])
+        frame = transform.job_interruption_rates(jobs, transform.failure_rates(incidents, exposure))
     else:
         frame = transform.failure_rates(
             incidents, exposure, by=list(by), period=period, interrupting_only=not all_categories
@@ -426,6 +425,7 @@ def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
             "alpha": result.scaling.alpha_,
             "alpha_ci": result.scaling.alpha_confidence_interval_,
             "mtbf_one_instance_hours": result.scaling.mtbf_one_hours_,
+            "count_dispersion": result.count_dispersion,
             "projected": _records(result.scaling_projection),
         },
         "size_regression": None

@@ -67,7 +67,9 @@ def test_analysis_new_fields_have_their_shape(result):
     projected = result.size_regression_projection
     assert {256, 512, 2048, 16384} <= set(projected["instances"].cast(int))
     assert (projected["mtbf_ci_low_hours"] < projected["mtbf_hours"]).all()
-    assert result.job_interruptions is None or result.job_interruptions.height >= 0
+    assert result.job_interruptions is None
+    # Weibull shape 0.8 nodes: failures cluster, counts are over-dispersed
+    assert result.count_dispersion > 1
 
 
 def test_keeping_first_gaps_changes_only_the_gap_fits(db, result):

@@ -227,6 +227,19 @@ def test_job_interruption_rates_recover_node_model_on_simulated_jobs():
     assert ((rates["ratio_ci_low"] < 1) & (rates["ratio_ci_high"] > 1)).all()
 
 
+def test_job_interruption_rates_use_each_jobs_cluster_rate():
+    jobs = JOBS.with_columns(cluster_id=pl.Series(["a", "b", "a", "b", "a"]))
+    by_cluster = pl.DataFrame({"cluster_id": ["a", "b"], "rate_per_node_hour": [0.01, 0.03]})
+    rates = transform.job_interruption_rates(jobs, by_cluster)
+    # bucket 1: 10 h on a at 0.01 + 30 h on b at 0.03 over 40 job-hours
+    one = rates.filter(nnodes_bucket=1).row(0, named=True)
+    assert one["expected_rate_per_job_hour"] == pytest.approx((10 * 0.01 + 30 * 0.03) / 40)
+    eight = rates.filter(nnodes_bucket=8).row(0, named=True)
+    assert eight["expected_rate_per_job_hour"] == pytest.approx(8 * (5 * 0.01 + 15 * 0.03) / 20)
+    with pytest.raises(ValueError, match="cluster"):
+        transform.job_interruption_rates(jobs, by_cluster.filter(cluster_id="a"))
+
+
 def test_job_interruption_rates_name_missing_columns():
     with pytest.raises(ValueError, match="interrupted"):
         transform.job_interruption_rates(JOBS.drop("interrupted"), 0.01)
