@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+import duckdb
 import numpy as np
 import polars as pl
 
@@ -28,8 +29,9 @@ class FleetAnalysis:
     to its first failure is left out because it is a forward-recurrence time, not a full gap.
     ``count_dispersion`` is the Pearson dispersion of node failure counts (1 for Poisson; > 1
     means the Garwood intervals are too narrow); the scaling law's interval uses it.
-    ``job_interruptions`` is None without Slurm jobs; jobs on clusters without inventory are left
-    out of it.
+    ``exposure_estimated`` is True when the inventory was inferred from the logs (every rate and
+    MTBF then rests on guessed service intervals). ``job_interruptions`` is None without Slurm
+    jobs; jobs on clusters without inventory are left out of it.
     """
 
     observed_until: datetime
@@ -58,6 +60,7 @@ class FleetAnalysis:
     size_regression_projection: pl.DataFrame
     job_interruptions: pl.DataFrame | None
     count_dispersion: float
+    exposure_estimated: bool
 
     @property
     def fleet_rate(self) -> models.PoissonRate:
@@ -146,6 +149,20 @@ def _projection(predict, sizes: np.ndarray) -> pl.DataFrame:
     )
 
 
+def job_interruptions(con, rates_by_cluster: pl.DataFrame) -> pl.DataFrame | None:
+    """Slurm job interruption rates against each job's cluster node rate
+    (:func:`pipeline.transform.job_interruption_rates`), or None without jobs. Jobs on clusters
+    with no inventory (or no cluster_id) have no node rate to compare with and are left out."""
+    if "jobs" not in warehouse.TABLES:
+        return None
+    try:
+        jobs = warehouse.table(con, "jobs")
+    except duckdb.CatalogException:  # a warehouse file from before the jobs table, opened read-only
+        return None
+    jobs = jobs.filter(pl.col("cluster_id").is_in(rates_by_cluster["cluster_id"].implode()))
+    return transform.job_interruption_rates(jobs, rates_by_cluster) if jobs.height else None
+
+
 FIT_RESOLUTION_HOURS = 1 / 60
 
 
@@ -207,11 +224,7 @@ def analyze(
         )
         regression_projection = _projection(regression.predict_mtbf_hours, sizes)
 
-    jobs = None
-    if "jobs" in warehouse.TABLES:
-        table = warehouse.table(con, "jobs").filter(pl.col("cluster_id").is_in(by_cluster["cluster_id"]))
-        if table.height:
-            jobs = transform.job_interruption_rates(table, by_cluster)
+    jobs = job_interruptions(con, by_cluster)
 
     return FleetAnalysis(
         observed_until=end,
@@ -240,4 +253,5 @@ def analyze(
         size_regression_projection=regression_projection,
         job_interruptions=jobs,
         count_dispersion=dispersion,
+        exposure_estimated=transform.exposure_estimated(inventory),
     )

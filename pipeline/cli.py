@@ -379,13 +379,16 @@ def rates(db: Path, by, period, all_categories: bool, view: str, observed_until,
     elif view == "trend":
         frame = analysis_mod.trend_tests(transform.failure_operating_times(incidents, exposure), exposure)
     elif view == "jobs":
-        if "jobs" not in warehouse.TABLES or not (jobs := warehouse.table(con, "jobs")).height:
-            raise ValueError("the warehouse has no Slurm jobs; ingest sacct output first")
-        frame = transform.job_interruption_rates(jobs, transform.failure_rates(incidents, exposure))
+        frame = analysis_mod.job_interruptions(con, transform.failure_rates(incidents, exposure))
+        if frame is None:
+            raise ValueError(
+                "the warehouse has no Slurm jobs on clusters in the inventory; ingest sacct output first"
+            )
     else:
         frame = transform.failure_rates(
             incidents, exposure, by=list(by), period=period, interrupting_only=not all_categories
         )
+    frame = frame.with_columns(exposure_estimated=pl.lit(transform.exposure_estimated(inventory)))
     if as_json:
         echo_json(_records(frame))
     else:
@@ -414,6 +417,7 @@ def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
     return {
         "observed_until": result.observed_until,
         "first_gap": result.first_gap,
+        "exposure_estimated": result.exposure_estimated,
         "best_family": result.best_family,
         "hazard_message": result.node_fits["weibull"].hazard_message_,
         "node_time_between_failures": {family: _tbf_fit(m) for family, m in result.node_fits.items()},

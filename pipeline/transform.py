@@ -45,6 +45,12 @@ def size_bucket(instances: pl.Expr) -> pl.Expr:
     return (2 ** instances.clip(lower_bound=1).log(2).round()).cast(pl.Int64)
 
 
+def exposure_estimated(inventory: pl.DataFrame) -> bool:
+    """True when any service interval was inferred from the logs rather than read from a real
+    inventory (the warehouse's ``estimated`` rows): every rate then carries that caveat."""
+    return "estimated" in inventory.columns and bool(inventory["estimated"].fill_null(False).any())
+
+
 def exposure_intervals(inventory: pl.DataFrame, observed_until: datetime) -> pl.DataFrame:
     """Service intervals clipped to the observed window, with node-hours, GPU-hours and the
     cluster's time-averaged instance count and size bucket."""

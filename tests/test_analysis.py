@@ -67,7 +67,7 @@ def test_analysis_new_fields_have_their_shape(result):
     projected = result.size_regression_projection
     assert {256, 512, 2048, 16384} <= set(projected["instances"].cast(int))
     assert (projected["mtbf_ci_low_hours"] < projected["mtbf_hours"]).all()
-    assert result.job_interruptions is None
+    assert result.job_interruptions is None and result.exposure_estimated is False
     # Weibull shape 0.8 nodes: failures cluster, counts are over-dispersed
     assert result.count_dispersion > 1
 
@@ -103,7 +103,8 @@ def test_rates_json(db, args, keys):
     out = CliRunner().invoke(main, ["rates", "--db", str(db), "--json", *args])
     assert out.exit_code == 0, out.output
     rows = json.loads(out.output)
-    assert rows and all(keys <= set(row) for row in rows)
+    assert rows and all(keys | {"exposure_estimated"} <= set(row) for row in rows)
+    assert not any(row["exposure_estimated"] for row in rows)
 
 
 def test_rates_jobs_view_without_jobs_is_an_input_error(db):

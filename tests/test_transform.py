@@ -153,6 +153,15 @@ def test_cluster_level_gaps_merge_nodes(exposure):
     assert a["observed"].to_list() == [True, True, True, False]
 
 
+@pytest.mark.parametrize(
+    ("estimated", "expected"),
+    [(None, False), ([False, False, False, False], False), ([False, True, None, False], True)],
+)
+def test_exposure_estimated_flag(estimated, expected):
+    inventory = INVENTORY if estimated is None else INVENTORY.with_columns(estimated=pl.Series(estimated))
+    assert transform.exposure_estimated(inventory) is expected
+
+
 def test_aggregate_durations_counts_and_resolution():
     d = pl.DataFrame({"duration_hours": [1.0, 1.0, 2.04, 1.96, 0.01], "observed": [True] * 4 + [False]})
     exact = transform.aggregate_durations(d)
