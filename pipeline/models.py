@@ -18,7 +18,8 @@ Every model's ``fit(...)`` returns ``self``; fitted values end in ``_`` (``rate_
   ``WeibullAFTFitter``) of cluster-level times between failures on log(instances),
   log lambda = b0 + b1 log N, so MTBF(N) = exp(b0) Gamma(1 + 1/rho) N^b1 and alpha = -b1. Unlike
   the count model it uses the gaps themselves, so it also says whether cluster-level gaps are
-  exponential (rho = 1, as the superposition of many independent nodes should be).
+  exponential (rho = 1, as the superposition of many independent nodes should be). Its
+  covariance is scaled by the same count dispersion as the count model's.
 * :class:`TrendTest` — is a cluster's failure rate rising, falling (burn-in, reliability growth)
   or flat? For n failures at times t_1..t_n of a window (0, T] (time-terminated):
 
@@ -272,9 +273,8 @@ class WeibullSizeRegression:
         names = [("lambda_", "Intercept"), ("lambda_", "log_instances"), ("rho_", "Intercept")]
         self.coef_ = np.array([params[name] for name in names], dtype=float)
         self.dispersion_ = float(dispersion)
-        self.variance_matrix_ = max(self.dispersion_, 1.0) * fitter.variance_matrix_.loc[
-            names, names
-        ].to_numpy(float)
+        covariance = fitter.variance_matrix_.loc[names, names].to_numpy(float)
+        self.variance_matrix_ = max(self.dispersion_, 1.0) * covariance
         slope_se = math.sqrt(self.variance_matrix_[1, 1])
         self.alpha_ = -float(self.coef_[1])
         self.alpha_confidence_interval_ = (self.alpha_ - _Z95 * slope_se, self.alpha_ + _Z95 * slope_se)
