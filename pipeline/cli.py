@@ -357,6 +357,12 @@ RATE_VIEWS = ("rates", "shares", "trend", "jobs")
     "--all-categories", is_flag=True, help="Count non-interrupting faults too (application XIDs, warnings)."
 )
 @click.option(
+    "--overdispersed",
+    is_flag=True,
+    help="Quasi-Poisson intervals widened by the node-count dispersion (when nodes' failures "
+    "cluster, e.g. Weibull shape < 1, the exact Poisson interval is too narrow).",
+)
+@click.option(
     "--view",
     type=click.Choice(RATE_VIEWS),
     default="rates",
@@ -367,7 +373,9 @@ RATE_VIEWS = ("rates", "shares", "trend", "jobs")
 )
 @until_option
 @json_option
-def rates(db: Path, by, period, all_categories: bool, view: str, observed_until, as_json: bool) -> None:
+def rates(
+    db: Path, by, period, all_categories: bool, overdispersed: bool, view: str, observed_until, as_json: bool
+) -> None:
     """Failure rates per instance-hour and GPU-hour with exact 95% Poisson intervals."""
     con = warehouse.connect(db, read_only=True)
     incidents = warehouse.table(con, "incidents")
@@ -385,9 +393,15 @@ def rates(db: Path, by, period, all_categories: bool, view: str, observed_until,
                 "the warehouse has no Slurm jobs on clusters in the inventory; ingest sacct output first"
             )
     else:
+        dispersion = max(transform.count_dispersion(incidents, exposure), 1.0) if overdispersed else 1.0
         frame = transform.failure_rates(
-            incidents, exposure, by=list(by), period=period, interrupting_only=not all_categories
-        )
+            incidents,
+            exposure,
+            by=list(by),
+            period=period,
+            interrupting_only=not all_categories,
+            dispersion=dispersion,
+        ).with_columns(dispersion=pl.lit(dispersion))
     frame = frame.with_columns(exposure_estimated=pl.lit(transform.exposure_estimated(inventory)))
     if as_json:
         echo_json(_records(frame))

@@ -87,13 +87,20 @@ def exposure_intervals(inventory: pl.DataFrame, observed_until: datetime) -> pl.
 
 
 def poisson_interval(
-    failures: np.ndarray, exposure: np.ndarray, confidence: float = 0.95
+    failures: np.ndarray, exposure: np.ndarray, confidence: float = 0.95, dispersion: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact Garwood interval for a Poisson rate (see module docstring)."""
-    k = np.asarray(failures, dtype=float)
-    t = np.asarray(exposure, dtype=float)
+    """Exact Garwood interval for a Poisson rate (see module docstring).
+
+    With ``dispersion`` phi > 1 (see :func:`count_dispersion`) it is the quasi-Poisson version:
+    the Garwood interval of k / phi effective failures in T / phi hours, same point estimate,
+    wider interval. phi = 1 is the exact interval.
+    """
+    if dispersion <= 0:
+        raise ValueError("dispersion must be positive")
+    k = np.asarray(failures, dtype=float) / dispersion
+    t = np.asarray(exposure, dtype=float) / dispersion
     alpha = 1.0 - confidence
-    low = np.where(k > 0, chi2.ppf(alpha / 2, 2 * k) / (2 * t), 0.0)
+    low = np.where(k > 0, chi2.ppf(alpha / 2, 2 * k), 0.0) / (2 * t)
     high = chi2.ppf(1 - alpha / 2, 2 * k + 2) / (2 * t)
     return low, high
 
@@ -148,8 +155,10 @@ def failure_rates(
     period: str | None = None,
     interrupting_only: bool = True,
     confidence: float = 0.95,
+    dispersion: float = 1.0,
 ) -> pl.DataFrame:
-    """Failures, exposure and rate per node-hour and per GPU-hour, with exact intervals.
+    """Failures, exposure and rate per node-hour and per GPU-hour, with exact intervals
+    (quasi-Poisson ones with ``dispersion`` > 1, see :func:`poisson_interval`).
 
     ``by`` may name exposure keys (cluster_id, node_id, instance_type, size_bucket) and
     ``category``; ``period`` ("day", "week", "month") adds a calendar ``period`` column.
@@ -195,7 +204,7 @@ def failure_rates(
         .sort(keys or "failures")
     )
     low, high = poisson_interval(
-        rates["failures"].to_numpy(), rates["exposure_node_hours"].to_numpy(), confidence
+        rates["failures"].to_numpy(), rates["exposure_node_hours"].to_numpy(), confidence, dispersion
     )
     gpus = rates["exposure_gpu_hours"] / rates["exposure_node_hours"]
     return rates.select(*keys, "failures", "exposure_node_hours", "exposure_gpu_hours").with_columns(

@@ -95,6 +95,7 @@ EXISTING_RATE_KEYS = {
     [
         ([], EXISTING_RATE_KEYS | {"rate_per_gpu_hour", "exposure_gpu_hours"}),
         (["--by", "size_bucket", "--period", "week"], {"size_bucket", "period", "failures"}),
+        (["--overdispersed"], EXISTING_RATE_KEYS | {"dispersion"}),
         (["--view", "shares"], {"cluster_id", "category", "share", "share_ci_low", "share_ci_high"}),
         (["--view", "trend"], {"cluster_id", "laplace_p_value", "crow_beta", "crow_verdict"}),
     ],
