@@ -15,7 +15,6 @@ import polars as pl
 
 from pipeline import models, transform, warehouse
 
-FAMILIES = ("exponential", "weibull", "lognormal", "loglogistic")
 PROJECTED_SIZES = (256, 512, 2048, 16384)
 
 
@@ -196,7 +195,7 @@ def analyze(
         resolution_hours=resolution_hours,
     )
     args = (durations["duration_hours"], durations["observed"], durations["count"])
-    fits = models.fit_families(*args, families=FAMILIES)
+    fits = models.fit_families(*args)
 
     per_cluster = cluster_mtbf(by_cluster, exposure)
     sizes = np.array(sorted({*PROJECTED_SIZES, *per_cluster["instances"].round().to_list()}))

@@ -85,6 +85,7 @@ _FAMILIES = {
     "lognormal": lifelines.LogNormalFitter,
     "loglogistic": lifelines.LogLogisticFitter,
 }
+FAMILIES = tuple(_FAMILIES)
 
 
 def _mean(family: str, p: np.ndarray) -> float:
@@ -196,9 +197,7 @@ class NelsonAalen:
         return self
 
 
-def fit_families(
-    durations_hours, observed, weights=None, families=tuple(_FAMILIES)
-) -> dict[str, ParametricTBF]:
+def fit_families(durations_hours, observed, weights=None, families=FAMILIES) -> dict[str, ParametricTBF]:
     """Every parametric family fitted to the same data, keyed by family name."""
     return {family: ParametricTBF(family).fit(durations_hours, observed, weights) for family in families}
 
