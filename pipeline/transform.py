@@ -9,6 +9,15 @@ Rates with exact (Garwood 1936) Poisson intervals: for k failures in exposure T 
     low  = chi2.ppf(alpha/2,     2k)     / (2T)      (0 when k = 0)
     high = chi2.ppf(1 - alpha/2, 2k + 2) / (2T)
 
+Only failures while their node was in service and observed count. When node failures cluster
+(renewal with Weibull shape < 1) counts are over-dispersed and the exact interval is too narrow;
+the quasi-Poisson interval (McCullagh & Nelder 1989) takes the Garwood interval of k / phi
+failures in T / phi hours, phi the Pearson dispersion of per-node counts.
+
+Category shares carry the exact Clopper–Pearson binomial interval. Trend tests run on each
+cluster's operating clock (node-hours accrued), so a cluster that grows is not read as a rising
+rate. Job interruptions per job-hour compare with the node rate x nodes per job.
+
 Published per-instance-hour rates (Llama 3.1, OPT-175B, MPT-7B) are the same quantity as
 ``rate_per_node_hour`` here: one instance is one node.
 """
