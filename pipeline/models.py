@@ -23,10 +23,12 @@ Every model's ``fit(...)`` returns ``self``; fitted values end in ``_`` (``rate_
 * :class:`TrendTest` — is a cluster's failure rate rising, falling (burn-in, reliability growth)
   or flat? For n failures at times t_1..t_n of a window (0, T] (time-terminated):
 
-  - Laplace test (Cox & Lewis 1966, *The Statistical Analysis of Series of Events*, 3.3;
-    MIL-HDBK-189C 2011, 5.1.4): U = (sum t_i / n - T / 2) / (T sqrt(1 / (12 n))) ~ N(0, 1) under a
-    homogeneous Poisson process; U > 0 means failures bunch late (rising rate).
-  - MIL-HDBK-189 / Crow-AMSAA power-law test (Crow 1974; MIL-HDBK-189C 5.1.4): intensity
+  - Laplace test (Cox & Lewis 1966, *The Statistical Analysis of Series of Events*; Ascher &
+    Feingold 1984, *Repairable Systems Reliability*; MIL-HDBK-189C 2011):
+    U = (sum t_i / n - T / 2) / (T sqrt(1 / (12 n))) ~ N(0, 1) under a homogeneous Poisson
+    process; U > 0 means failures bunch late (rising rate).
+  - MIL-HDBK-189 / Crow-AMSAA power-law test (Crow 1974, "Reliability analysis for complex,
+    repairable systems"; MIL-HDBK-189C 2011, time-terminated data): intensity
     lambda beta t^(beta - 1), MLE beta = n / sum ln(T / t_i); 2 n / beta = 2 sum ln(T / t_i)
     ~ chi2(2n) when beta = 1, and 2 n beta_true / beta_hat ~ chi2(2n) exactly given n, which gives
     beta's interval. beta < 1 is a falling rate (burn-in), beta > 1 a rising one.
