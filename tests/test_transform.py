@@ -7,6 +7,8 @@ from datetime import datetime, timedelta
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline import sample, transform
 from pipeline.categories import INTERRUPTING_CATEGORIES
@@ -300,3 +302,36 @@ def test_rate_interval_coverage_over_seeds(shape, overdispersed, low, high):
         row = transform.failure_rates(incidents, exposure, by=[], dispersion=dispersion).row(0, named=True)
         hits += row["rate_ci_low"] <= rate <= row["rate_ci_high"]
     assert low <= hits / COVERAGE_SEEDS <= high
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    intervals=st.lists(
+        st.tuples(st.floats(0, 2000), st.floats(0.5, 2000), st.sampled_from(["a", "b"])),
+        min_size=1,
+        max_size=6,
+    ),
+    failure_hours=st.lists(st.floats(0, 4000), max_size=10),
+    period=st.sampled_from(list(transform.PERIODS)),
+)
+def test_periods_and_categories_conserve_exposure_and_failures(intervals, failure_hours, period):
+    """Splitting by period or category never creates or loses exposure or failures."""
+    inventory = _inventory([(c, f"{c}{i}", 8, a, a + d) for i, (a, d, c) in enumerate(intervals)])
+    nodes = inventory["node_id"].to_list()
+    incidents = _incidents(
+        [
+            (n[0], n, h, cat)
+            for h, n, cat in zip(failure_hours, nodes * 10, ["host", "network"] * 5, strict=False)
+        ]
+    )
+    exposure = transform.exposure_intervals(inventory, T0 + timedelta(hours=4000))
+    total = transform.failure_rates(incidents, exposure, by=[]).row(0, named=True)
+    for split in (
+        transform.failure_rates(incidents, exposure, by=[], period=period),
+        transform.failure_rates(incidents, exposure, by=["cluster_id"], period=period),
+    ):
+        assert split["failures"].sum() == total["failures"]
+        assert split["exposure_node_hours"].sum() == pytest.approx(total["exposure_node_hours"])
+    by_category = transform.failure_rates(incidents, exposure, by=["category"])
+    assert by_category["failures"].sum() == total["failures"]
+    assert by_category["rate_per_node_hour"].sum() == pytest.approx(total["rate_per_node_hour"])
