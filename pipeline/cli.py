@@ -406,7 +406,9 @@ def rates(
     if as_json:
         echo_json(_records(frame))
     else:
-        with pl.Config(tbl_rows=100, tbl_cols=20, float_precision=6):
+        with pl.Config(
+            tbl_rows=100, tbl_cols=30, float_precision=6, tbl_width_chars=240, tbl_hide_column_data_types=True
+        ):
             click.echo(frame)
 
 
