@@ -126,3 +126,36 @@ def test_fit_json_exposes_every_view(db, result):
         assert {"alpha", "alpha_ci", "projected"} <= set(payload[view])
     assert len(payload["trend_tests"]) == len(SPEC.cluster_sizes)
     assert payload["first_gap"] == "drop" and payload["category_shares"]
+
+
+@pytest.mark.skipif(
+    "jobs" not in warehouse.TABLES, reason="the warehouse has no jobs table yet (ingest issue)"
+)
+def test_job_interruptions_from_the_warehouse_jobs_table(db, tmp_path, result):
+    """Jobs on known clusters are compared with their own cluster's node rate; jobs on unknown
+    clusters (or none) are left out."""
+    import shutil
+
+    copy = tmp_path / "with_jobs.duckdb"
+    shutil.copy(db, copy)
+    con = warehouse.connect(copy)
+    rows = [
+        ("1", "c0032", "COMPLETED", 10.0, 4, False),
+        ("2", "c0032", "NODE_FAIL", 5.0, 4, True),
+        ("3", "c0512", "COMPLETED", 20.0, 64, False),
+        ("4", None, "NODE_FAIL", 3.0, 4, True),
+        ("5", "elsewhere", "NODE_FAIL", 3.0, 4, True),
+    ]
+    for job_id, cluster, state, hours, nnodes, interrupted in rows:
+        con.execute(
+            "INSERT INTO jobs (job_id, cluster_id, state, elapsed_hours, nnodes, nodes, interrupted,"
+            " file_id, line) VALUES (?, ?, ?, ?, ?, [], ?, 0, 0)",
+            [job_id, cluster, state, hours, nnodes, interrupted],
+        )
+    jobs = analysis.job_interruptions(con, result.rates_by_cluster)
+    con.close()
+    rate = dict(result.rates_by_cluster.select("cluster_id", "rate_per_node_hour").iter_rows())
+    four = jobs.filter(nnodes_bucket=4).row(0, named=True)
+    assert (four["jobs"], four["interruptions"]) == (2, 1)
+    assert four["expected_rate_per_job_hour"] == pytest.approx(4 * rate["c0032"])
+    assert jobs.filter(nnodes_bucket=64)["expected_rate_per_job_hour"][0] == pytest.approx(64 * rate["c0512"])
