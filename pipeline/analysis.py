@@ -25,7 +25,8 @@ class FleetAnalysis:
     Times between failures (``node_durations``, ``node_fits``, ``kaplan_meier``, ``nelson_aalen``,
     ``cluster_durations``, ``size_regression``) follow ``first_gap`` (see
     :func:`pipeline.transform.times_between_failures`): by default the span from a window's start
-    to its first failure is left out because it is a forward-recurrence time, not a full gap.
+    to its first failure is left out because it is a forward-recurrence time, not a full gap;
+    when no node failed twice that leaves nothing to fit, and ``first_gap`` says "keep".
     ``count_dispersion`` is the Pearson dispersion of node failure counts (1 for Poisson; > 1
     means the Garwood intervals are too narrow); the scaling law's interval uses it.
     ``exposure_estimated`` is True when the inventory was inferred from the logs (every rate and
@@ -190,10 +191,12 @@ def analyze(
     by_cluster = transform.failure_rates(incidents, exposure, by=["cluster_id"])
     overall = transform.failure_rates(incidents, exposure, by=[])
 
-    durations = transform.aggregate_durations(
-        transform.times_between_failures(incidents, exposure, first_gap=first_gap),
-        resolution_hours=resolution_hours,
-    )
+    gaps = transform.times_between_failures(incidents, exposure, first_gap=first_gap)
+    if first_gap == "drop" and not gaps["observed"].any():
+        # no node failed twice in one window: first gaps are all there is to fit
+        first_gap = "keep"
+        gaps = transform.times_between_failures(incidents, exposure, first_gap=first_gap)
+    durations = transform.aggregate_durations(gaps, resolution_hours=resolution_hours)
     args = (durations["duration_hours"], durations["observed"], durations["count"])
     fits = models.fit_families(*args)
 

@@ -159,3 +159,23 @@ def test_job_interruptions_from_the_warehouse_jobs_table(db, tmp_path, result):
     assert (four["jobs"], four["interruptions"]) == (2, 1)
     assert four["expected_rate_per_job_hour"] == pytest.approx(4 * rate["c0032"])
     assert jobs.filter(nnodes_bucket=64)["expected_rate_per_job_hour"][0] == pytest.approx(64 * rate["c0512"])
+
+
+def test_first_gaps_are_kept_when_no_node_failed_twice(tmp_path):
+    (tmp_path / "inventory.csv").write_text(
+        "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n"
+        "a,a1,p5,8,2026-03-01T00:00:00Z,\n"
+        "a,a2,p5,8,2026-03-01T00:00:00Z,\n"
+    )
+    (tmp_path / "incidents.csv").write_text(
+        "timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at\n"
+        "2026-03-02T00:00:00Z,a,a1,host,,,reboot,\n"
+        "2026-03-05T00:00:00Z,a,a2,host,,,reboot,\n"
+        "2026-03-09T00:00:00Z,a,a2,application,,,xid 13,\n"
+    )
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    ingest.ingest_files(con, [tmp_path / "inventory.csv", tmp_path / "incidents.csv"])
+    small = analysis.analyze(con)
+    assert small.first_gap == "keep"
+    assert small.node_durations.filter("observed")["count"].sum() == 2
+    assert small.scaling is None and small.size_regression is None
