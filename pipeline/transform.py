@@ -72,10 +72,14 @@ def exposure_intervals(inventory: pl.DataFrame, observed_until: datetime) -> pl.
             ),
         )
         .filter(pl.col("end_utc") > pl.col("start_utc"))
-        .with_columns(node_hours=(pl.col("end_utc") - pl.col("start_utc")).dt.total_seconds() / 3600)
+        .with_columns(
+            node_hours=(pl.col("end_utc") - pl.col("start_utc")).dt.total_seconds(fractional=True) / 3600
+        )
         .with_columns(gpu_hours=pl.col("node_hours") * pl.col("gpus_per_node"))
     )
-    span_hours = (pl.col("end_utc").max() - pl.col("start_utc").min()).dt.total_seconds() / 3600
+    span_hours = (pl.col("end_utc").max() - pl.col("start_utc").min()).dt.total_seconds(
+        fractional=True
+    ) / 3600
     return (
         clipped.with_columns(instances=(pl.col("node_hours").sum() / span_hours).over("cluster_id"))
         .with_columns(size_bucket=size_bucket(pl.col("instances")))
@@ -132,7 +136,9 @@ def _periodic_exposure(exposure: pl.DataFrame, every: str) -> pl.DataFrame:
             end_utc=pl.min_horizontal("end_utc", "period_end"),
         )
         .filter(pl.col("end_utc") > pl.col("start_utc"))
-        .with_columns(node_hours=(pl.col("end_utc") - pl.col("start_utc")).dt.total_seconds() / 3600)
+        .with_columns(
+            node_hours=(pl.col("end_utc") - pl.col("start_utc")).dt.total_seconds(fractional=True) / 3600
+        )
         .with_columns(gpu_hours=pl.col("node_hours") * pl.col("gpus_per_node"))
         .drop("period_end")
         .collect()
@@ -282,7 +288,7 @@ def times_between_failures(
             first_gap=pl.col("previous_utc").is_null(),
             duration_hours=(
                 pl.col("time_utc") - pl.col("previous_utc").fill_null(pl.col("start_utc"))
-            ).dt.total_seconds()
+            ).dt.total_seconds(fractional=True)
             / 3600,
         )
         .filter(pl.col("observed") | (pl.col("duration_hours") > 0))
