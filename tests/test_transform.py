@@ -335,3 +335,15 @@ def test_periods_and_categories_conserve_exposure_and_failures(intervals, failur
     by_category = transform.failure_rates(incidents, exposure, by=["category"])
     assert by_category["failures"].sum() == total["failures"]
     assert by_category["rate_per_node_hour"].sum() == pytest.approx(total["rate_per_node_hour"])
+
+
+def test_category_shares_recover_the_simulated_mix():
+    spec = sample.FleetSpec(cluster_sizes=(256, 512), seed=17)
+    incidents, exposure = fleet_exposure(spec)
+    shares = transform.category_shares(incidents, exposure, by=[])
+    truth = {c.value: w for c, w in spec.category_mix.items()}
+    assert set(shares["category"]) == set(truth)  # noise categories are not interruptions
+    covered = [
+        r["share_ci_low"] <= truth[r["category"]] <= r["share_ci_high"] for r in shares.iter_rows(named=True)
+    ]
+    assert sum(covered) >= len(truth) - 1
