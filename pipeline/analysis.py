@@ -27,6 +27,8 @@ class FleetAnalysis:
     :func:`pipeline.transform.times_between_failures`): by default the span from a window's start
     to its first failure is left out because it is a forward-recurrence time, not a full gap;
     when no node failed twice that leaves nothing to fit, and ``first_gap`` says "keep".
+    ``cluster_kaplan_meier`` holds, per cluster with a failure, the survival of the time to the
+    cluster's next interrupting failure (what a job on the whole cluster sees).
     ``count_dispersion`` is the Pearson dispersion of node failure counts (1 for Poisson; > 1
     means the Garwood intervals are too narrow); the scaling law's interval uses it.
     ``exposure_estimated`` is True when the inventory was inferred from the logs (every rate and
@@ -61,6 +63,7 @@ class FleetAnalysis:
     job_interruptions: pl.DataFrame | None
     count_dispersion: float
     exposure_estimated: bool
+    cluster_kaplan_meier: dict[str, models.KaplanMeier]
 
     @property
     def fleet_rate(self) -> models.PoissonRate:
@@ -257,4 +260,9 @@ def analyze(
         job_interruptions=jobs,
         count_dispersion=dispersion,
         exposure_estimated=transform.exposure_estimated(inventory),
+        cluster_kaplan_meier={
+            cluster: models.KaplanMeier().fit(g["duration_hours"], g["observed"], g["count"])
+            for (cluster,), g in cluster_durations.group_by("cluster_id")
+            if g["observed"].any()
+        },
     )
