@@ -9,18 +9,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+import duckdb
 import numpy as np
 import polars as pl
 
 from pipeline import models, transform, warehouse
 
-FAMILIES = ("exponential", "weibull", "lognormal", "loglogistic")
 PROJECTED_SIZES = (256, 512, 2048, 16384)
 
 
 @dataclass
 class FleetAnalysis:
-    """Everything the report shows, as Polars frames and fitted models."""
+    """Everything the report shows, as Polars frames and fitted models.
+
+    Times between failures (``node_durations``, ``node_fits``, ``kaplan_meier``, ``nelson_aalen``,
+    ``cluster_durations``, ``size_regression``) follow ``first_gap`` (see
+    :func:`pipeline.transform.times_between_failures`): by default the span from a window's start
+    to its first failure is left out because it is a forward-recurrence time, not a full gap;
+    when no node failed twice that leaves nothing to fit, and ``first_gap`` says "keep".
+    ``cluster_kaplan_meier`` holds, per cluster with a failure, the survival of the time to the
+    cluster's next interrupting failure (what a job on the whole cluster sees).
+    ``count_dispersion`` is the Pearson dispersion of node failure counts (1 for Poisson; > 1
+    means the Garwood intervals are too narrow); the scaling law's interval uses it.
+    ``exposure_estimated`` is True when the inventory was inferred from the logs (every rate and
+    MTBF then rests on guessed service intervals). ``job_interruptions`` is None without Slurm
+    jobs; jobs on clusters without inventory are left out of it.
+    """
 
     observed_until: datetime
     exposure: pl.DataFrame
@@ -37,6 +51,19 @@ class FleetAnalysis:
     scaling_projection: pl.DataFrame
     files: pl.DataFrame
     rejects: pl.DataFrame
+    rates_by_size_bucket: pl.DataFrame
+    category_shares: pl.DataFrame
+    trend_tests: pl.DataFrame
+    first_gap: str
+    node_durations: pl.DataFrame
+    nelson_aalen: models.NelsonAalen
+    cluster_durations: pl.DataFrame
+    size_regression: models.WeibullSizeRegression | None
+    size_regression_projection: pl.DataFrame
+    job_interruptions: pl.DataFrame | None
+    count_dispersion: float
+    exposure_estimated: bool
+    cluster_kaplan_meier: dict[str, models.KaplanMeier]
 
     @property
     def fleet_rate(self) -> models.PoissonRate:
@@ -73,8 +100,88 @@ def cluster_mtbf(rates_by_cluster: pl.DataFrame, exposure: pl.DataFrame) -> pl.D
     )
 
 
-def analyze(con, *, observed_until: datetime | None = None) -> FleetAnalysis:
-    """Run every transform and fit on the warehouse behind ``con``."""
+TREND_SCHEMA = {
+    "cluster_id": pl.String,
+    "failures": pl.Int64,
+    "observed_node_hours": pl.Float64,
+    "laplace_statistic": pl.Float64,
+    "laplace_p_value": pl.Float64,
+    "laplace_verdict": pl.String,
+    "crow_beta": pl.Float64,
+    "crow_beta_ci_low": pl.Float64,
+    "crow_beta_ci_high": pl.Float64,
+    "crow_statistic": pl.Float64,
+    "crow_p_value": pl.Float64,
+    "crow_verdict": pl.String,
+}
+
+
+def trend_tests(operating_times: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
+    """One row per cluster: Laplace and MIL-HDBK-189 tests on its failures' operating times
+    (:func:`pipeline.transform.failure_operating_times`); nulls where it had fewer than 2."""
+    totals = exposure.group_by("cluster_id").agg(observed_node_hours=pl.col("node_hours").sum())
+    rows = []
+    for cluster, total in totals.sort("cluster_id").iter_rows():
+        times = operating_times.filter(pl.col("cluster_id") == cluster)["operating_node_hours"]
+        row = dict.fromkeys(TREND_SCHEMA) | {
+            "cluster_id": cluster,
+            "failures": times.len(),
+            "observed_node_hours": total,
+        }
+        if times.len() >= 2:
+            t = models.TrendTest().fit(times.to_numpy(), total)
+            row |= {
+                "laplace_statistic": t.laplace_statistic_,
+                "laplace_p_value": t.laplace_p_value_,
+                "laplace_verdict": t.laplace_verdict_,
+                "crow_beta": t.crow_beta_,
+                "crow_beta_ci_low": t.crow_beta_confidence_interval_[0],
+                "crow_beta_ci_high": t.crow_beta_confidence_interval_[1],
+                "crow_statistic": t.crow_statistic_,
+                "crow_p_value": t.crow_p_value_,
+                "crow_verdict": t.crow_verdict_,
+            }
+        rows.append(row)
+    return pl.DataFrame(rows, schema=TREND_SCHEMA, orient="row")
+
+
+def _projection(predict, sizes: np.ndarray) -> pl.DataFrame:
+    mtbf, low, high = predict(sizes)
+    return pl.DataFrame(
+        {"instances": sizes, "mtbf_hours": mtbf, "mtbf_ci_low_hours": low, "mtbf_ci_high_hours": high}
+    )
+
+
+def job_interruptions(con, rates_by_cluster: pl.DataFrame) -> pl.DataFrame | None:
+    """Slurm job interruption rates against each job's cluster node rate
+    (:func:`pipeline.transform.job_interruption_rates`), or None without jobs. Jobs on clusters
+    with no inventory (or no cluster_id) have no node rate to compare with and are left out."""
+    if "jobs" not in warehouse.TABLES:
+        return None
+    try:
+        jobs = warehouse.table(con, "jobs")
+    except duckdb.CatalogException:  # a warehouse file from before the jobs table, opened read-only
+        return None
+    jobs = jobs.filter(pl.col("cluster_id").is_in(rates_by_cluster["cluster_id"].implode()))
+    return transform.job_interruption_rates(jobs, rates_by_cluster) if jobs.height else None
+
+
+FIT_RESOLUTION_HOURS = 1 / 60
+
+
+def analyze(
+    con,
+    *,
+    observed_until: datetime | None = None,
+    first_gap: str = "drop",
+    resolution_hours: float | None = FIT_RESOLUTION_HOURS,
+) -> FleetAnalysis:
+    """Run every transform and fit on the warehouse behind ``con``.
+
+    Gaps are aggregated on a ``resolution_hours`` grid (1 minute: at most 30 s off per gap) before
+    fitting, which bounds the rows lifelines sees; ``None`` fits the exact durations. See
+    bench/RESULTS.md for the speed-up and the shift in estimates per grid.
+    """
     incidents = warehouse.table(con, "incidents")
     inventory = warehouse.table(con, "inventory")
     if inventory.height == 0:
@@ -85,38 +192,77 @@ def analyze(con, *, observed_until: datetime | None = None) -> FleetAnalysis:
     end = observed_until or transform.observation_end(incidents, inventory)
     exposure = transform.exposure_intervals(inventory, end)
     by_cluster = transform.failure_rates(incidents, exposure, by=["cluster_id"])
+    overall = transform.failure_rates(incidents, exposure, by=[])
 
-    durations = transform.aggregate_durations(transform.times_between_failures(incidents, exposure))
+    gaps = transform.times_between_failures(incidents, exposure, first_gap=first_gap)
+    if first_gap == "drop" and not gaps["observed"].any():
+        # no node failed twice in one window: first gaps are all there is to fit
+        first_gap = "keep"
+        gaps = transform.times_between_failures(incidents, exposure, first_gap=first_gap)
+    durations = transform.aggregate_durations(gaps, resolution_hours=resolution_hours)
     args = (durations["duration_hours"], durations["observed"], durations["count"])
-    fits = {family: models.ParametricTBF(family).fit(*args) for family in FAMILIES}
-    best = min(fits, key=lambda f: fits[f].aic_)
+    fits = models.fit_families(*args)
 
     per_cluster = cluster_mtbf(by_cluster, exposure)
-    scaling, projection = None, pl.DataFrame()
+    sizes = np.array(sorted({*PROJECTED_SIZES, *per_cluster["instances"].round().to_list()}))
+    cluster_durations = transform.aggregate_durations(
+        transform.times_between_failures(incidents, exposure, level="cluster", first_gap=first_gap),
+        by=["cluster_id", "instances"],
+        resolution_hours=resolution_hours,
+    )
+    dispersion = transform.count_dispersion(incidents, exposure)
+    scaling, projection, regression, regression_projection = None, pl.DataFrame(), None, pl.DataFrame()
     if per_cluster["instances"].n_unique() >= 2:
         scaling = models.MTBFScaling().fit(
-            per_cluster["instances"], per_cluster["failures"], per_cluster["exposure_cluster_hours"]
+            per_cluster["instances"],
+            per_cluster["failures"],
+            per_cluster["exposure_cluster_hours"],
+            dispersion=dispersion,
         )
-        sizes = np.array(sorted({*PROJECTED_SIZES, *per_cluster["instances"].round().to_list()}))
-        mtbf, low, high = scaling.predict_mtbf_hours(sizes)
-        projection = pl.DataFrame(
-            {"instances": sizes, "mtbf_hours": mtbf, "mtbf_ci_low_hours": low, "mtbf_ci_high_hours": high}
+        projection = _projection(scaling.predict_mtbf_hours, sizes)
+    if cluster_durations.filter("observed")["instances"].n_unique() >= 2:
+        regression = models.WeibullSizeRegression().fit(
+            cluster_durations["instances"],
+            cluster_durations["duration_hours"],
+            cluster_durations["observed"],
+            cluster_durations["count"],
+            dispersion=dispersion,
         )
+        regression_projection = _projection(regression.predict_mtbf_hours, sizes)
+
+    jobs = job_interruptions(con, by_cluster)
 
     return FleetAnalysis(
         observed_until=end,
         exposure=exposure,
         incidents=incidents,
-        rates_overall=transform.failure_rates(incidents, exposure, by=[]),
+        rates_overall=overall,
         rates_by_cluster=by_cluster,
         rates_by_category=transform.failure_rates(incidents, exposure, by=["category"]),
         rates_by_month=transform.failure_rates(incidents, exposure, by=["cluster_id"], period="month"),
         node_fits=fits,
-        best_family=best,
+        best_family=models.best_by_aic(fits),
         kaplan_meier=models.KaplanMeier().fit(*args),
         cluster_mtbf=per_cluster,
         scaling=scaling,
         scaling_projection=projection,
         files=warehouse.table(con, "ingested_files"),
         rejects=warehouse.table(con, "rejects"),
+        rates_by_size_bucket=transform.failure_rates(incidents, exposure, by=["size_bucket"]),
+        category_shares=transform.category_shares(incidents, exposure, by=["cluster_id"]),
+        trend_tests=trend_tests(transform.failure_operating_times(incidents, exposure), exposure),
+        first_gap=first_gap,
+        node_durations=durations,
+        nelson_aalen=models.NelsonAalen().fit(*args),
+        cluster_durations=cluster_durations,
+        size_regression=regression,
+        size_regression_projection=regression_projection,
+        job_interruptions=jobs,
+        count_dispersion=dispersion,
+        exposure_estimated=transform.exposure_estimated(inventory),
+        cluster_kaplan_meier={
+            cluster: models.KaplanMeier().fit(g["duration_hours"], g["observed"], g["count"])
+            for (cluster,), g in cluster_durations.group_by("cluster_id")
+            if g["observed"].any()
+        },
     )

@@ -9,6 +9,15 @@ Rates with exact (Garwood 1936) Poisson intervals: for k failures in exposure T 
     low  = chi2.ppf(alpha/2,     2k)     / (2T)      (0 when k = 0)
     high = chi2.ppf(1 - alpha/2, 2k + 2) / (2T)
 
+Only failures while their node was in service and observed count. When node failures cluster
+(renewal with Weibull shape < 1) counts are over-dispersed and the exact interval is too narrow;
+the quasi-Poisson interval (McCullagh & Nelder 1989) takes the Garwood interval of k / phi
+failures in T / phi hours, phi the Pearson dispersion of per-node counts.
+
+Category shares carry the exact Clopper–Pearson binomial interval. Trend tests run on each
+cluster's operating clock (node-hours accrued), so a cluster that grows is not read as a rising
+rate. Job interruptions per job-hour compare with the node rate x nodes per job.
+
 Published per-instance-hour rates (Llama 3.1, OPT-175B, MPT-7B) are the same quantity as
 ``rate_per_node_hour`` here: one instance is one node.
 """
@@ -20,6 +29,7 @@ from datetime import datetime
 
 import numpy as np
 import polars as pl
+from scipy.stats import beta as beta_dist
 from scipy.stats import chi2
 
 EXPOSURE_KEYS = ("cluster_id", "node_id", "instance_type", "size_bucket")
@@ -44,6 +54,12 @@ def size_bucket(instances: pl.Expr) -> pl.Expr:
     return (2 ** instances.clip(lower_bound=1).log(2).round()).cast(pl.Int64)
 
 
+def exposure_estimated(inventory: pl.DataFrame) -> bool:
+    """True when any service interval was inferred from the logs rather than read from a real
+    inventory (the warehouse's ``estimated`` rows): every rate then carries that caveat."""
+    return "estimated" in inventory.columns and bool(inventory["estimated"].fill_null(False).any())
+
+
 def exposure_intervals(inventory: pl.DataFrame, observed_until: datetime) -> pl.DataFrame:
     """Service intervals clipped to the observed window, with node-hours, GPU-hours and the
     cluster's time-averaged instance count and size bucket."""
@@ -56,10 +72,14 @@ def exposure_intervals(inventory: pl.DataFrame, observed_until: datetime) -> pl.
             ),
         )
         .filter(pl.col("end_utc") > pl.col("start_utc"))
-        .with_columns(node_hours=(pl.col("end_utc") - pl.col("start_utc")).dt.total_seconds() / 3600)
+        .with_columns(
+            node_hours=(pl.col("end_utc") - pl.col("start_utc")).dt.total_seconds(fractional=True) / 3600
+        )
         .with_columns(gpu_hours=pl.col("node_hours") * pl.col("gpus_per_node"))
     )
-    span_hours = (pl.col("end_utc").max() - pl.col("start_utc").min()).dt.total_seconds() / 3600
+    span_hours = (pl.col("end_utc").max() - pl.col("start_utc").min()).dt.total_seconds(
+        fractional=True
+    ) / 3600
     return (
         clipped.with_columns(instances=(pl.col("node_hours").sum() / span_hours).over("cluster_id"))
         .with_columns(size_bucket=size_bucket(pl.col("instances")))
@@ -80,27 +100,33 @@ def exposure_intervals(inventory: pl.DataFrame, observed_until: datetime) -> pl.
 
 
 def poisson_interval(
-    failures: np.ndarray, exposure: np.ndarray, confidence: float = 0.95
+    failures: np.ndarray, exposure: np.ndarray, confidence: float = 0.95, dispersion: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact Garwood interval for a Poisson rate (see module docstring)."""
-    k = np.asarray(failures, dtype=float)
-    t = np.asarray(exposure, dtype=float)
+    """Exact Garwood interval for a Poisson rate (see module docstring).
+
+    With ``dispersion`` phi > 1 (see :func:`count_dispersion`) it is the quasi-Poisson version:
+    the Garwood interval of k / phi effective failures in T / phi hours, same point estimate,
+    wider interval. phi = 1 is the exact interval.
+    """
+    if dispersion <= 0:
+        raise ValueError("dispersion must be positive")
+    k = np.asarray(failures, dtype=float) / dispersion
+    t = np.asarray(exposure, dtype=float) / dispersion
     alpha = 1.0 - confidence
-    low = np.where(k > 0, chi2.ppf(alpha / 2, 2 * k) / (2 * t), 0.0)
+    low = np.where(k > 0, chi2.ppf(alpha / 2, 2 * k), 0.0) / (2 * t)
     high = chi2.ppf(1 - alpha / 2, 2 * k + 2) / (2 * t)
     return low, high
 
 
 def _periodic_exposure(exposure: pl.DataFrame, every: str) -> pl.DataFrame:
-    """Split each interval at period boundaries: one row per (interval, period) it overlaps."""
-    start, end = exposure["start_utc"].min(), exposure["end_utc"].max()
+    """Split each interval at period boundaries: one row per (interval, period) it overlaps.
+
+    Periods start at the calendar boundary at or before the first interval (Monday for weeks,
+    the 1st for months) so exposure in a partial last period is kept.
+    """
+    first = exposure.select(pl.col("start_utc").min().dt.truncate(every)).item()
     periods = pl.DataFrame(
-        {
-            "period": pl.datetime_range(start, end, every, eager=True, time_unit="us")
-            .dt.truncate(every)
-            .unique()
-            .sort()
-        }
+        {"period": pl.datetime_range(first, exposure["end_utc"].max(), every, eager=True, time_unit="us")}
     ).with_columns(period_end=pl.col("period").dt.offset_by(every))
     return (
         exposure.lazy()
@@ -110,9 +136,28 @@ def _periodic_exposure(exposure: pl.DataFrame, every: str) -> pl.DataFrame:
             end_utc=pl.min_horizontal("end_utc", "period_end"),
         )
         .filter(pl.col("end_utc") > pl.col("start_utc"))
-        .with_columns(node_hours=(pl.col("end_utc") - pl.col("start_utc")).dt.total_seconds() / 3600)
+        .with_columns(
+            node_hours=(pl.col("end_utc") - pl.col("start_utc")).dt.total_seconds(fractional=True) / 3600
+        )
         .with_columns(gpu_hours=pl.col("node_hours") * pl.col("gpus_per_node"))
         .drop("period_end")
+        .collect()
+    )
+
+
+def failures_in_service(incidents: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
+    """Incidents that happened while their node was in service and observed, with the node's
+    exposure attributes; failures outside every interval (out for repair, after ``--until``) have
+    no exposure behind them and would bias rates upwards."""
+    return (
+        incidents.lazy()
+        .join(
+            exposure.lazy().select(*EXPOSURE_KEYS, "start_utc", "end_utc"),
+            on=["cluster_id", "node_id"],
+            how="inner",
+        )
+        .filter(pl.col("timestamp_utc").is_between("start_utc", "end_utc", closed="left"))
+        .drop("start_utc", "end_utc")
         .collect()
     )
 
@@ -125,13 +170,17 @@ def failure_rates(
     period: str | None = None,
     interrupting_only: bool = True,
     confidence: float = 0.95,
+    dispersion: float = 1.0,
 ) -> pl.DataFrame:
-    """Failures, exposure and rate per node-hour and per GPU-hour, with exact intervals.
+    """Failures, exposure and rate per node-hour and per GPU-hour, with exact intervals
+    (quasi-Poisson ones with ``dispersion`` > 1, see :func:`poisson_interval`).
 
     ``by`` may name exposure keys (cluster_id, node_id, instance_type, size_bucket) and
     ``category``; ``period`` ("day", "week", "month") adds a calendar ``period`` column.
     Category is not a property of exposure: each category's rate uses the whole exposure of
-    its group, so category rates add up to the total rate.
+    its group, so category rates add up to the total rate; every category seen in the input
+    gets a row in every group, with 0 failures where the group had none. Only failures while
+    the node was in service and observed count (:func:`failures_in_service`).
     """
     unknown = [k for k in by if k not in (*EXPOSURE_KEYS, "category")]
     if unknown:
@@ -141,16 +190,14 @@ def failure_rates(
     if period is not None and period not in PERIODS:
         raise ValueError(f"unknown period {period!r}; use one of {', '.join(PERIODS)}")
     exposure_keys = [k for k in by if k != "category"]
+    base_exposure = exposure
     if period:
         exposure = _periodic_exposure(exposure, PERIODS[period])
         exposure_keys.append("period")
     keys = [*exposure_keys, *(["category"] if "category" in by else [])]
 
-    events = incidents.filter(pl.col("interrupting")) if interrupting_only else incidents
-    attributes = exposure.select("cluster_id", "node_id", "instance_type", "size_bucket").unique(
-        subset=["cluster_id", "node_id"]
-    )
-    events = events.join(attributes, on=["cluster_id", "node_id"], how="inner")
+    counted = incidents.filter(pl.col("interrupting")) if interrupting_only else incidents
+    events = failures_in_service(counted, base_exposure)
     if period:
         events = events.with_columns(period=pl.col("timestamp_utc").dt.truncate(PERIODS[period]))
 
@@ -160,8 +207,9 @@ def failure_rates(
     )
     counts = events.group_by(keys or pl.lit(0).alias("_all")).agg(failures=pl.len())
     if "category" in by:
-        # every category appears in every group, with zero failures where it had none
-        cats = events.select("category").unique()
+        # every category seen in the input appears in every group (and period), with zero
+        # failures where that group had none
+        cats = counted.select("category").unique().sort("category")
         exposure_sums = exposure_sums.join(cats, how="cross")
     join_on = keys or ["_all"]
     rates = (
@@ -171,7 +219,7 @@ def failure_rates(
         .sort(keys or "failures")
     )
     low, high = poisson_interval(
-        rates["failures"].to_numpy(), rates["exposure_node_hours"].to_numpy(), confidence
+        rates["failures"].to_numpy(), rates["exposure_node_hours"].to_numpy(), confidence, dispersion
     )
     gpus = rates["exposure_gpu_hours"] / rates["exposure_node_hours"]
     return rates.select(*keys, "failures", "exposure_node_hours", "exposure_gpu_hours").with_columns(
@@ -184,17 +232,35 @@ def failure_rates(
     )
 
 
+FIRST_GAP_CHOICES = ("drop", "keep")
+
+
 def times_between_failures(
-    incidents: pl.DataFrame, exposure: pl.DataFrame, *, level: str = "node"
+    incidents: pl.DataFrame, exposure: pl.DataFrame, *, level: str = "node", first_gap: str = "drop"
 ) -> pl.DataFrame:
     """Durations (hours) between successive interrupting failures, right-censored at the end of
     each service interval (node level) or of the cluster's observed window (cluster level).
 
-    Returns ``cluster_id`` (and ``node_id`` at node level), ``instances``, ``duration_hours``
-    and ``observed`` (True for a failure, False for a censored tail).
+    ``first_gap`` decides what to do with the span from a window's start to its first failure
+    (or to its end when it has none). That span is a full time-between-failures only if the node
+    was as good as new at the window start. When observation starts on a node already running
+    (logs begin after installation, or the stationary renewal of ``pipeline.sample``), it is a
+    *forward-recurrence* time, longer-tailed than a real gap: keeping it biases the Weibull
+    shape up towards 1 and the MTBF up (2245 h for a true 2000 h on the sample fleet). "drop"
+    (default) fits only the gaps that start at a failure, which is exact for any renewal
+    process whatever the age at window start (the process after a failure is independent of its
+    past), at the price of the windows with no failure. "keep" uses every span, right for nodes
+    observed from installation.
+
+    Only failures while the node was in service count (:func:`failures_in_service`).
+
+    Returns ``cluster_id`` (and ``node_id`` at node level), ``instances``, ``duration_hours``,
+    ``observed`` (True for a failure, False for a censored tail) and ``first_gap``.
     """
     if level not in ("node", "cluster"):
         raise ValueError(f"level must be 'node' or 'cluster', not {level!r}")
+    if first_gap not in FIRST_GAP_CHOICES:
+        raise ValueError(f"first_gap must be one of {', '.join(FIRST_GAP_CHOICES)}, not {first_gap!r}")
     if level == "node":
         windows = exposure.select("cluster_id", "node_id", "instances", "start_utc", "end_utc")
         keys = ["cluster_id", "node_id"]
@@ -205,30 +271,201 @@ def times_between_failures(
         keys = ["cluster_id"]
     windows = windows.with_row_index("window")
     failures = (
-        incidents.lazy()
-        .filter(pl.col("interrupting"))
+        failures_in_service(incidents.filter(pl.col("interrupting")), exposure)
+        .lazy()
         .select(*keys, "timestamp_utc")
         .join(windows.lazy(), on=keys, how="inner")
         .filter(pl.col("timestamp_utc").is_between("start_utc", "end_utc", closed="left"))
         .select("window", time_utc=pl.col("timestamp_utc"), observed=pl.lit(True))
     )
     ends = windows.lazy().select("window", time_utc=pl.col("end_utc"), observed=pl.lit(False))
-    return (
+    durations = (
         pl.concat([failures, ends])
         .join(windows.lazy(), on="window")
         .sort("window", "time_utc", "observed", descending=[False, False, True])
-        .with_columns(previous_utc=pl.col("time_utc").shift(1).over("window").fill_null(pl.col("start_utc")))
-        .with_columns(duration_hours=(pl.col("time_utc") - pl.col("previous_utc")).dt.total_seconds() / 3600)
+        .with_columns(previous_utc=pl.col("time_utc").shift(1).over("window"))
+        .with_columns(
+            first_gap=pl.col("previous_utc").is_null(),
+            duration_hours=(
+                pl.col("time_utc") - pl.col("previous_utc").fill_null(pl.col("start_utc"))
+            ).dt.total_seconds(fractional=True)
+            / 3600,
+        )
         .filter(pl.col("observed") | (pl.col("duration_hours") > 0))
-        .select(*keys, "instances", "duration_hours", "observed")
-        .collect()
     )
+    if first_gap == "drop":
+        durations = durations.filter(~pl.col("first_gap"))
+    return durations.select(*keys, "instances", "duration_hours", "observed", "first_gap").collect()
 
 
-def aggregate_durations(durations: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
-    """Unique (duration, observed) pairs with their counts: what the fitters take as weights."""
+def aggregate_durations(
+    durations: pl.DataFrame, by: Sequence[str] = (), *, resolution_hours: float | None = None
+) -> pl.DataFrame:
+    """Unique (duration, observed) pairs with their counts: what the fitters take as weights.
+
+    The fit on these is the fit on the raw rows (same likelihood). ``resolution_hours`` first
+    rounds durations to that grid (at least one step), which bounds the number of unique values
+    for very large inputs at a bias of at most half a step per duration.
+    """
+    if resolution_hours is not None:
+        if resolution_hours <= 0:
+            raise ValueError("resolution_hours must be positive")
+        step = float(resolution_hours)
+        durations = durations.with_columns(
+            duration_hours=(pl.col("duration_hours") / step).round().clip(lower_bound=1) * step
+        )
     return (
         durations.group_by([*by, "duration_hours", "observed"])
         .agg(count=pl.len())
-        .sort([*by, "duration_hours"])
+        .sort([*by, "duration_hours", "observed"])
+    )
+
+
+def category_shares(
+    incidents: pl.DataFrame, exposure: pl.DataFrame, by: Sequence[str] = ("cluster_id",), *, confidence=0.95
+) -> pl.DataFrame:
+    """Share of interrupting failures by root cause within each group, with the exact
+    Clopper–Pearson interval (Clopper & Pearson 1934): for k of n,
+    low = Beta.ppf(a/2; k, n - k + 1), high = Beta.ppf(1 - a/2; k + 1, n - k)."""
+    rates = failure_rates(incidents, exposure, by=[*by, "category"], confidence=confidence)
+    shares = rates.select(*by, "category", "failures").with_columns(
+        group_failures=pl.col("failures").sum().over(list(by)) if by else pl.col("failures").sum()
+    )
+    k = shares["failures"].to_numpy().astype(float)
+    n = shares["group_failures"].to_numpy().astype(float)
+    a = 1 - confidence
+    with np.errstate(invalid="ignore", divide="ignore"):
+        low = np.where(k > 0, beta_dist.ppf(a / 2, k, n - k + 1), 0.0)
+        high = np.where(k < n, beta_dist.ppf(1 - a / 2, k + 1, n - k), 1.0)
+        share = np.where(n > 0, k / n, np.nan)
+    return shares.with_columns(
+        share=pl.Series(share),
+        share_ci_low=pl.Series(np.where(n > 0, low, np.nan)),
+        share_ci_high=pl.Series(np.where(n > 0, high, np.nan)),
+    ).fill_nan(None)
+
+
+def count_dispersion(incidents: pl.DataFrame, exposure: pl.DataFrame) -> float:
+    """Pearson dispersion of per-node failure counts around each cluster's rate (McCullagh &
+    Nelder 1989, 4.5): phi = sum (k - mu)^2 / mu / (nodes - clusters), mu = cluster rate x the
+    node's hours. 1 for Poisson counts; a node renewal process with Weibull shape < 1 gives
+    phi > 1 (clustered failures), shape > 1 phi < 1. Quasi-Poisson intervals scale by sqrt(phi).
+    """
+    nodes = failure_rates(incidents, exposure, by=["cluster_id", "node_id"]).with_columns(
+        mu=pl.col("exposure_node_hours")
+        * (pl.col("failures").sum() / pl.col("exposure_node_hours").sum()).over("cluster_id")
+    )
+    dof = nodes.height - nodes["cluster_id"].n_unique()
+    nodes = nodes.filter(pl.col("mu") > 0)
+    if dof <= 0 or nodes.height == 0:
+        return 1.0
+    return float(((nodes["failures"] - nodes["mu"]) ** 2 / nodes["mu"]).sum() / dof)
+
+
+def _cumulative_exposure(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Node-hours accrued by ``at`` over intervals [starts, ends): a piecewise-linear clock whose
+    slope is the number of nodes in service."""
+    edges = np.concatenate([starts, ends])
+    order = np.argsort(edges, kind="stable")
+    edges = edges[order]
+    active = np.cumsum(np.concatenate([np.ones_like(starts), -np.ones_like(ends)])[order])
+    accrued = np.concatenate([[0.0], np.cumsum(active[:-1] * np.diff(edges))])
+    return np.interp(at, edges, accrued)
+
+
+def failure_operating_times(incidents: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
+    """Each cluster's interrupting failures on its *operating* clock, the node-hours accrued
+    since the cluster's first service start, with the cluster's total ``observed_node_hours``.
+
+    Trend tests run on this clock so that nodes joining or leaving (a growing cluster) are not
+    mistaken for a rising or falling failure rate.
+    """
+    schema = {"cluster_id": pl.String, "operating_node_hours": pl.Float64, "observed_node_hours": pl.Float64}
+    failures = failures_in_service(incidents.filter(pl.col("interrupting")), exposure).with_columns(
+        t=pl.col("timestamp_utc").dt.epoch("us") / 3.6e9
+    )
+    windows = exposure.with_columns(
+        a=pl.col("start_utc").dt.epoch("us") / 3.6e9, b=pl.col("end_utc").dt.epoch("us") / 3.6e9
+    )
+    frames = [pl.DataFrame(schema=schema)]
+    for (cluster,), nodes in windows.group_by("cluster_id"):
+        starts, ends = nodes["a"].to_numpy(), nodes["b"].to_numpy()
+        at = np.sort(failures.filter(pl.col("cluster_id") == cluster)["t"].to_numpy())
+        frames.append(
+            pl.DataFrame(
+                {
+                    "cluster_id": [cluster] * at.size,
+                    "operating_node_hours": _cumulative_exposure(starts, ends, at),
+                    "observed_node_hours": [float((ends - starts).sum())] * at.size,
+                },
+                schema=schema,
+            )
+        )
+    return pl.concat(frames).sort("cluster_id", "operating_node_hours")
+
+
+def job_interruption_rates(
+    jobs: pl.DataFrame, node_rate_per_node_hour: float | pl.DataFrame, *, confidence: float = 0.95
+) -> pl.DataFrame:
+    """Interruptions per job-hour by node-count bucket (nearest power of two of ``nnodes``), with
+    the exact interval, against what independent node failures predict.
+
+    A job on n nodes is interrupted when any of its nodes fails, so under independence its rate
+    per job-hour is n x the node rate r; over a bucket the expectation is
+    ``sum(r * nnodes * elapsed) / sum(elapsed)``. ``ratio_to_node_model`` above 1 means jobs die
+    more often than node failures explain (software, NCCL, storage), below 1 that some node
+    failures do not kill jobs. A job ends at its first interruption, so interruptions / job-hours
+    is the exponential MLE with censoring and the Garwood interval applies.
+
+    ``node_rate_per_node_hour`` is one fleet rate, or a frame with ``cluster_id`` and
+    ``rate_per_node_hour`` (e.g. ``failure_rates(...)`` by cluster) to use each job's cluster.
+    ``jobs`` has the warehouse ``jobs`` columns; ``nnodes``, ``elapsed_hours``, ``interrupted``
+    (and ``cluster_id`` with a per-cluster rate) are used. Jobs that never ran (no or zero
+    elapsed time) are left out.
+    """
+    per_cluster = isinstance(node_rate_per_node_hour, pl.DataFrame)
+    needed = {"nnodes", "elapsed_hours", "interrupted"} | ({"cluster_id"} if per_cluster else set())
+    missing = needed - set(jobs.columns)
+    if missing:
+        raise ValueError(f"jobs frame lacks column(s) {', '.join(sorted(missing))}")
+    ran = jobs.filter((pl.col("elapsed_hours") > 0) & (pl.col("nnodes") >= 1))
+    if per_cluster:
+        ran = ran.join(
+            node_rate_per_node_hour.select("cluster_id", node_rate="rate_per_node_hour"),
+            on="cluster_id",
+            how="left",
+        )
+        unknown = ran.filter(pl.col("node_rate").is_null())["cluster_id"].unique().sort().to_list()
+        if unknown:
+            raise ValueError(f"no node failure rate for cluster(s) {', '.join(map(str, unknown))}")
+    else:
+        if not node_rate_per_node_hour > 0:
+            raise ValueError("node_rate_per_node_hour must be positive")
+        ran = ran.with_columns(node_rate=pl.lit(float(node_rate_per_node_hour)))
+    rates = (
+        ran.group_by(nnodes_bucket=size_bucket(pl.col("nnodes")))
+        .agg(
+            jobs=pl.len(),
+            interruptions=pl.col("interrupted").fill_null(False).sum().cast(pl.Int64),
+            job_hours=pl.col("elapsed_hours").sum(),
+            node_hours=(pl.col("elapsed_hours") * pl.col("nnodes")).sum(),
+            expected_interruptions=(pl.col("elapsed_hours") * pl.col("nnodes") * pl.col("node_rate")).sum(),
+        )
+        .sort("nnodes_bucket")
+        .with_columns(mean_nnodes=pl.col("node_hours") / pl.col("job_hours"))
+    )
+    low, high = poisson_interval(rates["interruptions"].to_numpy(), rates["job_hours"].to_numpy(), confidence)
+    return (
+        rates.with_columns(
+            rate_per_job_hour=pl.col("interruptions") / pl.col("job_hours"),
+            rate_ci_low=pl.Series(low),
+            rate_ci_high=pl.Series(high),
+            expected_rate_per_job_hour=pl.col("expected_interruptions") / pl.col("job_hours"),
+        )
+        .with_columns(
+            ratio_to_node_model=pl.col("rate_per_job_hour") / pl.col("expected_rate_per_job_hour"),
+            ratio_ci_low=pl.col("rate_ci_low") / pl.col("expected_rate_per_job_hour"),
+            ratio_ci_high=pl.col("rate_ci_high") / pl.col("expected_rate_per_job_hour"),
+        )
+        .drop("expected_interruptions")
     )

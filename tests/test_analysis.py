@@ -1,0 +1,184 @@
+"""analyze() on a real DuckDB warehouse filled by the real ingest, and the rates/fit CLI on it.
+
+One fleet checks the chain end to end; interval coverage over many seeds is in test_models.
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from pipeline import analysis, ingest, models, sample, warehouse
+from pipeline.cli import main
+
+SPEC = sample.FleetSpec(cluster_sizes=(32, 128, 512), days=90, weibull_shape=0.8, seed=32)
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fleet")
+    paths = sample.simulate_fleet(SPEC).write(out)
+    db_path = out / "warehouse.duckdb"
+    con = warehouse.connect(db_path)
+    ingest.ingest_files(con, list(paths))
+    con.close()
+    return db_path
+
+
+@pytest.fixture(scope="module")
+def result(db) -> analysis.FleetAnalysis:
+    con = warehouse.connect(db, read_only=True)
+    try:
+        return analysis.analyze(con)
+    finally:
+        con.close()
+
+
+def test_analysis_recovers_the_simulated_fleet(result):
+    rate = result.fleet_rate
+    assert rate.confidence_interval_[0] <= SPEC.rate_per_node_hour <= rate.confidence_interval_[1]
+    weibull = result.node_fits["weibull"]
+    assert (
+        weibull.confidence_interval_["rho_"][0]
+        <= SPEC.weibull_shape
+        <= weibull.confidence_interval_["rho_"][1]
+    )
+    low, high = weibull.mtbf_confidence_interval_
+    assert low <= 1 / SPEC.rate_per_node_hour <= high
+    assert result.best_family == "weibull" and weibull.infant_mortality_
+    for view in (result.scaling, result.size_regression):
+        assert view.alpha_confidence_interval_[0] <= 1 <= view.alpha_confidence_interval_[1]
+
+
+def test_analysis_new_fields_have_their_shape(result):
+    clusters = sorted(f"c{n:04d}" for n in SPEC.cluster_sizes)
+    assert result.first_gap == "drop"
+    assert sorted(result.trend_tests["cluster_id"]) == clusters
+    assert set(result.trend_tests["crow_verdict"]) <= {"flat", "rising", "falling"}
+    assert sorted(result.rates_by_size_bucket["size_bucket"]) == [32, 128, 512]
+    sums = result.category_shares.group_by("cluster_id").agg(pl.col("share").sum())
+    assert sums["share"].to_list() == pytest.approx([1.0] * 3)
+    assert isinstance(result.nelson_aalen, models.NelsonAalen)
+    assert result.nelson_aalen.cumulative_hazard_[-1] > 0
+    assert not result.node_durations["observed"].is_null().any()
+    projected = result.size_regression_projection
+    assert {256, 512, 2048, 16384} <= set(projected["instances"].cast(int))
+    assert (projected["mtbf_ci_low_hours"] < projected["mtbf_hours"]).all()
+    assert result.job_interruptions is None and result.exposure_estimated is False
+    assert sorted(result.cluster_kaplan_meier) == clusters
+    medians = [result.cluster_kaplan_meier[c].median_hours_ for c in clusters]
+    assert medians == sorted(medians, reverse=True)  # bigger clusters fail sooner
+    # Weibull shape 0.8 nodes: failures cluster, counts are over-dispersed
+    assert result.count_dispersion > 1
+
+
+def test_keeping_first_gaps_changes_only_the_gap_fits(db, result):
+    con = warehouse.connect(db, read_only=True)
+    kept = analysis.analyze(con, first_gap="keep")
+    con.close()
+    assert kept.node_durations["count"].sum() > result.node_durations["count"].sum()
+    assert kept.rates_by_cluster.equals(result.rates_by_cluster)
+
+
+EXISTING_RATE_KEYS = {
+    "cluster_id",
+    "failures",
+    "exposure_node_hours",
+    "rate_per_node_hour",
+    "rate_ci_low",
+    "rate_ci_high",
+}
+
+
+@pytest.mark.parametrize(
+    ("args", "keys"),
+    [
+        ([], EXISTING_RATE_KEYS | {"rate_per_gpu_hour", "exposure_gpu_hours"}),
+        (["--by", "size_bucket", "--period", "week"], {"size_bucket", "period", "failures"}),
+        (["--overdispersed"], EXISTING_RATE_KEYS | {"dispersion"}),
+        (["--view", "shares"], {"cluster_id", "category", "share", "share_ci_low", "share_ci_high"}),
+        (["--view", "trend"], {"cluster_id", "laplace_p_value", "crow_beta", "crow_verdict"}),
+    ],
+)
+def test_rates_json(db, args, keys):
+    out = CliRunner().invoke(main, ["rates", "--db", str(db), "--json", *args])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.output)
+    assert rows and all(keys | {"exposure_estimated"} <= set(row) for row in rows)
+    assert not any(row["exposure_estimated"] for row in rows)
+
+
+def test_rates_jobs_view_without_jobs_is_an_input_error(db):
+    out = CliRunner().invoke(main, ["rates", "--db", str(db), "--view", "jobs"])
+    assert out.exit_code == 2 and "jobs" in out.output
+
+
+def test_fit_json_exposes_every_view(db, result):
+    out = CliRunner().invoke(main, ["fit", "--db", str(db), "--json"])
+    assert out.exit_code == 0, out.output
+    payload = json.loads(out.output)
+    assert payload["best_family"] == result.best_family
+    assert "infant mortality" in payload["hazard_message"]
+    weibull = payload["node_time_between_failures"]["weibull"]
+    assert weibull["mtbf_hours"] == pytest.approx(result.node_fits["weibull"].mtbf_hours_)
+    assert weibull["infant_mortality"] is True
+    for view in ("scaling", "size_regression"):
+        assert {"alpha", "alpha_ci", "projected"} <= set(payload[view])
+    assert len(payload["trend_tests"]) == len(SPEC.cluster_sizes)
+    assert payload["first_gap"] == "drop" and payload["category_shares"]
+
+
+@pytest.mark.skipif(
+    "jobs" not in warehouse.TABLES, reason="the warehouse has no jobs table yet (ingest issue)"
+)
+def test_job_interruptions_from_the_warehouse_jobs_table(db, tmp_path, result):
+    """Jobs on known clusters are compared with their own cluster's node rate; jobs on unknown
+    clusters (or none) are left out."""
+    import shutil
+
+    copy = tmp_path / "with_jobs.duckdb"
+    shutil.copy(db, copy)
+    con = warehouse.connect(copy)
+    rows = [
+        ("1", "c0032", "COMPLETED", 10.0, 4, False),
+        ("2", "c0032", "NODE_FAIL", 5.0, 4, True),
+        ("3", "c0512", "COMPLETED", 20.0, 64, False),
+        ("4", None, "NODE_FAIL", 3.0, 4, True),
+        ("5", "elsewhere", "NODE_FAIL", 3.0, 4, True),
+    ]
+    for job_id, cluster, state, hours, nnodes, interrupted in rows:
+        con.execute(
+            "INSERT INTO jobs (job_id, cluster_id, state, elapsed_hours, nnodes, nodes, interrupted,"
+            " file_id, line) VALUES (?, ?, ?, ?, ?, [], ?, 0, 0)",
+            [job_id, cluster, state, hours, nnodes, interrupted],
+        )
+    jobs = analysis.job_interruptions(con, result.rates_by_cluster)
+    con.close()
+    rate = dict(result.rates_by_cluster.select("cluster_id", "rate_per_node_hour").iter_rows())
+    four = jobs.filter(nnodes_bucket=4).row(0, named=True)
+    assert (four["jobs"], four["interruptions"]) == (2, 1)
+    assert four["expected_rate_per_job_hour"] == pytest.approx(4 * rate["c0032"])
+    assert jobs.filter(nnodes_bucket=64)["expected_rate_per_job_hour"][0] == pytest.approx(64 * rate["c0512"])
+
+
+def test_first_gaps_are_kept_when_no_node_failed_twice(tmp_path):
+    (tmp_path / "inventory.csv").write_text(
+        "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n"
+        "a,a1,p5,8,2026-03-01T00:00:00Z,\n"
+        "a,a2,p5,8,2026-03-01T00:00:00Z,\n"
+    )
+    (tmp_path / "incidents.csv").write_text(
+        "timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at\n"
+        "2026-03-02T00:00:00Z,a,a1,host,,,reboot,\n"
+        "2026-03-05T00:00:00Z,a,a2,host,,,reboot,\n"
+        "2026-03-09T00:00:00Z,a,a2,application,,,xid 13,\n"
+    )
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    ingest.ingest_files(con, [tmp_path / "inventory.csv", tmp_path / "incidents.csv"])
+    small = analysis.analyze(con)
+    assert small.first_gap == "keep"
+    assert small.node_durations.filter("observed")["count"].sum() == 2
+    assert small.scaling is None and small.size_regression is None
