@@ -36,16 +36,20 @@ def main() -> None:
     print(f"python {platform.python_version()}, numpy {np.__version__}, {os.cpu_count()} CPUs")
     for failure in (FailureModel.preset("llama-3.1"), FailureModel.exponential(1e-6, 5e-7, 2e-6)):
         spec = _spec(failure)
-        print(f"{INSTANCES} instances, {FAILURE_FREE_DAYS:g} failure-free days, {RUNS} runs, "
-              f"{failure.rate_per_instance_hour:.3g}/instance-hour, cluster MTBF "
-              f"{failure.cluster_mtbf_hours(INSTANCES):.2f} h")
+        print(
+            f"{INSTANCES} instances, {FAILURE_FREE_DAYS:g} failure-free days, {RUNS} runs, "
+            f"{failure.rate_per_instance_hour:.3g}/instance-hour, cluster MTBF "
+            f"{failure.cluster_mtbf_hours(INSTANCES):.2f} h"
+        )
         for mode in spec.recovery:
             for uncertain in (False, True):
                 t0 = time.perf_counter()
                 mc = monte_carlo(spec, mode, RUNS, seed=0, rate_uncertainty=uncertain)
                 dt = time.perf_counter() - t0
-                print(f"  monte_carlo {mode:9s} rate_uncertainty={uncertain!s:5s}: {dt:6.3f} s, "
-                      f"{mc.mean_interruptions:,.1f} failures/run, P50 {mc.p50_days:,.1f} days")
+                print(
+                    f"  monte_carlo {mode:9s} rate_uncertainty={uncertain!s:5s}: {dt:6.3f} s, "
+                    f"{mc.mean_interruptions:,.1f} failures/run, P50 {mc.p50_days:,.1f} days"
+                )
         t0 = time.perf_counter()
         project(spec, monte_carlo_runs=RUNS, seed=0)
         print(f"  project(), all modes, both MC variants: {time.perf_counter() - t0:.3f} s")

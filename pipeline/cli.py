@@ -512,8 +512,12 @@ def fit(db: Path, observed_until, first_gap: str, as_json: bool) -> None:
 
 # --- project --------------------------------------------------------------------------------
 @main.command()
-@click.option("--spec", "spec_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="TOML job spec (see data/jobs/llama3-70b.toml); flags override it.")
+@click.option(
+    "--spec",
+    "spec_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML job spec (see data/jobs/llama3-70b.toml); flags override it.",
+)
 @click.option("--instances", type=int, help="Instances (nodes) in the job.")
 @click.option("--gpus-per-instance", type=int, help="GPUs per instance [8].")
 @click.option("--gpu", help="GPU type for the FLOP/s table: H100, H200, A100, B200, MI300X.")
@@ -522,17 +526,35 @@ def fit(db: Path, observed_until, first_gap: str, as_json: bool) -> None:
 @click.option("--tokens", type=float, help="Training tokens.")
 @click.option("--mfu", type=float, help="Model FLOPs utilisation in (0, 1] (with params/tokens).")
 @click.option("--price-per-gpu-hour", type=float, help="Price in USD per GPU-hour.")
-@click.option("--failure-rate", help="Failures in % per instance-hour (e.g. 0.05) or a preset: "
-              "opt-175b, llama-3.1, mpt-7b, meta-rsc. Default: the warehouse's fleet rate.")
+@click.option(
+    "--failure-rate",
+    help="Failures in % per instance-hour (e.g. 0.05) or a preset: "
+    "opt-175b, llama-3.1, mpt-7b, meta-rsc. Default: the warehouse's fleet rate.",
+)
 @click.option("--mode", "modes", multiple=True, help="Recovery mode(s) to show [all].")
 @click.option("--monte-carlo-runs", type=int, default=10_000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--explain", is_flag=True, help="Print the formulas and every assumption.")
 @json_option
 @db_option
-def project(spec_path, instances, gpus_per_instance, gpu, gpu_hours, params, tokens, mfu,
-            price_per_gpu_hour, failure_rate, modes, monte_carlo_runs, seed, explain, as_json,
-            db) -> None:
+def project(
+    spec_path,
+    instances,
+    gpus_per_instance,
+    gpu,
+    gpu_hours,
+    params,
+    tokens,
+    mfu,
+    price_per_gpu_hour,
+    failure_rate,
+    modes,
+    monte_carlo_runs,
+    seed,
+    explain,
+    as_json,
+    db,
+) -> None:
     """Training time, goodput and cost of a job under failures, manual vs automatic recovery."""
     import tomllib
 
@@ -562,9 +584,17 @@ def project(spec_path, instances, gpus_per_instance, gpu, gpu_hours, params, tok
         failure = proj.FailureModel.exponential(
             rate.rate_, low if low > 0 else None, high if low > 0 else None, source=f"warehouse {db}"
         )
-    overrides = dict(instances=instances, gpus_per_instance=gpus_per_instance, gpu=gpu,
-                     gpu_hours=gpu_hours, params=params, tokens=tokens, mfu=mfu,
-                     price_per_gpu_hour_usd=price_per_gpu_hour, failure=failure)
+    overrides = dict(
+        instances=instances,
+        gpus_per_instance=gpus_per_instance,
+        gpu=gpu,
+        gpu_hours=gpu_hours,
+        params=params,
+        tokens=tokens,
+        mfu=mfu,
+        price_per_gpu_hour_usd=price_per_gpu_hour,
+        failure=failure,
+    )
     try:
         spec = proj.job_spec_from_mapping(doc, **overrides)
     except proj.SpecError as exc:
@@ -596,8 +626,7 @@ def project(spec_path, instances, gpus_per_instance, gpu, gpu_hours, params, tok
         )
     for sv in result.savings:
         click.echo(
-            f"  {sv.mode} saves {sv.days:,.1f} days ({sv.percent:.1f}%) and ${sv.usd:,.0f} "
-            f"over {sv.baseline}"
+            f"  {sv.mode} saves {sv.days:,.1f} days ({sv.percent:.1f}%) and ${sv.usd:,.0f} over {sv.baseline}"
         )
 
 

@@ -24,8 +24,9 @@ def invoke(*args: str):
 @pytest.fixture(scope="module")
 def sample_db(tmp_path_factory) -> Path:
     db = tmp_path_factory.mktemp("wh") / "w.duckdb"
-    result = invoke("ingest", str(SAMPLE / "inventory.csv"), str(SAMPLE / "incidents.csv"),
-                    "--db", str(db), "--json")
+    result = invoke(
+        "ingest", str(SAMPLE / "inventory.csv"), str(SAMPLE / "incidents.csv"), "--db", str(db), "--json"
+    )
     assert result.exit_code == 0, result.output
     return db
 
@@ -34,7 +35,8 @@ def test_bundled_sample_is_the_generators_output(tmp_path) -> None:
     assert invoke("sample", "--out", str(tmp_path)).exit_code == 0
     for name in ("incidents.csv", "inventory.csv"):
         assert (tmp_path / name).read_bytes() == (SAMPLE / name).read_bytes(), (
-            f"data/sample/{name} is stale: regenerate with 'failcast sample'")
+            f"data/sample/{name} is stale: regenerate with 'failcast sample'"
+        )
 
 
 def test_rates_per_cluster_contain_the_true_rate(sample_db) -> None:
@@ -44,8 +46,14 @@ def test_rates_per_cluster_contain_the_true_rate(sample_db) -> None:
     truth = FleetSpec().rate_per_node_hour
     assert [r["cluster_id"] for r in rows] == ["c0032", "c0064", "c0128", "c0256", "c0512", "c1024"]
     for row in rows:
-        assert set(row) >= {"cluster_id", "failures", "exposure_node_hours", "rate_per_node_hour",
-                            "rate_ci_low", "rate_ci_high"}
+        assert set(row) >= {
+            "cluster_id",
+            "failures",
+            "exposure_node_hours",
+            "rate_per_node_hour",
+            "rate_ci_low",
+            "rate_ci_high",
+        }
         assert row["rate_ci_low"] < truth < row["rate_ci_high"], row
         assert row["rate_per_node_hour"] == pytest.approx(row["failures"] / row["exposure_node_hours"])
 
@@ -55,12 +63,20 @@ def test_ingesting_twice_changes_nothing(sample_db) -> None:
 
     def counts() -> dict[str, int]:
         with duckdb.connect(str(sample_db), read_only=True) as con:
-            return {t: con.sql(f"SELECT count(*) FROM {t}").fetchall()[0][0]  # noqa: S608
-                    for t in ("events", "incidents", "inventory", "rejects", "ingested_files")}
+            return {
+                t: con.sql(f"SELECT count(*) FROM {t}").fetchall()[0][0]  # noqa: S608
+                for t in ("events", "incidents", "inventory", "rejects", "ingested_files")
+            }
 
     before = counts()
-    result = invoke("ingest", str(SAMPLE / "inventory.csv"), str(SAMPLE / "incidents.csv"),
-                    "--db", str(sample_db), "--json")
+    result = invoke(
+        "ingest",
+        str(SAMPLE / "inventory.csv"),
+        str(SAMPLE / "incidents.csv"),
+        "--db",
+        str(sample_db),
+        "--json",
+    )
     assert all(s["skipped"] for s in json.loads(result.output))
     assert counts() == before and before["events"] > 0
 
@@ -104,8 +120,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message) -> None:
     (tmp_path / "bad.txt").write_text("hello\n")
     (tmp_path / "x.csv").write_text("a,b\n1,2\n")
     argv = [a.format(tmp=tmp_path) for a in args]
-    proc = subprocess.run([sys.executable, "-m", "pipeline", *argv], capture_output=True, text=True,
-                          cwd=REPO)
+    proc = subprocess.run([sys.executable, "-m", "pipeline", *argv], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr

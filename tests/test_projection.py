@@ -37,8 +37,9 @@ LLAMA3_TOML = Path(__file__).resolve().parents[1] / "data" / "jobs" / "llama3-70
 
 
 def _spec(**kw) -> JobSpec:
-    base = dict(instances=256, price_per_gpu_hour_usd=4.5,
-                failure=FailureModel.exponential(5e-4), gpu_hours=1e7)
+    base = dict(
+        instances=256, price_per_gpu_hour_usd=4.5, failure=FailureModel.exponential(5e-4), gpu_hours=1e7
+    )
     return JobSpec(**(base | kw))
 
 
@@ -148,11 +149,15 @@ def test_daly_and_monte_carlo_match_event_by_event_simulation(n_full, lam):
     tau, delta, r_h = 2.0, 0.1, 1.0
     work = n_full * tau + 1.0
     prof = RecoveryProfile(0.25, 0.5, 0.25, tau, delta)
-    ref = _event_by_event([tau + delta] * n_full + [1.0 + delta], lam, r_h, 3000,
-                          np.random.default_rng(7))
+    ref = _event_by_event([tau + delta] * n_full + [1.0 + delta], lam, r_h, 3000, np.random.default_rng(7))
     assert ref.mean() == pytest.approx(expected_wall_hours(work, lam, prof), rel=0.02)
-    spec = _spec(instances=1, failure=FailureModel.exponential(lam), gpus_per_instance=1,
-                 gpu_hours=work, recovery={"manual": prof})
+    spec = _spec(
+        instances=1,
+        failure=FailureModel.exponential(lam),
+        gpus_per_instance=1,
+        gpu_hours=work,
+        recovery={"manual": prof},
+    )
     mc = monte_carlo(spec, "manual", 20_000, seed=2)
     for q, value in ((10, mc.p10_days), (50, mc.p50_days), (90, mc.p90_days)):
         assert value * 24 == pytest.approx(np.percentile(ref, q), rel=0.02)
@@ -163,14 +168,12 @@ def test_daly_and_monte_carlo_match_event_by_event_simulation(n_full, lam):
     [(256, 5e-4, 1e7), (16, 1e-4, 2e5), (2048, 2.7e-4, 2e6), (4, 1e-3, 500)],
 )
 def test_monte_carlo_agrees_with_analytic_for_exponential(instances, rate, work_gpu_hours):
-    spec = _spec(instances=instances, failure=FailureModel.exponential(rate),
-                 gpu_hours=work_gpu_hours)
+    spec = _spec(instances=instances, failure=FailureModel.exponential(rate), gpu_hours=work_gpu_hours)
     p = project(spec, monte_carlo_runs=20_000, seed=3)
     for m in p.modes.values():
         assert m.monte_carlo is not None
         assert m.monte_carlo.mean_days == pytest.approx(m.expected_days, rel=0.01)
-        assert m.monte_carlo.mean_interruptions == pytest.approx(
-            m.expected_interruptions, rel=0.03, abs=0.05)
+        assert m.monte_carlo.mean_interruptions == pytest.approx(m.expected_interruptions, rel=0.03, abs=0.05)
         mc = m.monte_carlo
         assert mc.p10_days <= mc.p50_days <= mc.p90_days
 
@@ -185,8 +188,10 @@ def test_young_daly_optimum_is_the_minimum_of_the_analytic_curve():
     at_yd = expected_wall_hours(work, lam, prof.with_interval(tau_yd))
     assert at_yd <= curve.min() * 1.002
     assert curve[0] > at_yd and curve[-1] > at_yd  # it is an interior minimum
-    m = project(_spec(failure=FailureModel.exponential(lam / 256), gpu_hours=work * 2048,
-                      recovery={"manual": prof}), monte_carlo_runs=0).modes["manual"]
+    m = project(
+        _spec(failure=FailureModel.exponential(lam / 256), gpu_hours=work * 2048, recovery={"manual": prof}),
+        monte_carlo_runs=0,
+    ).modes["manual"]
     assert m.optimal_expected_days * 24 <= curve.min() * (1 + 1e-5)  # floor of W/tau aside
     assert m.optimal_saves_days >= 0
 
@@ -200,9 +205,7 @@ def test_young_daly_optimum_is_the_minimum_of_the_analytic_curve():
     tau=st.floats(0.1, 5.0),
     delta=st.floats(0.0, 0.5),
 )
-def test_more_failures_or_slower_recovery_never_shortens_training(
-    rate, factor, downtime, extra, tau, delta
-):
+def test_more_failures_or_slower_recovery_never_shortens_training(rate, factor, downtime, extra, tau, delta):
     prof = RecoveryProfile(0.0, 0.0, downtime, tau, delta)
     slower = RecoveryProfile(0.0, 0.0, downtime + extra, tau, delta)
     lam = 64 * rate
@@ -264,20 +267,23 @@ def test_sweeps_and_sensitivity():
     assert by_size["instances"].to_list() == [16, 256, 4096]
     assert by_size["savings_pct"].is_sorted()  # automation matters more on bigger clusters
     assert (by_size["manual_goodput"] <= 1).all()
-    assert (by_size["automatic_optimal_expected_days"]
-            <= by_size["automatic_expected_days"] * (1 + 1e-9)).all()
+    assert (
+        by_size["automatic_optimal_expected_days"] <= by_size["automatic_expected_days"] * (1 + 1e-9)
+    ).all()
     assert by_size["automatic_optimal_interval_hours"].is_sorted(descending=True)
     by_rate = sweep_failure_rate(spec, [1e-4, 5e-4, 1e-3])
     assert by_rate["manual_expected_days"].is_sorted()
     sens = sensitivity_table(spec, [2.0, 3.5, 5.0], [3.0, 6.0])
     assert sens["savings_pct"].is_sorted()
     assert sens["savings_musd_at_6_usd_per_gpu_hour"].to_numpy() == pytest.approx(
-        2 * sens["savings_musd_at_3_usd_per_gpu_hour"].to_numpy())
+        2 * sens["savings_musd_at_3_usd_per_gpu_hour"].to_numpy()
+    )
 
 
 def test_hopeless_job_is_reported_not_simulated():
-    p = project(_spec(instances=16_384, failure=FailureModel.exponential(1e-3), gpu_hours=1e8),
-                monte_carlo_runs=100)
+    p = project(
+        _spec(instances=16_384, failure=FailureModel.exponential(1e-3), gpu_hours=1e8), monte_carlo_runs=100
+    )
     manual = p.modes["manual"]
     assert manual.monte_carlo is None and "never finishes" in manual.note
     assert json.dumps(p.to_dict(), allow_nan=False)
@@ -339,8 +345,7 @@ def test_toml_weibull_instance_price_and_new_mode(tmp_path):
     assert spec.price_per_gpu_hour_usd == pytest.approx(2.0)
     assert spec.work_gpu_hours == pytest.approx(6 * 7e9 * 1e12 / (312e12 * 0.4) / 3600)
     assert spec.failure.kind == "weibull"
-    assert spec.failure.cluster_mtbf_hours(64) == pytest.approx(
-        3000 * math.gamma(1 + 1 / 0.8) / 64)
+    assert spec.failure.cluster_mtbf_hours(64) == pytest.approx(3000 * math.gamma(1 + 1 / 0.8) / 64)
     p = project(spec, monte_carlo_runs=1000)
     assert set(p.modes) == {"manual", "automatic", "elastic"}
     assert p.modes["elastic"].expected_days < p.modes["automatic"].expected_days
@@ -364,8 +369,19 @@ def test_cli_project_json_text_explain_and_errors():
     from pipeline.cli import main
 
     runner = CliRunner()
-    args = ["project", "--instances", "256", "--gpu-hours", "1e7", "--price-per-gpu-hour", "4.5",
-            "--failure-rate", "0.05", "--monte-carlo-runs", "2000"]
+    args = [
+        "project",
+        "--instances",
+        "256",
+        "--gpu-hours",
+        "1e7",
+        "--price-per-gpu-hour",
+        "4.5",
+        "--failure-rate",
+        "0.05",
+        "--monte-carlo-runs",
+        "2000",
+    ]
     res = runner.invoke(main, [*args, "--json"])
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)

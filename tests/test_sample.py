@@ -47,15 +47,25 @@ def test_failure_rate_and_categories() -> None:
         (pl.col("timestamp") >= pl.col("in_service_from"))
         & (pl.col("timestamp") < pl.col("in_service_to").fill_null(fleet.spec.end))
     )
-    assert joined.select("timestamp", "node_id").unique().height == fleet.incidents.select(
-        "timestamp", "node_id").unique().height
+    assert (
+        joined.select("timestamp", "node_id").unique().height
+        == fleet.incidents.select("timestamp", "node_id").unique().height
+    )
 
 
 def test_write_round_trips_canonical_columns(tmp_path) -> None:
     fleet = simulate_fleet(FleetSpec(cluster_sizes=(4,), days=30, seed=3))
     incidents, inventory = fleet.write(tmp_path)
     header = incidents.read_text().splitlines()[0].split(",")
-    assert header == ["timestamp", "cluster_id", "node_id", "category", "gpu_index", "job_id",
-                      "message", "resolved_at"]
+    assert header == [
+        "timestamp",
+        "cluster_id",
+        "node_id",
+        "category",
+        "gpu_index",
+        "job_id",
+        "message",
+        "resolved_at",
+    ]
     assert inventory.read_text().splitlines()[0].startswith("cluster_id,node_id,instance_type")
     assert incidents.read_text().splitlines()[1].split(",")[0].endswith("Z")

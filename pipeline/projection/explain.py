@@ -47,10 +47,11 @@ def explain(projection: Projection) -> str:
     else:
         ci = ""
         if f.rate_ci_low_per_instance_hour is not None:
-            ci = (f" (95% interval {f.rate_ci_low_per_instance_hour:.3%} to "
-                  f"{f.rate_ci_high_per_instance_hour:.3%})")
-        out.append(f"- {f.rate_per_instance_hour:.4%} failures per instance-hour{ci}; "
-                   f"source: {f.source}.")
+            ci = (
+                f" (95% interval {f.rate_ci_low_per_instance_hour:.3%} to "
+                f"{f.rate_ci_high_per_instance_hour:.3%})"
+            )
+        out.append(f"- {f.rate_per_instance_hour:.4%} failures per instance-hour{ci}; source: {f.source}.")
     out.append(
         "- Instances fail independently and a failed node is replaced, so the job sees the "
         "superposition of N renewal processes; by Drenick's theorem this is close to a Poisson "
@@ -69,8 +70,10 @@ def explain(projection: Projection) -> str:
         "- First-order ETTR (the renewal form used by Kokolis et al. 2024): "
         "1 / (1 + delta/tau + (1 + delta/tau)(R + (tau + delta)/2)/M)."
     )
-    out.append("- Optimal checkpoint interval: Young/Daly first order sqrt(2 delta M); the value "
-               "used is the exact minimiser of T (it does not depend on R).")
+    out.append(
+        "- Optimal checkpoint interval: Young/Daly first order sqrt(2 delta M); the value "
+        "used is the exact minimiser of T (it does not depend on R)."
+    )
     out.append(
         "- Not modelled: failures that do not stop the job, slowdowns/stragglers, correlated "
         "failures of many nodes, and queueing for capacity; prices are flat per GPU-hour and "

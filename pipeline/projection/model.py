@@ -43,9 +43,7 @@ def _segments(work_hours: float, profile: RecoveryProfile) -> list[tuple[float, 
     return segs
 
 
-def expected_wall_hours(
-    work_hours: float, rate_per_hour: float, profile: RecoveryProfile
-) -> float:
+def expected_wall_hours(work_hours: float, rate_per_hour: float, profile: RecoveryProfile) -> float:
     """Daly's exact expected wall time for exponential failures (see module docstring)."""
     lam, R = rate_per_hour, profile.downtime_hours
     segs = _segments(work_hours, profile)
@@ -56,9 +54,7 @@ def expected_wall_hours(
     return sum(n * math.exp(lam * R) * math.expm1(lam * s) / lam for n, s in segs)
 
 
-def expected_interruptions(
-    work_hours: float, rate_per_hour: float, profile: RecoveryProfile
-) -> float:
+def expected_interruptions(work_hours: float, rate_per_hour: float, profile: RecoveryProfile) -> float:
     """Expected failures during the job, including those that strike during a recovery."""
     return rate_per_hour * expected_wall_hours(work_hours, rate_per_hour, profile)
 
@@ -68,9 +64,7 @@ def young_daly_interval_hours(checkpoint_write_hours: float, mtbf_hours: float) 
     return math.sqrt(2.0 * checkpoint_write_hours * mtbf_hours)
 
 
-def optimal_interval_hours(
-    work_hours: float, rate_per_hour: float, profile: RecoveryProfile
-) -> float:
+def optimal_interval_hours(work_hours: float, rate_per_hour: float, profile: RecoveryProfile) -> float:
     """Numerical minimiser of the Daly curve over the checkpoint interval (golden section)."""
     if profile.checkpoint_write_hours == 0 or rate_per_hour == 0:
         return profile.checkpoint_interval_hours  # checkpoints are free / useless: keep the user's
@@ -81,8 +75,7 @@ def optimal_interval_hours(
         s = tau + profile.checkpoint_write_hours
         return math.expm1(rate_per_hour * s) / tau
 
-    lo = math.log(1e-3 * young_daly_interval_hours(
-        profile.checkpoint_write_hours, 1 / rate_per_hour))
+    lo = math.log(1e-3 * young_daly_interval_hours(profile.checkpoint_write_hours, 1 / rate_per_hour))
     hi = math.log(min(work_hours, 1e3 / rate_per_hour))
     g = (math.sqrt(5) - 1) / 2
     for _ in range(200):
@@ -102,14 +95,11 @@ def first_order_ettr(rate_per_hour: float, profile: RecoveryProfile) -> float:
     work: ETTR = 1 / (1 + delta/tau + lambda (R + (tau + delta)/2)). Valid when lambda*(R+tau) << 1.
     """
     tau, delta = profile.checkpoint_interval_hours, profile.checkpoint_write_hours
-    waste = delta / tau + rate_per_hour * (1 + delta / tau) * (
-        profile.downtime_hours + (tau + delta) / 2)
+    waste = delta / tau + rate_per_hour * (1 + delta / tau) * (profile.downtime_hours + (tau + delta) / 2)
     return 1.0 / (1.0 + waste)
 
 
-def _trunc_exp_sum(
-    k: np.ndarray, lam: np.ndarray, cap: float, rng: np.random.Generator
-) -> np.ndarray:
+def _trunc_exp_sum(k: np.ndarray, lam: np.ndarray, cap: float, rng: np.random.Generator) -> np.ndarray:
     """Sum of k[i] iid Exponential(lam[i]) draws truncated to [0, cap), for each run i."""
     k = np.asarray(k, dtype=np.int64)
     a = lam * cap
@@ -117,8 +107,7 @@ def _trunc_exp_sum(
     small = a < 1e-3
     a_safe = np.where(small, 1.0, a)
     mean_y = np.where(small, 0.5 - a / 12, 1 / a_safe - 1 / np.expm1(a_safe))
-    var_y = np.where(small, 1 / 12 - a**2 / 720,
-                     1 / a_safe**2 - np.exp(a_safe) / np.expm1(a_safe) ** 2)
+    var_y = np.where(small, 1 / 12 - a**2 / 720, 1 / a_safe**2 - np.exp(a_safe) / np.expm1(a_safe) ** 2)
     out = np.zeros(k.shape, dtype=float)
     big = k > _EXACT_MAX
     if big.any():
@@ -195,8 +184,7 @@ def superposed_failure_times(
     draws = int(math.ceil(span / mean * 3 + 20))
     if failure.kind == "weibull":
         assert failure.weibull_shape is not None and failure.weibull_scale_hours is not None
-        gaps = failure.weibull_scale_hours * rng.weibull(failure.weibull_shape,
-                                                         (instances, draws))
+        gaps = failure.weibull_scale_hours * rng.weibull(failure.weibull_shape, (instances, draws))
     else:
         gaps = rng.exponential(mean, (instances, draws))
     times = np.cumsum(gaps, axis=1)

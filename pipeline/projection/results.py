@@ -96,8 +96,11 @@ class Projection:
 def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         # raw Monte Carlo samples (MonteCarloSummary.days) are not part of the JSON form
-        return {k: _jsonable(v) for k, v in value.items()
-                if not (k == "days" and (v is None or isinstance(v, np.ndarray)))}
+        return {
+            k: _jsonable(v)
+            for k, v in value.items()
+            if not (k == "days" and (v is None or isinstance(v, np.ndarray)))
+        }
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     if isinstance(value, float | np.floating):
@@ -130,15 +133,22 @@ def monte_carlo(
     usd_per_day = HOURS_PER_DAY * spec.gpus * spec.price_per_gpu_hour_usd
     p10, p50, p90 = np.percentile(days, [10, 50, 90])
     return MonteCarloSummary(
-        runs, seed, rate_uncertainty, float(days.mean()), float(p10), float(p50), float(p90),
-        float(p10 * usd_per_day), float(p50 * usd_per_day), float(p90 * usd_per_day),
-        float(fails.mean()), days if keep_days else None,
+        runs,
+        seed,
+        rate_uncertainty,
+        float(days.mean()),
+        float(p10),
+        float(p50),
+        float(p90),
+        float(p10 * usd_per_day),
+        float(p50 * usd_per_day),
+        float(p90 * usd_per_day),
+        float(fails.mean()),
+        days if keep_days else None,
     )
 
 
-def days_histogram(
-    spec: JobSpec, runs: int = 10_000, seed: int = 0, bins: int = 40
-) -> pl.DataFrame:
+def days_histogram(spec: JobSpec, runs: int = 10_000, seed: int = 0, bins: int = 40) -> pl.DataFrame:
     """Histogram of simulated wall days per mode on shared bin edges (for the report's chart)."""
     samples = {m: monte_carlo(spec, m, runs, seed, keep_days=True).days for m in spec.recovery}
     pooled = np.concatenate([s for s in samples.values() if s is not None])
@@ -146,8 +156,10 @@ def days_histogram(
     rows = []
     for mode, days in samples.items():
         counts, _ = np.histogram(days, bins=edges)
-        rows += [(mode, float(lo), float(hi), int(c))
-                 for lo, hi, c in zip(edges[:-1], edges[1:], counts, strict=True)]
+        rows += [
+            (mode, float(lo), float(hi), int(c))
+            for lo, hi, c in zip(edges[:-1], edges[1:], counts, strict=True)
+        ]
     schema = ["mode", "bin_low_days", "bin_high_days", "runs"]
     return pl.DataFrame(rows, schema=schema, orient="row")
 
@@ -182,8 +194,7 @@ def _mode(spec: JobSpec, mode: str, runs: int, seed: int) -> ModeProjection:
         goodput=work / wall,
         first_order_ettr=model.first_order_ettr(lam, profile),
         cost_usd=wall * usd_per_hour,
-        young_daly_interval_hours=model.young_daly_interval_hours(
-            profile.checkpoint_write_hours, 1 / lam),
+        young_daly_interval_hours=model.young_daly_interval_hours(profile.checkpoint_write_hours, 1 / lam),
         optimal_interval_hours=best_tau,
         optimal_expected_days=best_wall / HOURS_PER_DAY,
         optimal_saves_days=(wall - best_wall) / HOURS_PER_DAY,
@@ -253,9 +264,7 @@ DEFAULT_SWEEP_INSTANCES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16
 DEFAULT_SWEEP_RATES = (1e-4, 2e-4, 3e-4, 4e-4, 5e-4, 6e-4, 8e-4, 1e-3)
 
 
-def sweep_cluster_size(
-    spec: JobSpec, instances: Sequence[int] = DEFAULT_SWEEP_INSTANCES
-) -> pl.DataFrame:
+def sweep_cluster_size(spec: JobSpec, instances: Sequence[int] = DEFAULT_SWEEP_INSTANCES) -> pl.DataFrame:
     """Expected days / goodput / cost per mode and savings over cluster size, work held fixed."""
     specs = [dataclasses.replace(spec, instances=int(n)) for n in instances]
     return _sweep_rows(specs, "instances", list(instances))
@@ -266,8 +275,10 @@ def sweep_failure_rate(
 ) -> pl.DataFrame:
     """Expected days / goodput / cost per mode and savings over the per-instance failure rate."""
     fm = spec.failure
-    specs = [dataclasses.replace(spec, failure=type(fm).exponential(r, source="sweep"))
-             for r in rates_per_instance_hour]
+    specs = [
+        dataclasses.replace(spec, failure=type(fm).exponential(r, source="sweep"))
+        for r in rates_per_instance_hour
+    ]
     return _sweep_rows(specs, "rate_per_instance_hour", list(rates_per_instance_hour))
 
 
@@ -290,21 +301,27 @@ def sensitivity_table(
     rows = []
     for hours in baseline_downtime_hours:
         f = hours / b.downtime_hours if b.downtime_hours else 0.0
-        prof = RecoveryProfile(b.detect_hours * f, b.replace_hours * f,
-                               b.restart_hours * f if b.downtime_hours else hours,
-                               b.checkpoint_interval_hours, b.checkpoint_write_hours)
-        p = project(dataclasses.replace(spec, recovery={base: prof, other: spec.recovery[other]}),
-                    monte_carlo_runs=0)
+        prof = RecoveryProfile(
+            b.detect_hours * f,
+            b.replace_hours * f,
+            b.restart_hours * f if b.downtime_hours else hours,
+            b.checkpoint_interval_hours,
+            b.checkpoint_write_hours,
+        )
+        p = project(
+            dataclasses.replace(spec, recovery={base: prof, other: spec.recovery[other]}), monte_carlo_runs=0
+        )
         s = p.savings[0]
         row: dict[str, Any] = {
             f"{base}_downtime_hours": hours,
-            f"{base}_hours_lost_per_failure": hours + (
-                b.checkpoint_interval_hours + b.checkpoint_write_hours) / 2,
+            f"{base}_hours_lost_per_failure": hours
+            + (b.checkpoint_interval_hours + b.checkpoint_write_hours) / 2,
             "savings_pct": s.percent,
             "savings_days": s.days,
         }
         for price in prices_per_gpu_hour_usd:
             row[f"savings_musd_at_{price:g}_usd_per_gpu_hour"] = (
-                s.days * HOURS_PER_DAY * spec.gpus * price / 1e6)
+                s.days * HOURS_PER_DAY * spec.gpus * price / 1e6
+            )
         rows.append(row)
     return pl.DataFrame(rows)

@@ -138,8 +138,12 @@ def _job_outlook(cfg: RunConfig, result: analysis.FleetAnalysis) -> report.JobOu
     if not cfg.jobs:
         return None
     if len(cfg.jobs) > 1:
-        log("project", "the report shows the first of the configured jobs", logging.WARNING,
-            jobs=len(cfg.jobs))
+        log(
+            "project",
+            "the report shows the first of the configured jobs",
+            logging.WARNING,
+            jobs=len(cfg.jobs),
+        )
     rate = result.fleet_rate
     spec = projection.job_spec_for_fleet(
         cfg.jobs[0],
