@@ -1,0 +1,10 @@
+"""The ``failcast`` command line: one sub-command per stage, plus ``run`` for schedulers.
+
+Each module registers its commands on the :data:`main` group; see :mod:`pipeline.cli.common` for
+the exit codes and error handling.
+"""
+
+from pipeline.cli import ingest, project, report, run, sample, stats  # noqa: F401 - registers commands
+from pipeline.cli.common import main
+
+__all__ = ["main"]

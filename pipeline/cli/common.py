@@ -1,0 +1,107 @@
+"""Shared parts of the ``failcast`` command line: the group, error handling, JSON output.
+
+Exit codes: 0 success; 2 bad usage or bad input (one line on stderr naming the file and reason);
+1 an unexpected error (one line; ``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from datetime import date, datetime
+from pathlib import Path
+
+import click
+import polars as pl
+
+from pipeline import config as config_mod
+from pipeline import ingest as ingest_mod
+from pipeline import warehouse
+
+EXIT_INPUT = 2
+EXIT_UNEXPECTED = 1
+EXPECTED_ERRORS = (ingest_mod.InputError, config_mod.ConfigError, ValueError, FileNotFoundError)
+
+
+def fail(message: str, code: int = EXIT_INPUT) -> None:
+    """Stop with one line on stderr: what is wrong and, where possible, how to fix it."""
+    click.echo(f"failcast: {message}", err=True)
+    sys.exit(code)
+
+
+def _json_default(value):
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def _finite(value):
+    """JSON has no infinity or NaN: an unbounded interval end is written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def echo_json(payload) -> None:
+    click.echo(json.dumps(_finite(payload), indent=2, default=_json_default, allow_nan=False))
+
+
+def records(frame: pl.DataFrame) -> list[dict]:
+    return frame.to_dicts()
+
+
+def safe_text(text: str) -> str:
+    """Neutralise terminal control characters in text that came from logs."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+db_option = click.option(
+    "--db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=warehouse.DEFAULT_DB_PATH,
+    show_default=True,
+    help="DuckDB warehouse file.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+until_option = click.option(
+    "--until",
+    "observed_until",
+    type=click.DateTime(),
+    help="End of the observed window (UTC); default: the latest time in the data.",
+)
+
+
+class FailcastGroup(click.Group):
+    """Turns expected errors into one line and exit code 2, anything else into exit code 1."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except EXPECTED_ERRORS as exc:
+            fail(safe_text(str(exc)))
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            if ctx.params.get("debug"):
+                raise
+            fail(
+                f"unexpected error: {type(exc).__name__}: {safe_text(str(exc))} "
+                "(rerun with --debug for the traceback)",
+                EXIT_UNEXPECTED,
+            )
+
+
+@click.group(cls=FailcastGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks of unexpected errors.")
+@click.version_option(package_name="failcast")
+def main(debug: bool) -> None:
+    """failcast: failure rates, MTBF and training-time projections for GPU clusters."""

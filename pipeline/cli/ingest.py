@@ -1,0 +1,191 @@
+"""failcast ingest: read logs, accounting and inventory into the warehouse."""
+
+from __future__ import annotations
+
+import glob
+import sys
+from pathlib import Path
+
+import click
+
+from pipeline import ingest as ingest_mod
+from pipeline import warehouse
+from pipeline.cli.common import (
+    db_option,
+    echo_json,
+    fail,
+    json_option,
+    main,
+    safe_text,
+)
+
+# --- ingest --------------------------------------------------------------------------------------
+INGEST_HELP = """Read incident logs, job accounting and inventory files into the warehouse.
+
+\b
+Formats (auto-detected from the name or the first lines, or --format); any may be .gz:
+  csv         canonical incidents: timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at
+              2026-03-02T04:26:29Z,c0512,c0512-n0017,gpu_fell_off_bus,3,job-7,"NVRM: Xid ...",
+              or inventory: cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to
+              c0512,c0512-n0017,p5.48xlarge,8,2026-03-01T00:00:00Z,
+  jsonl       {"timestamp": "2026-03-02T04:26:29+00:00", "cluster_id": "c0512", ...}
+  parquet     the same columns
+  kernel-log  NVIDIA Xid/SXid lines in syslog, journalctl or dmesg -T output, e.g.
+              2026-03-02T04:26:29.892511+00:00 node-017 kernel: NVRM: Xid (PCI:0000:18:00): 79, GPU has ...
+              Mar  2 04:26:29 node-017 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=10895, name=python3, ...
+              [Mon Mar  2 04:26:29 2026] NVRM: Xid (PCI:0000:18:00): 79, ...   (needs --node)
+              other kernel messages are counted as ignored; syslog lines have no year: see --year
+  sacct       sacct -P (--parsable2) with its header, any column order; needs JobID,State,Start,End,NodeList
+              JobID|JobName|State|Start|End|ElapsedRaw|NNodes|NodeList
+              881204|pretrain-7b|NODE_FAIL|2024-03-01T10:00:03|2024-03-01T13:12:44|11561|4|gpu-[001-004]
+
+\b
+Every line is counted: read = ingested + duplicate + rejected + ignored. Rejected lines are kept in
+the rejects table with the reason. Files already ingested (same sha256) are skipped; records already
+stored count as duplicates, so a log that grew adds only its new lines.
+"""
+
+
+@main.command(help=INGEST_HELP)
+@click.argument("paths", nargs=-1, required=True)
+@db_option
+@click.option("--format", "fmt", type=click.Choice(ingest_mod.FORMATS))
+@click.option(
+    "--map",
+    "mapping",
+    multiple=True,
+    metavar="CANONICAL=SOURCE",
+    help="Read a differently named column, e.g. --map node_id=hostname (repeatable).",
+)
+@click.option(
+    "--timezone", default="UTC", show_default=True, help="Time zone of timestamps that carry no offset."
+)
+@click.option(
+    "--year",
+    type=click.IntRange(1970, 2999),
+    help="Year of the first line of year-less syslog files (default: from each file's modification time).",
+)
+@click.option("--cluster", help="cluster_id for logs that do not name one (default: from the inventory).")
+@click.option("--node", help="node_id for log lines without a hostname (dmesg -T output).")
+@click.option(
+    "--gpu-bus-order",
+    default="",
+    metavar="BUS,BUS,...",
+    help="PCI bus numbers (hex) of gpu_index 0,1,...: XID lines then get a gpu_index, "
+    "e.g. 18,2a,3a,5d,9a,ab,ba,db (HGX H100).",
+)
+@click.option(
+    "--window-minutes",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Events of one node, category and GPU closer than this form one incident.",
+)
+@click.option(
+    "--estimate-exposure",
+    type=click.IntRange(min=1),
+    metavar="GPUS_PER_NODE",
+    help="With no inventory at all, ESTIMATE one from the nodes seen in the data (in service from the "
+    "first observation on); every result then says exposure_estimated. A real inventory replaces it.",
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@json_option
+def ingest(
+    paths,
+    db: Path,
+    fmt,
+    mapping,
+    timezone: str,
+    year: int | None,
+    cluster: str | None,
+    node: str | None,
+    gpu_bus_order: str,
+    window_minutes: float,
+    estimate_exposure: int | None,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    files = _expand(paths)
+    column_map = ingest_mod.parse_column_map(mapping)
+    bus_order = ingest_mod.parse_bus_order(gpu_bus_order)
+    con = warehouse.connect(db)
+    show_bar = not quiet and not as_json and sys.stderr.isatty()
+    total = sum(f.stat().st_size for f in files if f.is_file())
+    with click.progressbar(
+        length=total, label=f"ingesting {len(files)} file(s)", file=sys.stderr, hidden=not show_bar
+    ) as bar:
+        summaries = ingest_mod.ingest_files(
+            con,
+            files,
+            fmt=fmt,
+            column_map=column_map,
+            timezone=timezone,
+            window_seconds=window_minutes * 60,
+            year=year,
+            cluster=cluster,
+            node=node,
+            bus_order=bus_order,
+            progress=bar.update,
+            estimate_exposure=estimate_exposure,
+        )
+    check = ingest_mod.inventory_check(con)
+    if as_json:  # a list of per-file summaries; inventory warnings go to stderr
+        echo_json([{**s.to_dict(), "timezone": timezone} for s in summaries])
+        _echo_inventory_check(check, err=True)
+        return
+    click.echo(f"timestamps without an offset read as {timezone}")
+    for s in summaries:
+        if s.skipped:
+            click.echo(f"{safe_text(s.path)}: already ingested (same sha256), skipped")
+            continue
+        click.echo(
+            f"{safe_text(s.path)}: {s.kind} ({s.format}), read {s.rows_read}, ingested {s.rows_ingested}, "
+            f"duplicate {s.rows_duplicate}, rejected {s.rows_rejected}, ignored {s.rows_ignored}"
+        )
+        if s.ignored_columns:
+            click.echo(f"  ignored columns: {safe_text(', '.join(s.ignored_columns))}")
+        for note in s.notes:
+            click.echo(f"  note: {safe_text(note)}")
+        if s.rows_rejected:
+            first = con.sql(
+                "SELECT line, reason FROM rejects WHERE file_id = ? ORDER BY line LIMIT 3", params=[s.file_id]
+            ).fetchall()
+            for line, reason in first:
+                click.echo(f"  rejected {safe_text(s.path)}:{line}: {safe_text(reason)}")
+            if s.rows_rejected > len(first):
+                click.echo(f"  ... {s.rows_rejected - len(first)} more in the rejects table")
+    _echo_inventory_check(check)
+
+
+def _echo_inventory_check(check: ingest_mod.InventoryCheck, *, err: bool = False) -> None:
+    if check.exposure_estimated:
+        click.echo(
+            f"WARNING: EXPOSURE IS ESTIMATED: no inventory was ingested, so {check.estimated_rows} nodes "
+            "seen in the data count as in service from the first observation on; nodes never seen are "
+            "missing, so rates are likely too high. Ingest an inventory file to replace the estimate.",
+            err=err,
+        )
+    elif check.inventory_rows == 0:
+        click.echo(
+            "note: no inventory yet: rates need one; ingest an inventory file, or pass "
+            "--estimate-exposure GPUS_PER_NODE to estimate it from the nodes seen",
+            err=err,
+        )
+    elif check.nodes_not_in_inventory:
+        names = ", ".join(check.nodes_not_in_inventory[:5])
+        click.echo(
+            f"warning: {len(check.nodes_not_in_inventory)} node(s) in the data are not in the inventory "
+            f"({safe_text(names)}{', ...' if len(check.nodes_not_in_inventory) > 5 else ''}): "
+            "their incidents have no exposure and are left out of rates",
+            err=err,
+        )
+
+
+def _expand(patterns) -> list[Path]:
+    files: list[Path] = []
+    for pattern in patterns:
+        matched = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not matched:
+            fail(f"{pattern}: no files match")
+        files.extend(Path(m) for m in matched)
+    return files

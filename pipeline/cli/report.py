@@ -1,0 +1,59 @@
+"""failcast report: the self-contained HTML report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pipeline import analysis as analysis_mod
+from pipeline import report as report_mod
+from pipeline import warehouse
+from pipeline.cli.common import (
+    db_option,
+    main,
+    until_option,
+)
+
+
+# --- report --------------------------------------------------------------------------------------
+@main.command()
+@db_option
+@click.option(
+    "--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"), show_default=True
+)
+@until_option
+@click.option(
+    "--job",
+    "job_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML job spec to project (see failcast project); without [failures] the fleet's rate is used.",
+)
+@click.option("--monte-carlo-runs", type=int, default=10_000, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--images/--no-images", default=True, show_default=True, help="Also write charts/<chart>.png and .svg."
+)
+def report(db: Path, out: Path, observed_until, job_path, monte_carlo_runs: int, seed: int, images: bool):
+    """Write the self-contained HTML report (and a PNG/SVG of each chart)."""
+    result = analysis_mod.analyze(warehouse.connect(db, read_only=True), observed_until=observed_until)
+    outlook = None
+    if job_path is not None:
+        spec = _report_job_spec(job_path, result.fleet_rate, db)
+        outlook = report_mod.job_outlook(spec, monte_carlo_runs=monte_carlo_runs, seed=seed)
+    path = report_mod.write_report(result, out, projection=outlook, images=images)
+    click.echo(f"wrote {path}")
+    if images:
+        click.echo(f"wrote {path.parent / report_mod.CHARTS_DIR}/*.png, *.svg")
+
+
+def _report_job_spec(path: Path, fleet_rate, db: Path):
+    """The job spec; a spec without a [failures] table is projected with the warehouse's fleet rate."""
+    from pipeline import projection as proj
+
+    return proj.job_spec_for_fleet(
+        path,
+        fleet_failures=fleet_rate.failures_,
+        fleet_instance_hours=fleet_rate.exposure_hours_,
+        source=f"fleet rate in {db}",
+    )

@@ -1,0 +1,192 @@
+"""failcast rates and failcast fit: failure rates with exact intervals, survival models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import polars as pl
+
+from pipeline import analysis as analysis_mod
+from pipeline import transform, warehouse
+from pipeline.cli.common import (
+    db_option,
+    echo_json,
+    json_option,
+    main,
+    records,
+    safe_text,
+    until_option,
+)
+
+# --- rates ---------------------------------------------------------------------------------------
+RATE_VIEWS = ("rates", "shares", "trend", "jobs")
+
+
+@main.command()
+@db_option
+@click.option(
+    "--by",
+    "by",
+    multiple=True,
+    default=["cluster_id"],
+    show_default=True,
+    type=click.Choice([*transform.EXPOSURE_KEYS, "category"]),
+    help="Group key (repeatable).",
+)
+@click.option("--period", type=click.Choice(list(transform.PERIODS)))
+@click.option(
+    "--all-categories", is_flag=True, help="Count non-interrupting faults too (application XIDs, warnings)."
+)
+@click.option(
+    "--overdispersed",
+    is_flag=True,
+    help="Quasi-Poisson intervals widened by the node-count dispersion (when nodes' failures "
+    "cluster, e.g. Weibull shape < 1, the exact Poisson interval is too narrow).",
+)
+@click.option(
+    "--view",
+    type=click.Choice(RATE_VIEWS),
+    default="rates",
+    show_default=True,
+    help="rates: failures / exposure per group; shares: share of interruptions by category per "
+    "group; trend: Laplace and MIL-HDBK-189 trend tests per cluster; jobs: Slurm job "
+    "interruptions per job-hour by node count against the node rate.",
+)
+@until_option
+@json_option
+def rates(
+    db: Path, by, period, all_categories: bool, overdispersed: bool, view: str, observed_until, as_json: bool
+) -> None:
+    """Failure rates per instance-hour and GPU-hour with exact 95% Poisson intervals."""
+    con = warehouse.connect(db, read_only=True)
+    incidents = warehouse.table(con, "incidents")
+    inventory = warehouse.table(con, "inventory")
+    end = observed_until or transform.observation_end(incidents, inventory)
+    exposure = transform.exposure_intervals(inventory, end)
+    if view == "shares":
+        frame = transform.category_shares(incidents, exposure, by=[k for k in by if k != "category"])
+    elif view == "trend":
+        frame = analysis_mod.trend_tests(transform.failure_operating_times(incidents, exposure), exposure)
+    elif view == "jobs":
+        frame = analysis_mod.job_interruptions(con, transform.failure_rates(incidents, exposure))
+        if frame is None:
+            raise ValueError(
+                "the warehouse has no Slurm jobs on clusters in the inventory; ingest sacct output first"
+            )
+    else:
+        dispersion = max(transform.count_dispersion(incidents, exposure), 1.0) if overdispersed else 1.0
+        frame = transform.failure_rates(
+            incidents,
+            exposure,
+            by=list(by),
+            period=period,
+            interrupting_only=not all_categories,
+            dispersion=dispersion,
+        ).with_columns(dispersion=pl.lit(dispersion))
+    frame = frame.with_columns(exposure_estimated=pl.lit(transform.exposure_estimated(inventory)))
+    if as_json:
+        echo_json(records(frame))
+    else:
+        with pl.Config(
+            tbl_rows=100, tbl_cols=30, float_precision=6, tbl_width_chars=240, tbl_hide_column_data_types=True
+        ):
+            click.echo(frame)
+
+
+# --- fit -----------------------------------------------------------------------------------------
+def _tbf_fit(m) -> dict:
+    return {
+        "params": m.params_,
+        "confidence_interval": m.confidence_interval_,
+        "mtbf_hours": m.mtbf_hours_,
+        "mtbf_ci_hours": m.mtbf_confidence_interval_,
+        "aic": m.aic_,
+        "log_likelihood": m.log_likelihood_,
+        "shape": m.shape_,
+        "infant_mortality": m.infant_mortality_,
+        "hazard_message": m.hazard_message_,
+    }
+
+
+def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
+    """Everything ``failcast fit --json`` prints (the report and notebooks read FleetAnalysis)."""
+    regression = result.size_regression
+    return {
+        "observed_until": result.observed_until,
+        "first_gap": result.first_gap,
+        "exposure_estimated": result.exposure_estimated,
+        "best_family": result.best_family,
+        "hazard_message": result.node_fits["weibull"].hazard_message_,
+        "node_time_between_failures": {family: _tbf_fit(m) for family, m in result.node_fits.items()},
+        "kaplan_meier_median_hours": result.kaplan_meier.median_hours_,
+        "cluster_mtbf": records(result.cluster_mtbf),
+        "scaling": None
+        if result.scaling is None
+        else {
+            "alpha": result.scaling.alpha_,
+            "alpha_ci": result.scaling.alpha_confidence_interval_,
+            "mtbf_one_instance_hours": result.scaling.mtbf_one_hours_,
+            "count_dispersion": result.count_dispersion,
+            "projected": records(result.scaling_projection),
+        },
+        "size_regression": None
+        if regression is None
+        else {
+            "model": "weibull_aft(log_instances)",
+            "alpha": regression.alpha_,
+            "alpha_ci": regression.alpha_confidence_interval_,
+            "shape": regression.shape_,
+            "shape_ci": regression.shape_confidence_interval_,
+            "count_dispersion": regression.dispersion_,
+            "mtbf_one_instance_hours": regression.mtbf_one_hours_,
+            "projected": records(result.size_regression_projection),
+        },
+        "trend_tests": records(result.trend_tests),
+        "category_shares": records(result.category_shares),
+        "job_interruptions": None if result.job_interruptions is None else records(result.job_interruptions),
+    }
+
+
+@main.command()
+@db_option
+@until_option
+@click.option(
+    "--first-gap",
+    type=click.Choice(transform.FIRST_GAP_CHOICES),
+    default="drop",
+    show_default=True,
+    help="drop: leave out the span from a window's start to its first failure (it is not a full "
+    "gap when logs start on a running node); keep: nodes are observed from installation.",
+)
+@json_option
+def fit(db: Path, observed_until, first_gap: str, as_json: bool) -> None:
+    """Fit time-between-failures models and the MTBF scaling law."""
+    result = analysis_mod.analyze(
+        warehouse.connect(db, read_only=True), observed_until=observed_until, first_gap=first_gap
+    )
+    if as_json:
+        echo_json(fit_payload(result))
+        return
+    click.echo(f"best family by AIC: {result.best_family}")
+    for family, m in result.node_fits.items():
+        low, high = m.mtbf_confidence_interval_
+        click.echo(
+            f"  {family:12s} node MTBF {m.mtbf_hours_:10.1f} h  (95% CI {low:.1f}–{high:.1f})"
+            f"  AIC {m.aic_:.1f}"
+        )
+    click.echo(result.node_fits["weibull"].hazard_message_)
+    for name, s in (("counts", result.scaling), ("Weibull AFT", result.size_regression)):
+        if s is not None:
+            click.echo(
+                f"MTBF(N) = {s.mtbf_one_hours_:.0f} h / N^{s.alpha_:.3f} "
+                f"(alpha 95% CI {s.alpha_confidence_interval_[0]:.3f}–"
+                f"{s.alpha_confidence_interval_[1]:.3f}; {name})"
+            )
+    for row in result.trend_tests.iter_rows(named=True):
+        if row["crow_verdict"] is not None:
+            click.echo(
+                f"trend {safe_text(row['cluster_id'])}: {row['crow_verdict']} "
+                f"(MIL-HDBK-189 beta {row['crow_beta']:.2f}, p {row['crow_p_value']:.3f}; "
+                f"Laplace p {row['laplace_p_value']:.3f})"
+            )
