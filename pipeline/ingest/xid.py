@@ -10,9 +10,15 @@ GPU generation lands: only codes listed here get a category, every other code is
 ``unknown_xid`` and counted, never dropped.
 
 ``interrupting`` follows the category (``FailureCategory.interrupting``) except where a code says
-otherwise: application-caused codes (13, 31, 43, 45, 69) and warnings (63 row remap pending, 92 high
-single-bit ECC rate) do not take a node out, and 154 only restates the recovery wanted for an
-earlier Xid, which carries the fault itself.
+otherwise: application-caused codes (13, 31, 43, 45, 68, 69 — NVIDIA's Kubernetes device plugin
+ignores 13, 31, 43, 45, 68 and 109 as application errors) and codes the catalog buckets as IGNORE
+(38, 44, 63 row remap pending, 92 high single-bit ECC rate, 121 corrected C2C, 147/148) do not take
+a node out; 154 only restates the recovery wanted for an earlier Xid, which carries the fault.
+109 (context switch timeout) stays an interrupting software fault: the catalog's immediate action
+is RESET_GPU, although the device plugin treats it as application-caused. Actions named
+``WORKFLOW_*`` are the catalog's: follow the workflow for that code (e.g. 48: reset, drain if 63/64
+follow). Checked against copies of the catalog spreadsheet (NVIDIA/NVSentinel's XID CSV) in 2026-12;
+rows beyond 8 of the catalog page itself could not be read here.
 
 SXid lines come from NVSwitch (``nvidia-nvswitchN: SXid (PCI:...): code, ...``): all are classed as
 fabric (``nvlink``) faults; their codes are a separate number space and are kept in ``xid``.
@@ -39,30 +45,45 @@ XID_CATALOG: dict[int, XidInfo] = {
     13: XidInfo("Graphics engine exception", C.APPLICATION, "RESTART_APP"),
     31: XidInfo("GPU memory page fault (MMU)", C.APPLICATION, "RESTART_APP"),
     32: XidInfo("Invalid or corrupted push buffer stream", C.SOFTWARE, "RESTART_APP"),
-    38: XidInfo("Driver firmware error", C.GPU_FIRMWARE, "RESET_GPU"),
-    43: XidInfo("GPU stopped processing (reset channel verification error)", C.APPLICATION, "RESTART_APP"),
-    45: XidInfo("Preemptive cleanup, due to previous errors", C.APPLICATION, "RESTART_APP"),
+    38: XidInfo("Driver firmware watchdog timeout", C.GPU_FIRMWARE, "IGNORE", False),
+    43: XidInfo("GPU stopped processing (reset channel verification error)", C.APPLICATION, "IGNORE"),
+    44: XidInfo("Graphics engine fault during context switch", C.SOFTWARE, "IGNORE", False),
+    45: XidInfo("Preemptive cleanup, due to previous errors", C.APPLICATION, "WORKFLOW_XID_45"),
     46: XidInfo("GPU stopped processing", C.GPU_FIRMWARE, "RESET_GPU"),
-    48: XidInfo("Double-bit ECC error (DBE)", C.GPU_MEMORY, "RESET_GPU"),
-    61: XidInfo("Internal micro-controller breakpoint/warning", C.GPU_FIRMWARE, "RESET_GPU"),
+    48: XidInfo("Double-bit ECC error (DBE)", C.GPU_MEMORY, "WORKFLOW_XID_48"),
+    61: XidInfo(
+        "Internal micro-controller breakpoint/warning (unused on A100+)", C.GPU_FIRMWARE, "CONTACT_SUPPORT"
+    ),
     62: XidInfo("Internal micro-controller halt", C.GPU_FIRMWARE, "RESET_GPU"),
     63: XidInfo(
-        "ECC page retirement or row remapping recorded (reset to apply)", C.GPU_MEMORY_WARNING, "RESET_GPU"
+        "ECC page retirement or row remapping recorded (applied at next reset)",
+        C.GPU_MEMORY_WARNING,
+        "IGNORE",
     ),
     64: XidInfo("ECC page retirement or row remapper recording failure", C.GPU_MEMORY, "RESET_GPU"),
+    68: XidInfo("NVDEC0 exception (video decoder)", C.APPLICATION, "RESTART_APP"),
     69: XidInfo("Graphics engine class error", C.APPLICATION, "RESTART_APP"),
-    74: XidInfo("NVLink error", C.NVLINK, "RESET_GPU"),
+    74: XidInfo("NVLink error", C.NVLINK, "WORKFLOW_NVLINK_ERR"),
     79: XidInfo("GPU has fallen off the bus", C.GPU_FELL_OFF_BUS, "RESTART_BM"),
     92: XidInfo("High single-bit ECC error rate", C.GPU_MEMORY_WARNING, "IGNORE"),
     94: XidInfo("Contained ECC error", C.GPU_MEMORY, "RESTART_APP"),
     95: XidInfo("Uncontained ECC error", C.GPU_MEMORY, "RESET_GPU"),
-    109: XidInfo("Context switch timeout", C.SOFTWARE, "RESTART_APP"),
+    109: XidInfo("Context switch timeout", C.SOFTWARE, "RESET_GPU"),
+    110: XidInfo("Security fault error", C.GPU_FIRMWARE, "RESET_GPU"),
     119: XidInfo("GSP RPC timeout", C.GPU_FIRMWARE, "RESET_GPU"),
     120: XidInfo("GSP error", C.GPU_FIRMWARE, "RESET_GPU"),
-    121: XidInfo("C2C link error", C.NVLINK, "RESET_GPU"),
+    121: XidInfo("C2C link error (corrected)", C.NVLINK, "IGNORE", False),
+    136: XidInfo("NVLink link training failure", C.NVLINK, "RESET_GPU"),
     140: XidInfo("Unrecovered ECC error", C.GPU_MEMORY, "RESET_GPU"),
     143: XidInfo("GPU initialization failure", C.GPU_FIRMWARE, "RESET_GPU"),
-    154: XidInfo("GPU recovery action changed (restates an earlier Xid)", C.OTHER, "SEE_LINKED_XID", False),
+    **{
+        code: XidInfo("NVLink5 error (decode the sub-code)", C.NVLINK, "WORKFLOW_NVLINK5_ERR")
+        for code in (144, 145, 146, 149, 150)
+    },
+    147: XidInfo("NVLink5 error (informational)", C.NVLINK, "IGNORE", False),
+    148: XidInfo("NVLink5 error (informational)", C.NVLINK, "IGNORE", False),
+    154: XidInfo("GPU recovery action changed (restates an earlier Xid)", C.OTHER, "XID_154", False),
+    155: XidInfo("NVLink link down", C.NVLINK, "RESET_GPU"),
 }
 
 SXID_CATEGORY = C.NVLINK
