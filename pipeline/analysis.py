@@ -33,7 +33,8 @@ class FleetAnalysis:
     means the Garwood intervals are too narrow); the scaling law's interval uses it.
     ``exposure_estimated`` is True when the inventory was inferred from the logs (every rate and
     MTBF then rests on guessed service intervals). ``job_interruptions`` is None without Slurm
-    jobs; jobs on clusters without inventory are left out of it.
+    jobs; jobs on clusters without inventory are left out of it. ``rates_by_node`` has one row per
+    node (the report shows only the nodes with the most failures).
     """
 
     observed_until: datetime
@@ -43,6 +44,7 @@ class FleetAnalysis:
     rates_by_cluster: pl.DataFrame
     rates_by_category: pl.DataFrame
     rates_by_month: pl.DataFrame
+    rates_by_node: pl.DataFrame
     node_fits: dict[str, models.ParametricTBF]
     best_family: str
     kaplan_meier: models.KaplanMeier
@@ -240,6 +242,7 @@ def analyze(
         rates_by_cluster=by_cluster,
         rates_by_category=transform.failure_rates(incidents, exposure, by=["category"]),
         rates_by_month=transform.failure_rates(incidents, exposure, by=["cluster_id"], period="month"),
+        rates_by_node=transform.failure_rates(incidents, exposure, by=["cluster_id", "node_id"]),
         node_fits=fits,
         best_family=models.best_by_aic(fits),
         kaplan_meier=models.KaplanMeier().fit(*args),
