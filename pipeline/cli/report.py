@@ -34,14 +34,32 @@ from pipeline.cli.common import (
 @click.option(
     "--images/--no-images", default=True, show_default=True, help="Also write charts/<chart>.png and .svg."
 )
-def report(db: Path, out: Path, observed_until, job_path, monte_carlo_runs: int, seed: int, images: bool):
+@click.option(
+    "--baseline-db",
+    "baseline_dbs",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Another fleet's warehouse (e.g. LANL's, see docs/public-data.md) to show beside the published "
+    "GPU fleets in the public-baselines section, labelled by its file name. Repeatable.",
+)
+def report(
+    db: Path,
+    out: Path,
+    observed_until,
+    job_path,
+    monte_carlo_runs: int,
+    seed: int,
+    images: bool,
+    baseline_dbs: tuple[Path, ...],
+):
     """Write the self-contained HTML report (and a PNG/SVG of each chart)."""
     result = analysis_mod.analyze(warehouse.connect(db, read_only=True), observed_until=observed_until)
+    baselines = {p.stem: analysis_mod.analyze(warehouse.connect(p, read_only=True)) for p in baseline_dbs}
     outlook = None
     if job_path is not None:
         spec = _report_job_spec(job_path, result.fleet_rate, db)
         outlook = report_mod.job_outlook(spec, monte_carlo_runs=monte_carlo_runs, seed=seed)
-    path = report_mod.write_report(result, out, projection=outlook, images=images)
+    path = report_mod.write_report(result, out, projection=outlook, images=images, baselines=baselines)
     click.echo(f"wrote {path}")
     if images:
         click.echo(f"wrote {path.parent / report_mod.CHARTS_DIR}/*.png, *.svg")

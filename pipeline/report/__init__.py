@@ -4,7 +4,10 @@ a PNG and an SVG of every chart for slides and tickets.
 - :mod:`.charts`: fleet charts from a :class:`~pipeline.analysis.FleetAnalysis` (aggregated frames
   only, fixed colours per cluster and per recovery mode).
 - :mod:`.outlook`: :func:`job_outlook` turns a job projection into frames; its charts.
-- :mod:`.page`: the page (headline, sections with tables, provenance), escaping, file output.
+- :mod:`.drivers`: trend tests, root-cause shares per cluster, the nodes with the most failures.
+- :mod:`.comparisons`: Slurm job interruptions against node rate x nodes; public baselines.
+- :mod:`.sections`: the sections in page order (chart, table, note).
+- :mod:`.page`: the page (banner, headline, sections, provenance), escaping, file output.
 """
 
 from pipeline.report.charts import MAX_CURVE_POINTS, MODE_COLORS, cluster_color, mode_color
@@ -18,14 +21,13 @@ from pipeline.report.outlook import (
 from pipeline.report.page import (
     CHARTS_DIR,
     REPORT_FILENAME,
-    Section,
     render_html,
-    sections,
     summary_cards,
     table_html,
     write_chart_images,
     write_report,
 )
+from pipeline.report.sections import Section, sections
 
 __all__ = [
     "CHARTS_DIR",

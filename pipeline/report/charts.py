@@ -14,7 +14,7 @@ import altair as alt
 import numpy as np
 import polars as pl
 
-from pipeline.analysis import FleetAnalysis
+from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis
 from pipeline.models import ParametricTBF
 
 MAX_CURVE_POINTS = 300
@@ -25,8 +25,11 @@ PALETTE = (
     "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
     "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
 )  # fmt: skip
+COUNT_LAW = "count model: MTBF₁ / N^α (Poisson)"
+AFT_LAW = "Weibull AFT on log N"
 # Manual recovery is the costly baseline (warm red), automatic the improvement (teal).
 MODE_COLORS = {"manual": "#d1495b", "automatic": "#00798c"}
+LAW_COLORS = {COUNT_LAW: "#555555", AFT_LAW: PALETTE[6]}
 
 
 def downsample(frame: pl.DataFrame, n: int = MAX_CURVE_POINTS) -> pl.DataFrame:
@@ -211,7 +214,63 @@ def survival_chart(analysis: FleetAnalysis) -> alt.Chart:
     return (band + steps + lines).properties(width=WIDTH, height=260)
 
 
-def scaling_chart(analysis: FleetAnalysis) -> alt.Chart:
+def size_laws(analysis: FleetAnalysis) -> pl.DataFrame:
+    """Both fitted cluster-size laws in one long frame: law, instances, MTBF with 95% interval."""
+    frames = [
+        frame.with_columns(law=pl.lit(law))
+        for law, model, frame in (
+            (COUNT_LAW, analysis.scaling, analysis.scaling_projection),
+            (AFT_LAW, analysis.size_regression, analysis.size_regression_projection),
+        )
+        if model is not None
+    ]
+    columns = ["law", "instances", "mtbf_hours", "mtbf_ci_low_hours", "mtbf_ci_high_hours"]
+    return (
+        pl.concat(frames).select(columns)
+        if frames
+        else pl.DataFrame(schema=dict.fromkeys(columns, pl.Float64))
+    )
+
+
+def size_law_table(analysis: FleetAnalysis) -> pl.DataFrame:
+    """Projected cluster MTBF at ``PROJECTED_SIZES`` by each law, side by side."""
+    laws = size_laws(analysis).filter(pl.col("instances").is_in([float(n) for n in PROJECTED_SIZES]))
+    out = pl.DataFrame({"instances": [float(n) for n in PROJECTED_SIZES]})
+    for prefix, law in (("count", COUNT_LAW), ("aft", AFT_LAW)):
+        part = laws.filter(law=law).drop("law")
+        if part.height:
+            out = out.join(
+                part.rename(lambda c, p=prefix: c if c == "instances" else f"{p}_{c}"), on="instances"
+            )
+    return out.with_columns(pl.col("instances").cast(pl.Int64))
+
+
+def size_law_layers(analysis: FleetAnalysis, axis_x: alt.X, axis_y: alt.Y) -> alt.LayerChart | None:
+    """Each fitted law as a band and a dashed line, coloured per law (legend 'fitted law')."""
+    laws = size_laws(analysis)
+    if laws.height == 0:
+        return None
+    names = laws["law"].unique(maintain_order=True).to_list()
+    color = alt.Color(
+        "law:N", title="fitted law", scale=alt.Scale(domain=names, range=[LAW_COLORS[n] for n in names])
+    )
+    base = alt.Chart(laws).encode(x=axis_x, color=color)
+    return base.mark_area(opacity=0.12).encode(
+        y="mtbf_ci_low_hours:Q", y2="mtbf_ci_high_hours:Q"
+    ) + base.mark_line(strokeDash=[6, 3], point=True).encode(
+        y=axis_y,
+        tooltip=[
+            alt.Tooltip("law:N", title="fitted law"),
+            alt.Tooltip("instances:Q", format=",.0f"),
+            alt.Tooltip("mtbf_hours:Q", format=".3g", title="fitted MTBF (h)"),
+            alt.Tooltip("mtbf_ci_low_hours:Q", format=".3g", title="95% CI low"),
+            alt.Tooltip("mtbf_ci_high_hours:Q", format=".3g", title="95% CI high"),
+        ],
+    )
+
+
+def scaling_chart(analysis: FleetAnalysis) -> alt.LayerChart:
+    """Observed cluster MTBF per cluster with both fitted size laws over it (log-log axes)."""
     observed = analysis.cluster_mtbf.select(
         "cluster_id", "instances", "failures", "mtbf_hours", "mtbf_ci_low_hours", "mtbf_ci_high_hours"
     )
@@ -240,25 +299,43 @@ def scaling_chart(analysis: FleetAnalysis) -> alt.Chart:
         .mark_rule()
         .encode(x=axis_x, y="mtbf_ci_low_hours:Q", y2="mtbf_ci_high_hours:Q", color=color)
     )
-    chart = bars + points
-    if analysis.scaling is not None:
-        fit = analysis.scaling_projection
-        chart = (
-            alt.Chart(fit)
-            .mark_area(opacity=0.15, color="#888")
-            .encode(x=axis_x, y="mtbf_ci_low_hours:Q", y2="mtbf_ci_high_hours:Q")
-            + alt.Chart(fit)
-            .mark_line(strokeDash=[6, 3], color="#555", point=True)
-            .encode(
-                x=axis_x,
-                y=axis_y,
-                tooltip=[
-                    alt.Tooltip("instances:Q", format=".0f"),
-                    alt.Tooltip("mtbf_hours:Q", format=".2f", title="fitted MTBF (h)"),
-                    alt.Tooltip("mtbf_ci_low_hours:Q", format=".2f", title="95% CI low"),
-                    alt.Tooltip("mtbf_ci_high_hours:Q", format=".2f", title="95% CI high"),
-                ],
-            )
-            + chart
-        )
+    laws = size_law_layers(analysis, axis_x, axis_y)
+    chart = (
+        bars + points if laws is None else alt.layer(laws, bars + points).resolve_scale(color="independent")
+    )
     return chart.properties(width=WIDTH, height=300)
+
+
+def cumulative_hazard_chart(analysis: FleetAnalysis) -> alt.LayerChart:
+    """Nelson–Aalen cumulative hazard with its band, and the exponential fit's straight line:
+    a curve bending below the line is a hazard that falls with time (infant mortality)."""
+    na = analysis.nelson_aalen
+    curve = downsample(
+        pl.DataFrame(
+            {
+                "hours": na.timeline_hours_,
+                "cumulative_hazard": na.cumulative_hazard_,
+                "low": na.confidence_interval_[0],
+                "high": na.confidence_interval_[1],
+            }
+        )
+    )
+    grid = np.linspace(0, float(na.timeline_hours_.max()), 60)
+    line = pl.DataFrame(
+        {"hours": grid, "cumulative_hazard": grid / analysis.node_fits["exponential"].params_["lambda_"]}
+    )
+    x = alt.X("hours:Q", title="hours since the previous failure")
+    return (
+        alt.Chart(curve).mark_area(opacity=0.2, color="#888").encode(x=x, y="low:Q", y2="high:Q")
+        + alt.Chart(curve)
+        .mark_line(interpolate="step-after", color="black")
+        .encode(
+            x=x,
+            y=alt.Y("cumulative_hazard:Q", title="cumulative hazard H(t)"),
+            tooltip=[
+                alt.Tooltip("hours:Q", format=".0f"),
+                alt.Tooltip("cumulative_hazard:Q", format=".3f", title="H(t)"),
+            ],
+        )
+        + alt.Chart(line).mark_line(strokeDash=[6, 3], color=PALETTE[2]).encode(x=x, y="cumulative_hazard:Q")
+    ).properties(width=300, height=260)

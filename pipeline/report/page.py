@@ -13,7 +13,7 @@ import html
 import json
 import math
 import platform
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -22,118 +22,13 @@ import altair as alt
 import polars as pl
 import vl_convert
 
-from pipeline.analysis import FleetAnalysis
-from pipeline.report import charts
-from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_chart, size_sweep_chart
+from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis
+from pipeline.report.outlook import JobOutlook
+from pipeline.report.sections import Section, sections
 
 REPORT_FILENAME = "failcast-report.html"
 CHARTS_DIR = "charts"
 VERSIONED_PACKAGES = ("failcast", "polars", "duckdb", "lifelines", "altair", "vl-convert-python")
-
-
-@dataclass(frozen=True)
-class Section:
-    slug: str  # file name of the chart's PNG/SVG and the id of its container
-    title: str
-    chart: alt.TopLevelMixin | None
-    table: pl.DataFrame | None = None
-    note: str = ""
-
-
-def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
-    fits = pl.DataFrame(
-        [
-            {
-                "family": f,
-                "mtbf_hours": m.mtbf_hours_,
-                "mtbf_ci_low_hours": m.mtbf_confidence_interval_[0],
-                "mtbf_ci_high_hours": m.mtbf_confidence_interval_[1],
-                "aic": m.aic_,
-            }
-            for f, m in analysis.node_fits.items()
-        ]
-    ).sort("aic")
-    scaling_note = "Points: observed cluster MTBF with exact 95% intervals."
-    if analysis.scaling is not None:
-        scaling_note += " Dashed: MTBF(N) = MTBF₁ / N^α fitted by Poisson regression, with its 95% band."
-    return [
-        Section(
-            "failure-rate-by-cluster",
-            "Failure rate by cluster",
-            charts.rate_by_cluster_chart(analysis),
-            analysis.rates_by_cluster.select(
-                "cluster_id",
-                "failures",
-                "exposure_node_hours",
-                "rate_per_node_hour",
-                "rate_ci_low",
-                "rate_ci_high",
-                "rate_per_gpu_hour",
-            ),  # fmt: skip
-        ),
-        Section(
-            "failure-rate-over-time",
-            "Failure rate over time",
-            charts.rate_over_time_chart(analysis),
-            note="Monthly rate per cluster; the band is the exact 95% Poisson interval.",
-        ),
-        Section(
-            "root-causes",
-            "Root causes of interruptions",
-            charts.category_chart(analysis),
-            charts.category_table(analysis),
-        ),
-        Section(
-            "time-between-failures",
-            "Time between failures per node: Kaplan–Meier and fitted models",
-            charts.survival_chart(analysis),
-            fits,
-            note=f"Black steps: Kaplan–Meier with its 95% band. Best family by AIC: {analysis.best_family}.",
-        ),
-        Section(
-            "mtbf-vs-cluster-size",
-            "Cluster MTBF against cluster size",
-            charts.scaling_chart(analysis),
-            analysis.scaling_projection if analysis.scaling is not None else None,
-            note=scaling_note,
-        ),
-    ]
-
-
-def projection_sections(outlook: JobOutlook) -> list[Section]:
-    return [
-        Section(
-            "projection-vs-cluster-size",
-            "Projected training days and cost against cluster size",
-            size_sweep_chart(outlook.size_sweep, outlook.instances),
-            outlook.size_sweep,
-            note=f"Same work, more or fewer instances; dotted rule: the configured {outlook.instances}.",
-        ),
-        Section(
-            "monte-carlo-days",
-            "Monte Carlo distribution of training days",
-            monte_carlo_chart(outlook.days_histogram, outlook.modes),
-            outlook.modes.select("mode", "p10_days", "p50_days", "p90_days", "expected_days"),
-            note="Dashed rules: P10, P50 and P90 of each mode.",
-        ),
-        Section(
-            "checkpoint-interval",
-            "Checkpoint interval: expected training days",
-            checkpoint_chart(outlook.checkpoint_curve, outlook.modes),
-            outlook.modes.select(
-                "mode",
-                "checkpoint_interval_hours",
-                "expected_days",
-                "optimal_interval_hours",
-                "optimal_expected_days",
-            ),  # fmt: skip
-            note="Diamond: the optimum interval; open circle: the configured interval.",
-        ),
-    ]
-
-
-def sections(analysis: FleetAnalysis, projection: JobOutlook | None = None) -> list[Section]:
-    return fleet_sections(analysis) + (projection_sections(projection) if projection else [])
 
 
 def _fmt(column: str, value) -> str:
@@ -207,18 +102,14 @@ def summary_cards(
             f"95% CI {low * 100:.4f}–{high * 100:.4f}%, {rate.failures_:,} failures in "
             f"{rate.exposure_hours_:,.0f} instance-hours",
         ),
-        ("Best time-between-failures model", analysis.best_family, _shape_note(analysis)),
+        (
+            "Best time-between-failures model",
+            analysis.best_family,
+            analysis.node_fits["weibull"].hazard_message_ or "",
+        ),
     ]
-    if analysis.scaling is not None:
-        s = analysis.scaling
-        cards.append(
-            (
-                "MTBF scaling exponent α",
-                f"{s.alpha_:.2f}",
-                f"95% CI {s.alpha_confidence_interval_[0]:.2f}–"
-                f"{s.alpha_confidence_interval_[1]:.2f} (1 = independent failures)",
-            )
-        )
+    cards += _scaling_cards(analysis)
+    cards += _trend_card(analysis)
     if projection is not None:
         for m in projection.modes.iter_rows(named=True):
             spread = (
@@ -244,17 +135,52 @@ def summary_cards(
     return cards
 
 
-def _shape_note(analysis: FleetAnalysis) -> str:
-    weibull = analysis.node_fits["weibull"]
-    low, high = weibull.confidence_interval_["rho_"]
-    verdict = (
-        "decreasing hazard (infant mortality)"
-        if high < 1
-        else "increasing hazard (wear-out)"
-        if low > 1
-        else "consistent with a constant rate"
+def _scaling_cards(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
+    """α of the count law (the AFT's α in the note: the two views should agree) and the
+    projected cluster MTBF at the sizes people plan for."""
+    s, aft = analysis.scaling, analysis.size_regression
+    if s is None:
+        return []
+    note = f"95% CI {s.alpha_confidence_interval_[0]:.2f}–{s.alpha_confidence_interval_[1]:.2f}"
+    if aft is not None:
+        low, high = aft.alpha_confidence_interval_
+        note += f"; Weibull AFT view {aft.alpha_:.2f} ({low:.2f}–{high:.2f})"
+    projected = analysis.scaling_projection.filter(pl.col("instances").is_in([float(n) for n in PROJECTED_SIZES]))
+    rows = {int(r["instances"]): r for r in projected.iter_rows(named=True)}
+    largest = max(rows)
+    others = " · ".join(f"{n:,}: {_hours(r['mtbf_hours'])}" for n, r in rows.items() if n != largest)
+    big = rows[largest]
+    return [
+        ("MTBF scaling exponent α", f"{s.alpha_:.2f}", f"{note} (1 = independent failures)"),
+        (
+            f"Projected cluster MTBF at {largest:,} instances",
+            _hours(big["mtbf_hours"]),
+            f"95% CI {_hours(big['mtbf_ci_low_hours'])}–{_hours(big['mtbf_ci_high_hours'])}; {others}",
+        ),
+    ]
+
+
+def _hours(value: float) -> str:
+    return f"{value * 60:,.1f} min" if value < 1 else f"{value:,.1f} h"
+
+
+def _trend_card(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
+    tested = analysis.trend_tests.filter(pl.col("crow_verdict").is_not_null())
+    if tested.height == 0:
+        return []
+    moving = tested.filter(pl.col("crow_verdict") != "flat")
+    detail = ", ".join(
+        f"{c} {v} (β {b:.2f})"
+        for c, v, b in moving.select("cluster_id", "crow_verdict", "crow_beta").iter_rows()
     )
-    return f"Weibull shape {weibull.shape_:.2f} (95% CI {low:.2f}–{high:.2f}): {verdict}"
+    flat = tested.height - moving.height
+    return [
+        (
+            "Failure-rate trend (Crow-AMSAA)",
+            f"flat in {flat} of {tested.height} clusters",
+            detail or "no cluster's rate is rising or falling at the 5% level",
+        )
+    ]
 
 
 def versions() -> str:
@@ -278,6 +204,8 @@ h1{margin-bottom:.2rem}.sub{color:#5b6475;margin-top:0}
 section{margin-top:2rem}.table{overflow-x:auto}table{border-collapse:collapse;font-size:.82rem;margin-top:.6rem}
 td,th{border:1px solid #d8dde6;padding:.2rem .45rem;text-align:left}
 th{background:#f3f5f9}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.banner{border:2px solid #b8860b;background:#fff4d6;border-radius:8px;padding:.7rem 1rem;
+margin:1rem 0;font-weight:500}
 .more,.note{font-size:.8rem;color:#5b6475}pre{white-space:pre-wrap;font-size:.8rem}
 """
 
@@ -303,6 +231,21 @@ def _section_html(section: Section) -> str:
         parts.append(table_html(section.table))
     parts.append("</section>")
     return "".join(parts)
+
+
+ESTIMATED_EXPOSURE = (
+    "Exposure estimated: no node inventory was ingested, so every node seen in the logs (incidents "
+    "or Slurm jobs) is assumed in service from the first record in the data to the end of "
+    "observation. Every rate, MTBF and projection below rests on those guessed instance-hours; nodes "
+    "that never appear in the logs are missing, which makes rates too high. Ingest an inventory file "
+    "(cluster_id, node_id, instance_type, gpus_per_node, in_service_from, in_service_to) for exact numbers."
+)
+
+
+def _banner(analysis: FleetAnalysis) -> str:
+    if not analysis.exposure_estimated:
+        return ""
+    return f"<div class='banner' role='alert'>{html.escape(ESTIMATED_EXPOSURE)}</div>"
 
 
 def _headline(analysis: FleetAnalysis, projection: JobOutlook | None) -> str:
@@ -379,10 +322,12 @@ def render_html(
     analysis: FleetAnalysis,
     projection: JobOutlook | None = None,
     *,
+    baselines: Mapping[str, FleetAnalysis] | None = None,
     title: str = "failcast reliability report",
 ) -> str:
-    """The whole report as one HTML string that needs no network (Vega libraries inlined)."""
-    return _page(analysis, projection, sections(analysis, projection), title)
+    """The whole report as one HTML string that needs no network (Vega libraries inlined);
+    ``baselines`` adds other analysed fleets to the public-baselines section."""
+    return _page(analysis, projection, sections(analysis, projection, baselines), title)
 
 
 def _page(analysis: FleetAnalysis, projection: JobOutlook | None, parts: list[Section], title: str) -> str:
@@ -396,7 +341,7 @@ def _page(analysis: FleetAnalysis, projection: JobOutlook | None, parts: list[Se
 <script>{bundle}</script></head><body>
 <h1>{html.escape(title)}</h1>
 <p class="sub">Observed until {html.escape(str(analysis.observed_until))} UTC · generated {generated}</p>
-{_headline(analysis, projection)}
+{_banner(analysis)}{_headline(analysis, projection)}
 {body}
 {_provenance(analysis, projection, generated)}
 <script>{_EMBED}</script>
@@ -434,13 +379,14 @@ def write_report(
     *,
     projection: JobOutlook | None = None,
     images: bool = True,
+    baselines: Mapping[str, FleetAnalysis] | None = None,
     title: str = "failcast reliability report",
 ) -> Path:
     """Write the HTML report (and, with ``images``, ``charts/<slug>.png|svg``); returns the HTML path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     target = out / filename
-    parts = sections(analysis, projection)
+    parts = sections(analysis, projection, baselines)
     _atomic_write(target, _page(analysis, projection, parts, title).encode("utf-8"))
     if images:
         write_chart_images(parts, out / CHARTS_DIR)

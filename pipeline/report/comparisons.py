@@ -1,0 +1,153 @@
+"""Views that set one estimate beside another: Slurm jobs against node rate x nodes, and this
+fleet against public baselines (OPT-175B, MPT-7B, Llama 3.1, and any other analysed fleet passed
+in, e.g. LANL's systems).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import altair as alt
+import polars as pl
+
+from pipeline import datasets
+from pipeline.analysis import FleetAnalysis
+from pipeline.report.charts import PALETTE, WIDTH, cluster_color, clusters_by_size
+
+THIS_FLEET = "this fleet"
+ALL_CLUSTERS = "all clusters"
+PUBLISHED = "published GPU fleets"
+
+
+def job_interruption_chart(analysis: FleetAnalysis) -> alt.LayerChart:
+    """Observed interruptions per job-hour by node-count bucket (with exact intervals) against
+    node rate x nodes, the rate independent node failures predict."""
+    data = analysis.job_interruptions.select(
+        "nnodes_bucket",
+        "jobs",
+        "interruptions",
+        "job_hours",
+        "rate_per_job_hour",
+        "rate_ci_low",
+        "rate_ci_high",
+        "expected_rate_per_job_hour",
+        "ratio_to_node_model",
+    )
+    x = alt.X("nnodes_bucket:Q", scale=alt.Scale(type="log"), title="nodes per job (bucket)")
+    y_title = "interruptions per job-hour (95% CI); line: node rate × nodes"
+    base = alt.Chart(data).encode(x=x)
+    return (
+        base.mark_line(strokeDash=[6, 3], color="#555", point=alt.OverlayMarkDef(color="#555")).encode(
+            y=alt.Y("expected_rate_per_job_hour:Q", scale=alt.Scale(type="log"), title=y_title)
+        )
+        + base.mark_rule(color=PALETTE[0]).encode(y="rate_ci_low:Q", y2="rate_ci_high:Q")
+        + base.mark_point(filled=True, size=70, color=PALETTE[0]).encode(
+            y="rate_per_job_hour:Q",
+            tooltip=[
+                alt.Tooltip("nnodes_bucket:Q", title="nodes (bucket)"),
+                "jobs:Q",
+                "interruptions:Q",
+                alt.Tooltip("job_hours:Q", format=",.0f", title="job-hours"),
+                alt.Tooltip("rate_per_job_hour:Q", format=".3g", title="per job-hour"),
+                alt.Tooltip("rate_ci_low:Q", format=".3g", title="95% CI low"),
+                alt.Tooltip("rate_ci_high:Q", format=".3g", title="95% CI high"),
+                alt.Tooltip("expected_rate_per_job_hour:Q", format=".3g", title="node rate × nodes"),
+                alt.Tooltip("ratio_to_node_model:Q", format=".2f", title="observed / expected"),
+            ],
+        )
+    ).properties(width=WIDTH, height=260)
+
+
+def baselines(analysis: FleetAnalysis, others: Mapping[str, FleetAnalysis] | None = None) -> pl.DataFrame:
+    """:func:`pipeline.datasets.public_baselines` for this fleet (each cluster, plus all clusters
+    as one row) and ``others``, with ``series`` (the colour) and ``label`` (the row) added."""
+    table = datasets.public_baselines({THIS_FLEET: analysis, **(others or {})})
+    fleet = analysis.rates_overall.select(
+        source=pl.lit(THIS_FLEET),
+        fleet=pl.lit(ALL_CLUSTERS),
+        instances=pl.lit(float(analysis.cluster_mtbf["instances"].sum())),
+        failures=pl.col("failures").cast(pl.Int64),
+        exposure_node_hours="exposure_node_hours",
+        rate_per_node_hour="rate_per_node_hour",
+        rate_ci_low="rate_ci_low",
+        rate_ci_high="rate_ci_high",
+    ).with_columns(
+        mtbf_hours=1 / (pl.col("rate_per_node_hour") * pl.col("instances")),
+        mtbf_ci_low_hours=1 / (pl.col("rate_ci_high") * pl.col("instances")),
+        mtbf_ci_high_hours=1 / (pl.col("rate_ci_low") * pl.col("instances")),
+    )
+    published = pl.col("fleet").is_in([f.fleet for f in datasets.PUBLISHED_GPU_FLEETS]) & ~pl.col(
+        "source"
+    ).is_in([THIS_FLEET, *(others or {})])
+    group = pl.when(published).then(0).when(pl.col("fleet") == ALL_CLUSTERS).then(1)
+    group = group.when(pl.col("source") == THIS_FLEET).then(2).otherwise(3)
+    return (
+        pl.concat([table, fleet.select(table.columns)])
+        .sort(group, maintain_order=True)
+        .with_columns(
+            series=pl.when(published)
+            .then(pl.lit(PUBLISHED))
+            .when(pl.col("source") == THIS_FLEET)
+            .then(pl.when(pl.col("fleet") == ALL_CLUSTERS).then(pl.lit(THIS_FLEET)).otherwise("fleet"))
+            .otherwise("source"),
+            label=pl.when(published)
+            .then(pl.format("{} (published)", "fleet"))
+            .otherwise(pl.format("{} · {}", "source", "fleet")),
+        )
+    )
+
+
+def baseline_chart(analysis: FleetAnalysis, table: pl.DataFrame) -> alt.LayerChart:
+    """Rates per instance-hour (%) with exact intervals, log axis: published fleets, this fleet
+    (all clusters, then each cluster in its colour), then other fleets, one colour per source."""
+    clusters = clusters_by_size(analysis)
+    base_scale = cluster_color(clusters)
+    extra = [
+        PUBLISHED,
+        THIS_FLEET,
+        *table.filter(~pl.col("series").is_in([PUBLISHED, THIS_FLEET, *clusters]))["series"].unique(
+            maintain_order=True
+        ),
+    ]
+    spare = [PALETTE[(len(clusters) + i) % len(PALETTE)] for i in range(len(extra) - 2)]
+    scale = alt.Scale(
+        domain=[*base_scale.domain, *extra], range=[*base_scale.range, "#888888", "#1d2330", *spare]
+    )
+    data = table.select(
+        "label",
+        "series",
+        "source",
+        "instances",
+        "failures",
+        "exposure_node_hours",
+        "mtbf_hours",
+        pct=pl.col("rate_per_node_hour") * 100,
+        low=pl.col("rate_ci_low") * 100,
+        high=pl.col("rate_ci_high") * 100,
+    )
+    y = alt.Y("label:N", sort=data["label"].to_list(), title=None, axis=alt.Axis(labelLimit=260))
+    base = alt.Chart(data).encode(y=y, color=alt.Color("series:N", scale=scale, legend=None))
+    return (
+        base.mark_rule(strokeWidth=2).encode(
+            x=alt.X(
+                "low:Q",
+                scale=alt.Scale(type="log"),
+                title="failures per 100 instance-hours (% per instance-hour), 95% exact CI",
+            ),
+            x2="high:Q",
+        )
+        + base.mark_point(filled=True, size=70).encode(
+            x="pct:Q",
+            tooltip=[
+                alt.Tooltip("label:N", title="fleet"),
+                alt.Tooltip("source:N"),
+                alt.Tooltip("instances:Q", format=",.0f"),
+                "failures:Q",
+                alt.Tooltip("exposure_node_hours:Q", format=",.0f", title="instance-hours"),
+                alt.Tooltip("pct:Q", format=".4f", title="% per instance-hour"),
+                alt.Tooltip("low:Q", format=".4f", title="95% CI low"),
+                alt.Tooltip("high:Q", format=".4f", title="95% CI high"),
+                alt.Tooltip("mtbf_hours:Q", format=".3g", title="fleet MTBF (h)"),
+            ],
+        )
+    ).properties(width=WIDTH, height=alt.Step(20))

@@ -1,0 +1,219 @@
+"""The report's sections in page order: a chart (or None), the table under it and a note.
+
+Fleet sections come from a :class:`FleetAnalysis` (plus, for the public baselines, any other
+analysed fleets passed in); projection sections from a :class:`JobOutlook`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import altair as alt
+import polars as pl
+
+from pipeline.analysis import FleetAnalysis
+from pipeline.report import charts, comparisons, drivers
+from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_chart, size_sweep_chart
+
+
+@dataclass(frozen=True)
+class Section:
+    slug: str  # file name of the chart's PNG/SVG and the id of its container
+    title: str
+    chart: alt.TopLevelMixin | None
+    table: pl.DataFrame | None = None
+    note: str = ""
+
+
+def _fits_table(analysis: FleetAnalysis) -> pl.DataFrame:
+    return pl.DataFrame(
+        [
+            {
+                "family": f,
+                "mtbf_hours": m.mtbf_hours_,
+                "mtbf_ci_low_hours": m.mtbf_confidence_interval_[0],
+                "mtbf_ci_high_hours": m.mtbf_confidence_interval_[1],
+                "aic": m.aic_,
+            }
+            for f, m in analysis.node_fits.items()
+        ]
+    ).sort("aic")
+
+
+def _scaling_note(analysis: FleetAnalysis) -> str:
+    note = "Points: observed cluster MTBF with exact 95% intervals."
+    for name, model, how in (
+        (charts.COUNT_LAW, analysis.scaling, "failure counts per cluster-hour"),
+        (charts.AFT_LAW, analysis.size_regression, "cluster-level times between failures"),
+    ):
+        if model is not None:
+            low, high = model.alpha_confidence_interval_
+            note += f" {name} fitted on {how}: α = {model.alpha_:.3f} (95% CI {low:.3f}–{high:.3f})."
+    if analysis.scaling is not None and analysis.size_regression is not None:
+        note += " Overlapping bands mean the two views agree."
+    return note
+
+
+def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
+    trends = drivers.trend_table(analysis)
+    flat = (trends["crow_verdict"] == "flat").sum()
+    return [
+        Section(
+            "failure-rate-by-cluster",
+            "Failure rate by cluster",
+            charts.rate_by_cluster_chart(analysis),
+            analysis.rates_by_cluster.select(
+                "cluster_id",
+                "failures",
+                "exposure_node_hours",
+                "rate_per_node_hour",
+                "rate_ci_low",
+                "rate_ci_high",
+                "rate_per_gpu_hour",
+            ),  # fmt: skip
+        ),
+        Section(
+            "failure-rate-over-time",
+            "Failure rate over time",
+            charts.rate_over_time_chart(analysis),
+            note="Monthly rate per cluster; the band is the exact 95% Poisson interval.",
+        ),
+        Section(
+            "rate-trends",
+            "Is the failure rate rising or falling? Trend tests per cluster",
+            drivers.trend_chart(analysis),
+            trends,
+            note=f"Crow-AMSAA (MIL-HDBK-189) β on the failures' operating times: β = 1 (dashed) is a "
+            f"constant rate. Laplace test beside it; verdicts at the 5% level. Flat in {flat} of "
+            f"{trends.height} clusters; clusters with fewer than 2 failures are not tested.",
+        ),
+        Section(
+            "root-causes",
+            "Root causes of interruptions",
+            charts.category_chart(analysis),
+            charts.category_table(analysis),
+        ),
+        Section(
+            "root-causes-by-cluster",
+            "Root causes per cluster",
+            drivers.category_share_chart(analysis),
+            drivers.category_share_table(analysis),
+            note="Share of each cluster's interruptions by root cause with exact (Clopper–Pearson) 95% "
+            "intervals; a cluster whose interval lies apart from the others has its own problem.",
+        ),
+        Section(
+            "top-nodes",
+            "Nodes with the most interruptions",
+            drivers.top_nodes_chart(analysis),
+            drivers.top_nodes(analysis),
+            note=f"The {drivers.TOP_NODES} nodes with the most interrupting failures; the tick is what "
+            "the node's cluster rate predicts for its hours in service.",
+        ),
+        Section(
+            "time-between-failures",
+            "Time between failures per node: Kaplan–Meier, Nelson–Aalen and fitted models",
+            alt.hconcat(charts.survival_chart(analysis), charts.cumulative_hazard_chart(analysis)),
+            _fits_table(analysis),
+            note=f"Left: Kaplan–Meier with its 95% band; best family by AIC: {analysis.best_family}. "
+            "Right: Nelson–Aalen cumulative hazard; the dashed line is the exponential fit (constant "
+            "hazard).",
+        ),
+        Section(
+            "mtbf-vs-cluster-size",
+            "Cluster MTBF against cluster size: two views",
+            charts.scaling_chart(analysis),
+            charts.size_law_table(analysis) if charts.size_laws(analysis).height else None,
+            note=_scaling_note(analysis),
+        ),
+        _job_section(analysis),
+    ]
+
+
+def _job_section(analysis: FleetAnalysis) -> Section:
+    title = "Job interruptions from Slurm against node rate × nodes"
+    if analysis.job_interruptions is None or analysis.job_interruptions.height == 0:
+        return Section(
+            "job-interruptions",
+            title,
+            None,
+            note="No Slurm job records on clusters with an inventory: ingest sacct output "
+            "(failcast ingest --format sacct) to compare job interruptions with node failures.",
+        )
+    return Section(
+        "job-interruptions",
+        title,
+        comparisons.job_interruption_chart(analysis),
+        analysis.job_interruptions,
+        note="Points: observed interruptions per job-hour by node-count bucket (exact 95% CI). Dashed: "
+        "the cluster's node rate × nodes. Above the line, jobs die more often than node failures explain.",
+    )
+
+
+def baseline_section(analysis: FleetAnalysis, others: Mapping[str, FleetAnalysis] | None = None) -> Section:
+    table = comparisons.baselines(analysis, others)
+    return Section(
+        "public-baselines",
+        "Public baselines: this fleet beside published GPU fleets",
+        comparisons.baseline_chart(analysis, table),
+        table.select(
+            "source",
+            "fleet",
+            "instances",
+            "failures",
+            "exposure_node_hours",
+            "rate_per_node_hour",
+            "rate_ci_low",
+            "rate_ci_high",
+            "mtbf_hours",
+        ),  # fmt: skip
+        note="Interruptions per instance-hour (one instance = one node) with exact 95% intervals; "
+        "published counts from OPT-175B, MPT-7B and Llama 3.1 (docs/public-data.md). MTBF is that "
+        "of the whole fleet or cluster.",
+    )
+
+
+def projection_sections(outlook: JobOutlook) -> list[Section]:
+    return [
+        Section(
+            "projection-vs-cluster-size",
+            "Projected training days and cost against cluster size",
+            size_sweep_chart(outlook.size_sweep, outlook.instances),
+            outlook.size_sweep,
+            note=f"Same work, more or fewer instances; dotted rule: the configured {outlook.instances}.",
+        ),
+        Section(
+            "monte-carlo-days",
+            "Monte Carlo distribution of training days",
+            monte_carlo_chart(outlook.days_histogram, outlook.modes),
+            outlook.modes.select("mode", "p10_days", "p50_days", "p90_days", "expected_days"),
+            note="Dashed rules: P10, P50 and P90 of each mode.",
+        ),
+        Section(
+            "checkpoint-interval",
+            "Checkpoint interval: expected training days",
+            checkpoint_chart(outlook.checkpoint_curve, outlook.modes),
+            outlook.modes.select(
+                "mode",
+                "checkpoint_interval_hours",
+                "expected_days",
+                "optimal_interval_hours",
+                "optimal_expected_days",
+            ),  # fmt: skip
+            note="Diamond: the optimum interval; open circle: the configured interval.",
+        ),
+    ]
+
+
+def sections(
+    analysis: FleetAnalysis,
+    projection: JobOutlook | None = None,
+    baselines: Mapping[str, FleetAnalysis] | None = None,
+) -> list[Section]:
+    """Every section in page order; ``baselines`` adds other analysed fleets (e.g. ``{"LANL":
+    ...}``) to the public-baselines section, which always holds the published GPU fleets."""
+    return (
+        fleet_sections(analysis)
+        + [baseline_section(analysis, baselines)]
+        + (projection_sections(projection) if projection else [])
+    )
