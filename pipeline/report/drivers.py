@@ -43,7 +43,8 @@ def trend_chart(analysis: FleetAnalysis) -> alt.LayerChart:
     return (
         flat
         + base.mark_rule(strokeWidth=2).encode(
-            x=alt.X("crow_beta_ci_low:Q", title=x_title), x2="crow_beta_ci_high:Q"
+            x=alt.X("crow_beta_ci_low:Q", title=x_title, scale=alt.Scale(zero=False)),
+            x2="crow_beta_ci_high:Q",
         )
         + base.mark_point(filled=True, size=90).encode(
             x="crow_beta:Q",
@@ -78,7 +79,6 @@ def category_share_chart(analysis: FleetAnalysis) -> alt.Chart:
     y = alt.Y("category:N", sort=categories.to_list(), title="root cause")
     offset = alt.YOffset("cluster_id:N", sort=clusters)
     base = alt.Chart(data).encode(y=y, yOffset=offset, color=color)
-    band = max(24, 5 * len(clusters) + 6)
     return (
         base.mark_rule().encode(
             x=alt.X(
@@ -100,7 +100,7 @@ def category_share_chart(analysis: FleetAnalysis) -> alt.Chart:
                 alt.Tooltip("share_ci_high:Q", format=".1%", title="95% CI high"),
             ],
         )
-    ).properties(width=WIDTH, height=alt.Step(band))
+    ).properties(width=WIDTH, height=alt.Step(7))
 
 
 def category_share_table(analysis: FleetAnalysis) -> pl.DataFrame:

@@ -145,7 +145,9 @@ def _scaling_cards(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
     if aft is not None:
         low, high = aft.alpha_confidence_interval_
         note += f"; Weibull AFT view {aft.alpha_:.2f} ({low:.2f}–{high:.2f})"
-    projected = analysis.scaling_projection.filter(pl.col("instances").is_in([float(n) for n in PROJECTED_SIZES]))
+    projected = analysis.scaling_projection.filter(
+        pl.col("instances").is_in([float(n) for n in PROJECTED_SIZES])
+    )
     rows = {int(r["instances"]): r for r in projected.iter_rows(named=True)}
     largest = max(rows)
     others = " · ".join(f"{n:,}: {_hours(r['mtbf_hours'])}" for n, r in rows.items() if n != largest)
