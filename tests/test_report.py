@@ -1,7 +1,10 @@
-"""The HTML report: escaping, offline page, aggregated chart data, colours, projection sections, files."""
+"""The HTML report: escaping, offline page, aggregated chart data, colours, sections (trends, root causes
+per cluster, top nodes, both size laws, Slurm jobs, public baselines, estimated-exposure banner),
+projection sections, files."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import math
@@ -13,9 +16,9 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from pipeline import analysis, report, warehouse
+from pipeline import analysis, datasets, report, transform, warehouse
 from pipeline.cli import main
-from pipeline.report import charts, page
+from pipeline.report import charts, comparisons, drivers, page
 
 PAYLOADS = [
     "</script><img src=x onerror=alert(1)>",
@@ -67,6 +70,32 @@ def hostile_analysis(hostile_warehouse) -> analysis.FleetAnalysis:
         con.close()
 
 
+def with_jobs(fleet: analysis.FleetAnalysis) -> analysis.FleetAnalysis:
+    """``fleet`` with Slurm job interruptions of a few jobs on every cluster (1 to 16 nodes)."""
+    clusters = fleet.rates_by_cluster["cluster_id"].to_list()
+    jobs = pl.DataFrame(
+        {
+            "cluster_id": [c for c in clusters for _ in range(5)],
+            "nnodes": [1, 2, 4, 8, 16] * len(clusters),
+            "elapsed_hours": [100.0, 80.0, 60.0, 40.0, 20.0] * len(clusters),
+            "interrupted": [False, True, False, True, True] * len(clusters),
+        }
+    )
+    return dataclasses.replace(
+        fleet, job_interruptions=transform.job_interruption_rates(jobs, fleet.rates_by_cluster)
+    )
+
+
+def charted(sections: list[report.Section]) -> list[report.Section]:
+    return [s for s in sections if s.chart is not None]
+
+
+@pytest.fixture(scope="module")
+def rich_analysis(hostile_analysis) -> analysis.FleetAnalysis:
+    """The hostile fleet with Slurm jobs too, so every section has a chart."""
+    return with_jobs(hostile_analysis)
+
+
 @dataclass(frozen=True)
 class Page:
     html: str
@@ -75,11 +104,11 @@ class Page:
 
 
 @pytest.fixture(scope="module")
-def pages(hostile_analysis) -> dict[bool, Page]:
-    """The hostile fleet's page without (False) and with (True) a projection, rendered once."""
+def pages(rich_analysis) -> dict[bool, Page]:
+    """The hostile fleet's page (with jobs) without (False) and with (True) a projection, rendered once."""
     out = {}
     for with_projection in (False, True):
-        text = report.render_html(hostile_analysis, outlook_frames() if with_projection else None)
+        text = report.render_html(rich_analysis, outlook_frames() if with_projection else None)
         tags = parse(text)
         specs = {
             attrs["id"].removeprefix("spec-"): json.loads(body)
@@ -165,17 +194,19 @@ def test_script_json_turns_non_finite_into_null(value, expected):
     assert json.loads(page.script_json({"v": [{"x": value}]})) == {"v": [{"x": expected}]}
 
 
-def test_hostile_logs_reach_the_page_only_as_text(pages, hostile_analysis, hostile_strings):
+def test_hostile_logs_reach_the_page_only_as_text(pages, rich_analysis, hostile_strings):
     html_text, tags = pages[False].html, pages[False].tags
     names = [t for t, _ in tags.tags]
     assert "img" not in names and "svg" not in names and "iframe" not in names
     # our scripts only: the Vega bundle, one JSON spec per chart, the embed call
     specs = [a for a, _ in tags.scripts if a.get("type") == "application/json"]
-    assert len(tags.scripts) == len(specs) + 2 == len(report.sections(hostile_analysis)) + 2
+    assert len(tags.scripts) == len(specs) + 2 == len(charted(report.sections(rich_analysis))) + 2
     # the hostile values are still there, as data and as escaped text
     values = set(_strings(pages[False].specs))
     assert hostile_strings[0] in values
+    assert any(v.startswith(hostile_strings[1]) for v in values)  # a node id, in the top-nodes chart
     assert html.escape(hostile_strings[0]) in html_text  # table cell
+    assert html.escape(hostile_strings[1]) in html_text  # top-nodes table
     assert html.escape(hostile_strings[2]) in html_text  # the rejected line's raw text
 
 
@@ -195,13 +226,17 @@ def test_downsample_keeps_ends_and_bounds_rows(rows):
         assert out["i"][0] == 0 and out["i"][-1] == rows - 1
 
 
-def test_charts_embed_only_aggregated_rows(pages, hostile_analysis):
-    a = hostile_analysis
-    bound = max(charts.MAX_CURVE_POINTS, a.rates_by_month.height, a.rates_by_category.height)
+def test_charts_embed_only_aggregated_rows(pages, rich_analysis):
+    a = rich_analysis
+    bound = max(
+        charts.MAX_CURVE_POINTS, a.rates_by_month.height, a.rates_by_category.height, a.category_shares.height
+    )
     for slug, spec in pages[True].specs.items():
         for name, rows in spec.get("datasets", {}).items():
-            assert len(rows) <= bound, (slug, name)
-            assert not {"node_id", "message", "timestamp_utc"} & set(rows[0] if rows else {}), slug
+            per_node = slug == "top-nodes"  # the only chart with a row per node: the top few
+            assert len(rows) <= (drivers.TOP_NODES if per_node else bound), (slug, name)
+            banned = {"message", "timestamp_utc"} | (set() if per_node else {"node_id"})
+            assert not banned & set(rows[0] if rows else {}), slug
 
 
 def _layers(node, data=None):
@@ -279,13 +314,16 @@ def test_headline_quotes_fleet_rate_and_projection(hostile_analysis):
 
 
 @pytest.mark.parametrize("with_projection", [False, True])
-def test_sections_and_provenance(pages, hostile_analysis, with_projection):
+def test_sections_and_provenance(pages, rich_analysis, with_projection):
     html_text = pages[with_projection].html
     slugs = set(pages[with_projection].specs)
     projected = {"projection-vs-cluster-size", "monte-carlo-days", "checkpoint-interval"}
     assert (projected <= slugs) is with_projection
-    assert {"failure-rate-over-time", "root-causes", "time-between-failures", "mtbf-vs-cluster-size"} <= slugs
-    for sha in hostile_analysis.files["sha256"]:
+    assert {
+        "failure-rate-over-time", "root-causes", "time-between-failures", "mtbf-vs-cluster-size",
+        "rate-trends", "root-causes-by-cluster", "top-nodes", "job-interruptions", "public-baselines",
+    } <= slugs  # fmt: skip
+    for sha in rich_analysis.files["sha256"]:
         assert sha in html_text
     assert "duckdb" in html_text and "Rejected input lines (1)" in html_text
     assert ("Projection assumptions" in html_text) is with_projection
@@ -304,7 +342,8 @@ def test_write_report_writes_html_png_and_svg(tmp_path, hostile_analysis, hostil
     outlook = outlook_frames()
     path = report.write_report(hostile_analysis, tmp_path, projection=outlook)
     assert path == tmp_path / report.REPORT_FILENAME and path.stat().st_size > 0
-    slugs = [s.slug for s in report.sections(hostile_analysis, outlook)]
+    slugs = [s.slug for s in charted(report.sections(hostile_analysis, outlook))]
+    assert "job-interruptions" not in slugs  # no Slurm jobs: a note, no chart
     for slug in slugs:
         png = (tmp_path / report.CHARTS_DIR / f"{slug}.png").read_bytes()
         assert png.startswith(b"\x89PNG\r\n\x1a\n")
@@ -373,7 +412,7 @@ def test_one_mode_without_monte_carlo_and_free_checkpoints(hostile_analysis):
     assert curve["expected_days"].is_sorted()  # shorter is always better when writing is free
     text = report.render_html(hostile_analysis, outlook)
     specs = [json.loads(b) for a, b in parse(text).scripts if a.get("type") == "application/json"]
-    assert len(specs) == len(report.sections(hostile_analysis, outlook)) and "saves" not in text
+    assert len(specs) == len(charted(report.sections(hostile_analysis, outlook))) and "saves" not in text
 
 
 def test_cli_report_with_job_uses_fleet_rate(tmp_path, sample_warehouse):
@@ -403,5 +442,141 @@ def test_one_cluster_fleet_renders_without_a_scaling_law(tmp_path):
     assert one.scaling is None
     text = report.render_html(one)
     specs = {a["id"]: json.loads(b) for a, b in parse(text).scripts if a.get("type") == "application/json"}
-    assert len(specs) == len(report.sections(one)) and "spec-mtbf-vs-cluster-size" in specs
+    assert len(specs) == len(charted(report.sections(one))) and "spec-mtbf-vs-cluster-size" in specs
     assert "MTBF scaling exponent" not in text
+
+
+@pytest.fixture(scope="module")
+def sample_analysis(sample_warehouse) -> analysis.FleetAnalysis:
+    con = warehouse.connect(sample_warehouse, read_only=True)
+    try:
+        return analysis.analyze(con)
+    finally:
+        con.close()
+
+
+def test_trend_section_shows_every_clusters_verdicts(pages, rich_analysis):
+    table = drivers.trend_table(rich_analysis)
+    assert table["cluster_id"].to_list() == charts.clusters_by_size(rich_analysis)
+    expected = rich_analysis.trend_tests.select("cluster_id", "laplace_verdict", "crow_verdict", "crow_beta")
+    assert table.select(expected.columns).sort("cluster_id").equals(expected.sort("cluster_id"))
+    rows = [r for rows in pages[False].specs["rate-trends"]["datasets"].values() for r in rows]
+    drawn = {r["cluster_id"]: r for r in rows if "crow_beta" in r}
+    tested = expected.filter(pl.col("crow_beta").is_not_null())
+    assert set(drawn) == set(tested["cluster_id"])
+    assert {"beta": 1.0} in rows  # the flat line
+    flat = (tested["crow_verdict"] == "flat").sum()
+    card = next(c for c in report.summary_cards(rich_analysis) if "trend" in c[0])
+    assert card[1] == f"flat in {flat} of {tested.height} clusters"
+
+
+def test_root_causes_per_cluster_table_quotes_the_shares(rich_analysis):
+    table = drivers.category_share_table(rich_analysis)
+    shares = rich_analysis.category_shares
+    assert table["failures"].sum() == shares["failures"].sum() == rich_analysis.rates_overall["failures"][0]
+    for row in shares.filter(pl.col("failures") > 0).iter_rows(named=True):
+        cell = table.filter(category=row["category"])[row["cluster_id"]][0]
+        assert cell.startswith(f"{round(row['share'] * 100, 1)}% [{round(row['share_ci_low'] * 100, 1)}–")
+    assert table.columns[2:] == [c for c in charts.clusters_by_size(rich_analysis) if c in table.columns]
+
+
+@pytest.mark.parametrize("n", [1, 5, drivers.TOP_NODES])
+def test_top_nodes_are_the_nodes_with_most_failures(rich_analysis, n):
+    by_node = rich_analysis.rates_by_node
+    assert by_node["failures"].sum() == rich_analysis.rates_overall["failures"][0]
+    top = drivers.top_nodes(rich_analysis, n)
+    assert top.height == n and top["failures"].is_sorted(descending=True)
+    assert top["failures"][0] == by_node["failures"].max()
+    assert top["failures"].min() >= by_node["failures"].sort(descending=True)[n - 1]
+    rate = dict(rich_analysis.rates_by_cluster.select("cluster_id", "rate_per_node_hour").iter_rows())
+    for row in top.iter_rows(named=True):
+        assert row["expected_failures"] == pytest.approx(rate[row["cluster_id"]] * row["exposure_node_hours"])
+
+
+def test_both_size_laws_are_drawn_and_tabled(pages, rich_analysis):
+    table = charts.size_law_table(rich_analysis)
+    assert table["instances"].to_list() == list(analysis.PROJECTED_SIZES)
+    for prefix, frame in (
+        ("count", rich_analysis.scaling_projection),
+        ("aft", rich_analysis.size_regression_projection),
+    ):
+        at = frame.filter(pl.col("instances").is_in([float(n) for n in analysis.PROJECTED_SIZES]))
+        assert table[f"{prefix}_mtbf_hours"].to_list() == at["mtbf_hours"].to_list()
+    laws = {
+        r["law"]
+        for rows in pages[False].specs["mtbf-vs-cluster-size"]["datasets"].values()
+        for r in rows
+        if "law" in r
+    }
+    assert laws == {charts.COUNT_LAW, charts.AFT_LAW}
+    alpha = next(c for c in report.summary_cards(rich_analysis) if "exponent" in c[0])
+    assert f"Weibull AFT view {rich_analysis.size_regression.alpha_:.2f}" in alpha[2]
+
+
+def test_job_section_is_a_chart_with_jobs_and_a_note_without(pages, rich_analysis, hostile_analysis):
+    with_jobs_section = next(s for s in report.sections(rich_analysis) if s.slug == "job-interruptions")
+    assert with_jobs_section.table.equals(rich_analysis.job_interruptions)
+    drawn = [r for rows in pages[False].specs["job-interruptions"]["datasets"].values() for r in rows]
+    assert sorted(r["nnodes_bucket"] for r in drawn) == sorted(
+        rich_analysis.job_interruptions["nnodes_bucket"]
+    )
+    assert hostile_analysis.job_interruptions is None
+    text = report.render_html(hostile_analysis)
+    assert "spec-job-interruptions" not in text and "failcast ingest --format sacct" in text
+
+
+@pytest.mark.parametrize("estimated", [False, True])
+def test_estimated_exposure_banner_comes_first(hostile_analysis, estimated):
+    text = report.render_html(dataclasses.replace(hostile_analysis, exposure_estimated=estimated))
+    banner = html.escape(page.ESTIMATED_EXPOSURE)
+    assert (banner in text) is estimated
+    if estimated:
+        assert text.index(banner) < text.index("class='cards'") and "role='alert'" in text
+
+
+def test_headline_says_what_the_weibull_shape_means(rich_analysis):
+    cards = report.summary_cards(rich_analysis)
+    assert any(n == rich_analysis.node_fits["weibull"].hazard_message_ for _, _, n in cards)
+    projected = next(c for c in cards if c[0].startswith("Projected cluster MTBF at 16,384"))
+    mtbf = rich_analysis.scaling_projection.filter(instances=16384.0)["mtbf_hours"][0]
+    assert projected[1] == (f"{mtbf * 60:,.1f} min" if mtbf < 1 else f"{mtbf:,.1f} h")
+
+
+def test_public_baselines_put_this_fleet_beside_published_fleets(rich_analysis, sample_analysis):
+    table = comparisons.baselines(rich_analysis, {"LANL": sample_analysis})
+    published = table.filter(series=comparisons.PUBLISHED)
+    assert published["fleet"].to_list() == [f.fleet for f in datasets.PUBLISHED_GPU_FLEETS]
+    for f, rate in zip(datasets.PUBLISHED_GPU_FLEETS, published["rate_per_node_hour"], strict=True):
+        assert rate == pytest.approx(f.failures / (f.instances * f.hours))
+    whole = table.filter(series=comparisons.THIS_FLEET).row(0, named=True)
+    fleet = rich_analysis.fleet_rate
+    assert whole["rate_per_node_hour"] == pytest.approx(fleet.rate_)
+    assert (whole["rate_ci_low"], whole["rate_ci_high"]) == pytest.approx(fleet.confidence_interval_)
+    mine = table.filter(
+        (pl.col("source") == comparisons.THIS_FLEET) & (pl.col("fleet") != comparisons.ALL_CLUSTERS)
+    )
+    assert mine["series"].to_list() == mine["fleet"].to_list()
+    assert set(mine["fleet"]) == set(rich_analysis.rates_by_cluster["cluster_id"])
+    lanl = table.filter(source="LANL")
+    assert lanl.height == sample_analysis.rates_by_cluster.height and set(lanl["series"]) == {"LANL"}
+    assert table["label"].n_unique() == table.height
+    # published fleets always, other fleets only when passed in
+    alone = comparisons.baselines(rich_analysis)
+    assert set(alone["source"]) == set(table["source"]) - {"LANL"}
+
+
+def test_cli_report_adds_baseline_warehouses(tmp_path, hostile_warehouse, sample_warehouse):
+    result = CliRunner().invoke(
+        main,
+        ["report", "--db", str(hostile_warehouse), "--out", str(tmp_path), "--no-images",
+         "--baseline-db", str(sample_warehouse)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    tags = parse((tmp_path / report.REPORT_FILENAME).read_text())
+    spec = next(json.loads(b) for a, b in tags.scripts if a.get("id") == "spec-public-baselines")
+    labels = {r["label"] for rows in spec["datasets"].values() for r in rows if "label" in r}
+    con = warehouse.connect(sample_warehouse, read_only=True)
+    clusters = warehouse.table(con, "inventory")["cluster_id"].unique()
+    con.close()
+    assert {f"{sample_warehouse.stem} · {c}" for c in clusters} <= labels
+    assert "llama-3.1 (published)" in labels
