@@ -38,7 +38,7 @@ def job_interruption_chart(analysis: FleetAnalysis) -> alt.LayerChart:
     base = alt.Chart(data).encode(x=x)
     return (
         base.mark_line(strokeDash=[6, 3], color="#555", point=alt.OverlayMarkDef(color="#555")).encode(
-            y=alt.Y("expected_rate_per_job_hour:Q", scale=alt.Scale(type="log"), title=y_title)
+            y=alt.Y("expected_rate_per_job_hour:Q", title=y_title)
         )
         + base.mark_rule(color=PALETTE[0]).encode(y="rate_ci_low:Q", y2="rate_ci_high:Q")
         + base.mark_point(filled=True, size=70, color=PALETTE[0]).encode(
