@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import altair as alt
 import polars as pl
 
-from pipeline import datasets
+from pipeline import datasets, models
 from pipeline.analysis import FleetAnalysis
 from pipeline.report.charts import PALETTE, WIDTH, cluster_color, clusters_by_size
 
@@ -62,33 +62,38 @@ def baselines(analysis: FleetAnalysis, others: Mapping[str, FleetAnalysis] | Non
     """:func:`pipeline.datasets.public_baselines` for this fleet (each cluster, plus all clusters
     as one row) and ``others``, with ``series`` (the colour) and ``label`` (the row) added."""
     table = datasets.public_baselines({THIS_FLEET: analysis, **(others or {})})
-    fleet = analysis.rates_overall.select(
-        source=pl.lit(THIS_FLEET),
-        fleet=pl.lit(ALL_CLUSTERS),
-        instances=pl.lit(float(analysis.cluster_mtbf["instances"].sum())),
-        failures=pl.col("failures").cast(pl.Int64),
-        exposure_node_hours="exposure_node_hours",
-        rate_per_node_hour="rate_per_node_hour",
-        rate_ci_low="rate_ci_low",
-        rate_ci_high="rate_ci_high",
-    ).with_columns(
-        mtbf_hours=1 / (pl.col("rate_per_node_hour") * pl.col("instances")),
-        mtbf_ci_low_hours=1 / (pl.col("rate_ci_high") * pl.col("instances")),
-        mtbf_ci_high_hours=1 / (pl.col("rate_ci_low") * pl.col("instances")),
+    whole = analysis.rates_overall.row(0, named=True)
+    instances = float(analysis.cluster_mtbf["instances"].sum())
+    fleet = pl.DataFrame(
+        {
+            "source": THIS_FLEET,
+            "fleet": ALL_CLUSTERS,
+            "instances": instances,
+            "failures": whole["failures"],
+            "exposure_node_hours": whole["exposure_node_hours"],
+            "rate_per_node_hour": whole["rate_per_node_hour"],
+            "rate_ci_low": whole["rate_ci_low"],
+            "rate_ci_high": whole["rate_ci_high"],
+            "mtbf_hours": models.cluster_mtbf_hours(whole["rate_per_node_hour"], instances),
+            "mtbf_ci_low_hours": models.cluster_mtbf_hours(whole["rate_ci_high"], instances),
+            "mtbf_ci_high_hours": models.cluster_mtbf_hours(whole["rate_ci_low"], instances),
+        },
+        schema=table.schema,
     )
-    published = pl.col("fleet").is_in([f.fleet for f in datasets.PUBLISHED_GPU_FLEETS]) & ~pl.col(
-        "source"
-    ).is_in([THIS_FLEET, *(others or {})])
-    group = pl.when(published).then(0).when(pl.col("fleet") == ALL_CLUSTERS).then(1)
-    group = group.when(pl.col("source") == THIS_FLEET).then(2).otherwise(3)
+    published = pl.col("source").is_in([f.source for f in datasets.PUBLISHED_GPU_FLEETS])
+    mine = pl.col("source") == THIS_FLEET
+    whole_fleet = mine & (pl.col("fleet") == ALL_CLUSTERS)
+    group = pl.when(published).then(0).when(whole_fleet).then(1).when(mine).then(2).otherwise(3)
     return (
-        pl.concat([table, fleet.select(table.columns)])
+        pl.concat([table, fleet])
         .sort(group, maintain_order=True)
         .with_columns(
             series=pl.when(published)
             .then(pl.lit(PUBLISHED))
-            .when(pl.col("source") == THIS_FLEET)
-            .then(pl.when(pl.col("fleet") == ALL_CLUSTERS).then(pl.lit(THIS_FLEET)).otherwise("fleet"))
+            .when(whole_fleet)
+            .then(pl.lit(THIS_FLEET))
+            .when(mine)
+            .then("fleet")
             .otherwise("source"),
             label=pl.when(published)
             .then(pl.format("{} (published)", "fleet"))
