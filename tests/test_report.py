@@ -227,6 +227,7 @@ def test_downsample_keeps_ends_and_bounds_rows(rows):
 
 
 def test_charts_embed_only_aggregated_rows(pages, rich_analysis):
+    assert len(pages[True].html.encode()) < 5_000_000
     a = rich_analysis
     bound = max(
         charts.MAX_CURVE_POINTS, a.rates_by_month.height, a.rates_by_category.height, a.category_shares.height
@@ -580,3 +581,14 @@ def test_cli_report_adds_baseline_warehouses(tmp_path, hostile_warehouse, sample
     con.close()
     assert {f"{sample_warehouse.stem} · {c}" for c in clusters} <= labels
     assert "llama-3.1 (published)" in labels
+
+
+def test_cli_report_names_a_baseline_warehouse_without_inventory(tmp_path, sample_warehouse):
+    empty = tmp_path / "empty.duckdb"
+    warehouse.connect(empty).close()
+    result = CliRunner().invoke(
+        main, ["report", "--db", str(sample_warehouse), "--out", str(tmp_path), "--baseline-db", str(empty)]
+    )
+    assert (
+        result.exit_code == 2 and f"--baseline-db {empty}" in result.output and "inventory" in result.output
+    )

@@ -54,7 +54,7 @@ def report(
 ):
     """Write the self-contained HTML report (and a PNG/SVG of each chart)."""
     result = analysis_mod.analyze(warehouse.connect(db, read_only=True), observed_until=observed_until)
-    baselines = {p.stem: analysis_mod.analyze(warehouse.connect(p, read_only=True)) for p in baseline_dbs}
+    baselines = {p.stem: _baseline(p) for p in baseline_dbs}
     outlook = None
     if job_path is not None:
         spec = _report_job_spec(job_path, result.fleet_rate, db)
@@ -63,6 +63,14 @@ def report(
     click.echo(f"wrote {path}")
     if images:
         click.echo(f"wrote {path.parent / report_mod.CHARTS_DIR}/*.png, *.svg")
+
+
+def _baseline(path: Path) -> analysis_mod.FleetAnalysis:
+    """Another fleet's analysis; its errors name the option and file they came from."""
+    try:
+        return analysis_mod.analyze(warehouse.connect(path, read_only=True))
+    except ValueError as exc:
+        raise ValueError(f"--baseline-db {path}: {exc}") from exc
 
 
 def _report_job_spec(path: Path, fleet_rate, db: Path):
