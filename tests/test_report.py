@@ -592,3 +592,19 @@ def test_cli_report_names_a_baseline_warehouse_without_inventory(tmp_path, sampl
     assert (
         result.exit_code == 2 and f"--baseline-db {empty}" in result.output and "inventory" in result.output
     )
+
+
+@pytest.mark.parametrize("moving", [0, 1, 3, 5])
+def test_trend_card_names_the_strongest_trends_only(rich_analysis, moving):
+    tests = rich_analysis.trend_tests.filter(pl.col("crow_verdict").is_not_null()).head(1)
+    tests = pl.concat([tests] * 6).with_columns(
+        cluster_id=pl.Series([f"c{i}" for i in range(6)]),
+        crow_verdict=pl.Series(["rising"] * moving + ["flat"] * (6 - moving)),
+        crow_p_value=pl.Series([0.01 * (i + 1) for i in range(6)]),
+    )
+    cards = report.summary_cards(dataclasses.replace(rich_analysis, trend_tests=tests))
+    _, value, note = next(c for c in cards if "trend" in c[0])
+    assert value == f"flat in {6 - moving} of 6 clusters"
+    named = [f"c{i} rising" for i in range(moving)]
+    assert all((name in note) is (i < page.TREND_CARD_CLUSTERS) for i, name in enumerate(named))
+    assert ("more" in note) is (moving > page.TREND_CARD_CLUSTERS)

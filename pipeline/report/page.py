@@ -166,15 +166,22 @@ def _hours(value: float) -> str:
     return f"{value * 60:,.1f} min" if value < 1 else f"{value:,.1f} h"
 
 
+TREND_CARD_CLUSTERS = 3  # the card names the clusters with the strongest trends; the section has all
+
+
 def _trend_card(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
     tested = analysis.trend_tests.filter(pl.col("crow_verdict").is_not_null())
     if tested.height == 0:
         return []
-    moving = tested.filter(pl.col("crow_verdict") != "flat")
+    moving = tested.filter(pl.col("crow_verdict") != "flat").sort("crow_p_value")
     detail = ", ".join(
         f"{c} {v} (β {b:.2f})"
-        for c, v, b in moving.select("cluster_id", "crow_verdict", "crow_beta").iter_rows()
+        for c, v, b in moving.head(TREND_CARD_CLUSTERS)
+        .select("cluster_id", "crow_verdict", "crow_beta")
+        .iter_rows()
     )
+    if moving.height > TREND_CARD_CLUSTERS:
+        detail += f" and {moving.height - TREND_CARD_CLUSTERS} more (see the trend section)"
     flat = tested.height - moving.height
     return [
         (
