@@ -167,6 +167,82 @@ def test_titan_service_nodes_are_dropped(tmp_path):
     assert frames.inventory["node_id"].to_list() == ["c0-0c0s1n0"]
 
 
+# --- failcast ingest --format lanl|titan|bgl on tiny files ------------------------------------------
+
+
+def test_ingest_format_lanl(tmp_path, tiny_lanl):
+    path = tmp_path / "lanl.csv"  # the file behind tiny_lanl
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    (summary,) = ingest.ingest_files(con, [path], fmt="lanl")
+    assert (summary.rows_read, summary.rows_ingested, summary.rows_rejected) == (4, 3, 1)
+    assert warehouse.table(con, "events").height == tiny_lanl.incidents.height - 1
+    assert warehouse.table(con, "inventory").height == tiny_lanl.inventory.height
+    reject = warehouse.table(con, "rejects").row(0, named=True)
+    assert (reject["path"], reject["line"], reject["reason"]) == (str(path), 5, "node_id is empty")
+    files = warehouse.table(con, "ingested_files")
+    assert set(files["path"]) == {str(path)} and set(files["format"]) == {"lanl"}
+    assert ingest.ingest_files(con, [path], fmt="lanl")[0].skipped  # same sha256: skipped
+    assert warehouse.table(con, "events").height == 3
+    con.close()
+
+
+def test_ingest_format_bgl_keeps_reader_rejects(tmp_path):
+    path = tmp_path / "bgl.log"
+    lines = [
+        BGL_OK,
+        BGL_OK.replace("KERNDTLB", "-", 1),
+        BGL_OK.replace("KERNDTLB", "KERNFOO", 1),
+        BGL_OK.replace("R30-M0-N9-C:J16-U01", "NULL", 1),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    (summary,) = ingest.ingest_files(con, [path], fmt="bgl")
+    counts = (summary.rows_read, summary.rows_ingested, summary.rows_rejected, summary.rows_ignored)
+    assert counts == (4, 1, 2, 1)
+    rejects = warehouse.table(con, "rejects").sort("line")
+    assert rejects["line"].to_list() == [3, 4]
+    assert "unknown BGL alert tag KERNFOO" in rejects["reason"][0] and "names no node" in rejects["reason"][1]
+    assert rejects["raw"].to_list() == lines[2:]
+    assert warehouse.table(con, "incidents")["category"].to_list() == ["host"]
+    con.close()
+
+
+def test_ingest_format_titan_reads_companions_beside_the_file(tmp_path):
+    full = tmp_path / "gc_full.csv"
+    full.write_text(
+        "SN,location,insert,remove,duration,out,event\n"
+        "A,c0-0c0s0n0,2014-01-01 00:00:00,2015-01-01 00:00:00,1,TRUE,DBE\n"
+        "B,c0-0c0s1n0,2014-01-01 00:00:00,2015-01-01 00:00:00,1,TRUE,OTB\n"
+        "C,c0-0c0s2n0,2014-01-01 00:00:00,2015-01-01 00:00:00,1,FALSE,\n"
+    )
+    (tmp_path / "titan.service.txt").write_text(
+        "     0      0x0  c0-0c0s0n0  service        up       other\n"
+    )
+    (tmp_path / "gc_summary_loc.csv").write_text(
+        "SN,time,batch,dead,col,cage,node\nA,1,old,TRUE,0,0,0\nB,1,old,TRUE,0,0,1\nC,1,new,FALSE,0,0,2\n"
+    )
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    (summary,) = ingest.ingest_files(con, [full], fmt="titan")
+    # the service node's period is dropped: 2 periods read, 1 failure, 1 period of exposure only
+    counts = (summary.rows_read, summary.rows_ingested, summary.rows_rejected, summary.rows_ignored)
+    assert counts == (2, 1, 0, 1)
+    events = warehouse.table(con, "events")
+    assert events["node_id"].to_list() == ["c0-0c0s1n0"] and "old batch" in events["message"][0]
+    assert sorted(warehouse.table(con, "inventory")["node_id"]) == ["c0-0c0s1n0", "c0-0c0s2n0"]
+    con.close()
+
+
+@pytest.mark.parametrize("fmt", ["lanl", "titan"])
+def test_ingest_format_names_the_file_when_it_is_not_that_data_set(tmp_path, fmt):
+    path = tmp_path / "other.csv"
+    path.write_text("a,b\n1,2\n")
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    with pytest.raises(ingest.InputError, match=f"other.csv: cannot read as {fmt}: .*missing columns"):
+        ingest.ingest_files(con, [path], fmt=fmt)
+    assert warehouse.table(con, "ingested_files").is_empty()
+    con.close()
+
+
 # --- public baselines -----------------------------------------------------------------------------
 
 
@@ -199,7 +275,7 @@ def lanl() -> CanonicalFrames:
 def lanl_warehouse(lanl, tmp_path_factory):
     root = tmp_path_factory.mktemp("lanl")
     con = warehouse.connect(root / "lanl.duckdb")
-    summaries = ingest.ingest_files(con, lanl.write(root))
+    summaries = ingest.ingest_files(con, [shared(LANL_CSV)], fmt="lanl")
     yield con, summaries, analysis.analyze(con)
     con.close()
 
@@ -230,15 +306,19 @@ def test_lanl_counts_match_the_source(lanl):
     )
 
 
-def test_lanl_ingests_with_system_17_rejected(lanl_warehouse):
-    con, summaries, _ = lanl_warehouse
-    incidents_file, inventory_file = summaries
-    assert incidents_file.rows_read == 23_739 and incidents_file.rows_rejected == 126
-    assert incidents_file.rows_ingested + incidents_file.rows_duplicate == 23_739 - 126
-    assert inventory_file.rows_rejected == 0
+def test_lanl_ingests_with_system_17_rejected(lanl_warehouse, lanl):
+    con, (summary,), _ = lanl_warehouse
+    assert (summary.format, summary.rows_read, summary.rows_rejected) == ("lanl", 23_739, 126)
+    assert summary.rows_ingested + summary.rows_duplicate == 23_739 - 126
+    assert summary.rows_ignored == 0
     rejects = warehouse.table(con, "rejects")
     assert rejects["reason"].unique().to_list() == ["node_id is empty"]
-    assert rejects["raw"].str.starts_with("").all() and rejects["raw"].str.contains("lanl-17").all()
+    assert rejects["raw"].str.contains("lanl-17").all()
+    system_17_lines = lanl.incidents.filter(pl.col("cluster_id") == "lanl-17")["line"]
+    assert rejects["line"].sort().to_list() == system_17_lines.sort().to_list()  # lines of the source
+    assert warehouse.table(con, "inventory").height == lanl.inventory.height
+    files = warehouse.table(con, "ingested_files")
+    assert set(files["path"]) == {str(shared(LANL_CSV))} and set(files["kind"]) == {"incidents", "inventory"}
 
 
 @pytest.mark.parametrize("system", ["lanl-18", "lanl-19"])
@@ -335,11 +415,14 @@ def test_titan_competing_causes_add_up_to_all_cause_failure(titan):
 
 def test_titan_through_the_warehouse(titan, tmp_path):
     con = warehouse.connect(tmp_path / "titan.duckdb")
-    incidents_file, inventory_file = ingest.ingest_files(con, titan.write(tmp_path, fmt="parquet"))
+    (summary,) = ingest.ingest_files(con, [shared(TITAN) / "gc_full.csv.gz"], fmt="titan")
     # exact duplicate rows in gc_full are stored once
     unique = titan.incidents.unique(subset=["timestamp", "node_id", "category", "message"]).height
-    assert (incidents_file.rows_ingested, incidents_file.rows_rejected) == (unique, 0)
-    assert inventory_file.rows_rejected == 0
+    assert (summary.rows_ingested, summary.rows_rejected) == (unique, 0)
+    assert summary.rows_duplicate == titan.incidents.height - unique
+    assert summary.rows_read == titan.extras["periods"].height
+    assert warehouse.table(con, "inventory").height == titan.inventory.height
+    assert any("gc_summary_loc.csv.gz" in note for note in summary.notes)  # companion found
     fleet = analysis.analyze(con)
     assert set(fleet.rates_by_category["category"]) == {"gpu_memory", "gpu_fell_off_bus"}
     assert fleet.rates_overall["failures"][0] <= unique  # bursts collapse into one incident
@@ -375,6 +458,8 @@ def test_bgl_alert_lines_all_recognised(tmp_path):
     categories = dict(frames.incidents.group_by("category").len().iter_rows())
     assert categories == {"host": 90, "network": 31, "storage": 12, "software": 9, "application": 1}
     con = warehouse.connect(tmp_path / "bgl.duckdb")
-    (summary, _) = ingest.ingest_files(con, frames.write(tmp_path))
-    assert (summary.rows_read, summary.rows_rejected) == (143, 0)
+    (summary,) = ingest.ingest_files(con, [shared(BGL)], fmt="bgl")
+    counts = (summary.rows_read, summary.rows_ingested, summary.rows_rejected, summary.rows_ignored)
+    assert counts == (2000, 143 - summary.rows_duplicate, 0, 1857)
+    assert warehouse.table(con, "events").height == summary.rows_ingested
     con.close()

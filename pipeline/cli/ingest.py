@@ -40,6 +40,17 @@ Formats (auto-detected from the name or the first lines, or --format); any may b
               881204|pretrain-7b|NODE_FAIL|2024-03-01T10:00:03|2024-03-01T13:12:44|11561|4|gpu-[001-004]
 
 \b
+Public failure data sets (only with --format; incidents AND inventory from one file, see
+docs/public-data.md):
+  lanl        LANL failure records 1996-2005 (LA-UR-05-7318-failure-data-1996-2005.csv[.gz])
+              20,cluster,512,2048,4,...,5/13/2004 9:11,5/13/2004 10:52,101,,CPU,,,,,No
+  titan       OLCF Titan GPU lifetimes: gc_full.csv[.gz]; gc_summary_loc.csv[.gz] (batch) and
+              titan.service.txt[.gz] (service nodes) are read from the same folder when present
+              0320117100060,c11-2c1s4n1,2017-04-09 21:36:19,2019-08-01 20:07:33,72916274,FALSE,DBE
+  bgl         Loghub BlueGene/L RAS log: alert lines become incidents, "-" lines are ignored
+              KERNDTLB 1118536327 2005.06.11 R30-M0-N9-C:J16-U01 2005-06-11-17.32.07.581048 ... FATAL ...
+
+\b
 Every line is counted: read = ingested + duplicate + rejected + ignored. Rejected lines are kept in
 the rejects table with the reason. Files already ingested (same sha256) are skipped; records already
 stored count as duplicates, so a log that grew adds only its new lines.

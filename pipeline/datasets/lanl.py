@@ -114,6 +114,7 @@ def read_lanl(path: Path | str) -> CanonicalFrames:
         sub_cause="sub_cause",
         repair_minutes="repair_minutes",
         purpose="purpose",
+        line=pl.col("line").cast(pl.Int64),
     )
     data_end = incidents["timestamp"].max()
     inventory, systems = _inventory(records, data_end)

@@ -76,8 +76,10 @@ def read_titan(
     missing = [c for c in ("SN", "location", "insert", "remove", "event") if c not in periods.columns]
     if missing:
         raise ValueError(f"{path_full}: not Titan's gc_full.csv (missing columns {missing})")
-    periods = periods.with_columns(
-        insert_utc=_times("insert", timezone), remove_utc=_times("remove", timezone)
+    periods = periods.with_row_index("line", offset=2).with_columns(
+        pl.col("line").cast(pl.Int64),
+        insert_utc=_times("insert", timezone),
+        remove_utc=_times("remove", timezone),
     )
     if service is not None:
         periods = periods.filter(~pl.col("location").is_in(read_service_locations(service)))
@@ -105,6 +107,7 @@ def read_titan(
             sn="SN",
             event="event",
             batch="batch",
+            line="line",
         )
         .sort("timestamp", "node_id")
     )

@@ -2,7 +2,8 @@
 
 Formats (auto-detected, or named with ``fmt``): canonical incidents/inventory ``csv``, ``jsonl``,
 ``parquet`` (:mod:`.canonical`); NVIDIA XID lines in kernel logs, ``kernel-log`` (:mod:`.kernel_log`,
-codes mapped by :mod:`.xid`); Slurm ``sacct`` parsable output (:mod:`.sacct`). Any may be ``.gz``.
+codes mapped by :mod:`.xid`); Slurm ``sacct`` parsable output (:mod:`.sacct`); public data sets
+``lanl``, ``titan``, ``bgl`` (named only, :mod:`pipeline.datasets.load`). Any may be ``.gz``.
 
 Rules that every reader follows:
 
@@ -37,9 +38,11 @@ from pipeline.ingest.kernel_log import ingest_kernel_log
 from pipeline.ingest.lines import head_text, is_gzip
 from pipeline.ingest.sacct import ingest_sacct
 
-FORMATS = (*TABLE_FORMATS, "kernel-log", "sacct")
+DATASET_FORMATS = ("lanl", "titan", "bgl")
+FORMATS = (*TABLE_FORMATS, "kernel-log", "sacct", *DATASET_FORMATS)
 
 __all__ = [
+    "DATASET_FORMATS",
     "FORMATS",
     "INCIDENT_COLUMNS",
     "INCIDENT_OPTIONAL",
@@ -117,6 +120,12 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
                     year=options["year"],
                     bus_order=options["bus_order"],
                     progress=progress,
+                )
+            elif fmt in DATASET_FORMATS:
+                from pipeline.datasets.load import ingest_dataset  # datasets build on ingest
+
+                summary = ingest_dataset(
+                    con, path, sha=sha, fmt=fmt, timezone=options["timezone"], progress=progress
                 )
             else:
                 summary = ingest_sacct(con, path, sha=sha, cluster=options["cluster"], progress=progress)
