@@ -1,9 +1,20 @@
 """Failure categories shared by every stage.
 
 Categories follow the root-cause buckets that large-training reports use (Meta's Llama 3 paper,
-Table 5: faulty GPU, GPU HBM, software bug, network, host maintenance ...) and NVIDIA's XID catalog.
+Table 5: faulty GPU, GPU HBM, software bug, network, host maintenance ...) and NVIDIA's XID catalog,
+plus the root causes of the public HPC failure studies (LANL, Schroeder & Gibson 2006; BlueGene/L):
+
+* ``host`` is the non-GPU part of a GPU node (CPU, DIMM, PSU, BMC); ``hardware`` is the node
+  hardware of fleets *without* GPUs (LANL's "Hardware", BlueGene/L compute-chip interrupts), kept
+  apart so a GPU fleet's host share is not compared with a whole CPU node's;
+* ``facilities`` (power, cooling, UPS), ``human_error`` (operator mistakes) and ``undetermined``
+  (the operators could not tell, or recorded no cause) are LANL's own buckets.
+
 `interrupting` says whether the fault stops a synchronous training job: application-caused XIDs
-(13, 31, 43, 45) and warnings do not take a node out, so interruption rates leave them out.
+(13, 31, 43, 45) and warnings do not take a node out, so interruption rates leave them out. The
+four study categories are interrupting: they name the *cause* of an outage record (every LANL
+record is a node that went down), so leaving any out would undercount outages, and
+``undetermined`` in particular is 11% of LANL's outages, not noise.
 """
 
 from __future__ import annotations
@@ -20,9 +31,13 @@ class FailureCategory(StrEnum):
     NCCL_TIMEOUT = "nccl_timeout"
     NETWORK = "network"
     HOST = "host"
+    HARDWARE = "hardware"
     STORAGE = "storage"
     SOFTWARE = "software"
     APPLICATION = "application"
+    FACILITIES = "facilities"
+    HUMAN_ERROR = "human_error"
+    UNDETERMINED = "undetermined"
     UNKNOWN_XID = "unknown_xid"
     OTHER = "other"
 

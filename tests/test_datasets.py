@@ -79,9 +79,9 @@ def tiny_lanl(tmp_path) -> CanonicalFrames:
 @pytest.mark.parametrize(
     ("row", "timestamp", "category", "root_cause", "repair_minutes"),
     [
-        (0, utc(2004, 7, 1, 16, 0), "host", "Hardware", 90.0),
-        (1, utc(2002, 10, 27, 7, 36), "other", None, 84.0),
-        (2, utc(1998, 1, 5, 15, 0), "other", "Facilities", 60.0),
+        (0, utc(2004, 7, 1, 16, 0), "hardware", "Hardware", 90.0),
+        (1, utc(2002, 10, 27, 7, 36), "undetermined", None, 84.0),
+        (2, utc(1998, 1, 5, 15, 0), "facilities", "Facilities", 60.0),
         (3, utc(1999, 3, 1, 19, 0), "network", "Network", 10.0),
     ],
 )
@@ -134,7 +134,7 @@ BGL_OK = (
 @pytest.mark.parametrize(
     ("line", "category", "reason"),
     [
-        (BGL_OK, "host", None),
+        (BGL_OK, "hardware", None),
         (BGL_OK.replace("KERNDTLB", "KERNMNTF", 1), "storage", None),
         (BGL_OK.replace("KERNDTLB", "-", 1), None, None),  # non-alert: counted, not kept
         (BGL_OK.replace("KERNDTLB", "KERNFOO", 1), None, "unknown BGL alert tag KERNFOO"),
@@ -203,7 +203,7 @@ def test_ingest_format_bgl_keeps_reader_rejects(tmp_path):
     assert rejects["line"].to_list() == [3, 4]
     assert "unknown BGL alert tag KERNFOO" in rejects["reason"][0] and "names no node" in rejects["reason"][1]
     assert rejects["raw"].to_list() == lines[2:]
-    assert warehouse.table(con, "incidents")["category"].to_list() == ["host"]
+    assert warehouse.table(con, "incidents")["category"].to_list() == ["hardware"]
     con.close()
 
 
@@ -293,6 +293,15 @@ def test_lanl_counts_match_the_source(lanl):
         "Human Error": 149,
         None: 453,  # SOURCE.md says one cause per record; 453 records have none
     }
+    categories = dict(inc.group_by("category").len().iter_rows())
+    assert categories == {
+        "hardware": 14_341,
+        "software": 5_361,
+        "undetermined": 2_652 + 453,
+        "network": 421,
+        "facilities": 362,
+        "human_error": 149,
+    }
     assert inc.filter(pl.col("cluster_id") == "lanl-17").height == 126
     systems = lanl.extras["systems"]
     assert systems.height == 22 and 17 not in systems["system"].to_list()
@@ -354,8 +363,8 @@ def test_lanl_repair_times_are_lognormal(lanl):
 def test_lanl_hardware_is_the_largest_cause(lanl_warehouse):
     _, _, fleet = lanl_warehouse
     shares = fleet.rates_by_category.with_columns(share=pl.col("failures") / pl.col("failures").sum())
-    assert shares.sort("share", descending=True)["category"][0] == "host"
-    assert shares.filter(pl.col("category") == "host")["share"][0] > 0.55
+    assert shares.sort("share", descending=True)["category"][0] == "hardware"
+    assert shares.filter(pl.col("category") == "hardware")["share"][0] > 0.55
 
 
 def test_lanl_in_public_baselines(lanl_warehouse):
@@ -456,7 +465,7 @@ def test_bgl_alert_lines_all_recognised(tmp_path):
         "APPCHILD": 1,
     }
     categories = dict(frames.incidents.group_by("category").len().iter_rows())
-    assert categories == {"host": 90, "network": 31, "storage": 12, "software": 9, "application": 1}
+    assert categories == {"hardware": 90, "network": 31, "storage": 12, "software": 9, "application": 1}
     con = warehouse.connect(tmp_path / "bgl.duckdb")
     (summary,) = ingest.ingest_files(con, [shared(BGL)], fmt="bgl")
     counts = (summary.rows_read, summary.rows_ingested, summary.rows_rejected, summary.rows_ignored)

@@ -6,9 +6,10 @@ One record = one node interruption with start, fix and root cause. Choices (docs
   the DST-aware difference (it is 60 min longer across the October fall-back), so the times are
   local; the one ambiguous fall-back time is read as the earlier instant. ``repair_minutes`` is the
   operator's ``Down Time``.
-* **Root cause -> category.** Hardware -> host (LANL has no GPUs; host = node hardware that is not a
-  GPU), Software -> software, Network -> network; Facilities, Human Error, Undetermined and the 453
-  records with no cause -> other. ``root_cause`` and ``sub_cause`` keep the original blame.
+* **Root cause -> category.** Hardware -> hardware (node hardware of a fleet without GPUs),
+  Software -> software, Network -> network, Facilities -> facilities, Human Error -> human_error,
+  Undetermined and the 453 records with no cause -> undetermined (nobody could say why the node
+  went down). ``root_cause`` and ``sub_cause`` keep the original blame (null for no cause).
 * **Exposure.** ``nodes`` slots per system: every node with records, plus unrecorded numbers from
   0 up until the system has ``nodes`` slots (systems 11 and 14 number some nodes beyond their node
   count, e.g. node 578 in a 256-node system). A slot with records is in service over the
@@ -34,13 +35,13 @@ from pipeline.datasets.frames import CanonicalFrames, merge_intervals
 LANL_TIMEZONE = "America/Denver"
 ROOT_CAUSES = ("Facilities", "Hardware", "Human Error", "Network", "Undetermined", "Software")
 CAUSE_CATEGORIES: dict[str | None, FailureCategory] = {
-    "Hardware": FailureCategory.HOST,
+    "Hardware": FailureCategory.HARDWARE,
     "Software": FailureCategory.SOFTWARE,
     "Network": FailureCategory.NETWORK,
-    "Facilities": FailureCategory.OTHER,
-    "Human Error": FailureCategory.OTHER,
-    "Undetermined": FailureCategory.OTHER,
-    None: FailureCategory.OTHER,
+    "Facilities": FailureCategory.FACILITIES,
+    "Human Error": FailureCategory.HUMAN_ERROR,
+    "Undetermined": FailureCategory.UNDETERMINED,
+    None: FailureCategory.UNDETERMINED,
 }
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 

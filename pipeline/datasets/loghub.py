@@ -20,8 +20,8 @@ from pipeline.datasets.frames import CanonicalFrames
 from pipeline.ingest import INVENTORY_COLUMNS
 
 BGL_ALERT_CATEGORIES: dict[str, FailureCategory] = {
-    "KERNDTLB": FailureCategory.HOST,  # data TLB error interrupt on a compute chip
-    "KERNSTOR": FailureCategory.HOST,  # data storage interrupt
+    "KERNDTLB": FailureCategory.HARDWARE,  # data TLB error interrupt on a compute chip
+    "KERNSTOR": FailureCategory.HARDWARE,  # data storage interrupt
     "KERNRTSP": FailureCategory.SOFTWARE,  # rts panic! - stopping execution
     "KERNTERM": FailureCategory.SOFTWARE,  # rts: kernel terminated for reason ...
     "KERNREC": FailureCategory.NETWORK,  # error receiving packet on tree network
