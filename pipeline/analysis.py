@@ -32,9 +32,13 @@ class FleetAnalysis:
     ``count_dispersion`` is the Pearson dispersion of node failure counts (1 for Poisson; > 1
     means the Garwood intervals are too narrow); the scaling law's interval uses it.
     ``exposure_estimated`` is True when the inventory was inferred from the logs (every rate and
-    MTBF then rests on guessed service intervals). ``job_interruptions`` is None without Slurm
-    jobs; jobs on clusters without inventory are left out of it. ``rates_by_node`` has one row per
-    node (the report shows only the nodes with the most failures).
+    MTBF then rests on guessed service intervals). Rates, fits, shares and trend tests count
+    ``interruptions`` (:func:`pipeline.transform.node_interruptions`: a node's faults within
+    ``interruption_window_minutes`` are one failure, by its root cause); ``incidents`` are the
+    warehouse's, one per fault; with a window of None they are counted as they are.
+    ``job_interruptions`` is None without Slurm jobs; jobs on clusters without inventory are left
+    out of it. ``rates_by_node`` has one row per node (the report shows only the nodes with the
+    most failures).
     """
 
     observed_until: datetime
@@ -66,6 +70,8 @@ class FleetAnalysis:
     count_dispersion: float
     exposure_estimated: bool
     cluster_kaplan_meier: dict[str, models.KaplanMeier]
+    interruptions: pl.DataFrame
+    interruption_window_minutes: float | None
 
     @property
     def fleet_rate(self) -> models.PoissonRate:
@@ -177,30 +183,39 @@ def analyze(
     observed_until: datetime | None = None,
     first_gap: str = "drop",
     resolution_hours: float | None = FIT_RESOLUTION_HOURS,
+    interruption_window_minutes: float | None = transform.INTERRUPTION_WINDOW_MINUTES,
 ) -> FleetAnalysis:
     """Run every transform and fit on the warehouse behind ``con``.
+
+    Failures are node interruptions: a node's interrupting incidents closer than
+    ``interruption_window_minutes`` count once (None: every incident counts).
 
     Gaps are aggregated on a ``resolution_hours`` grid (1 minute: at most 30 s off per gap) before
     fitting, which bounds the rows lifelines sees; ``None`` fits the exact durations. See
     bench/RESULTS.md for the speed-up and the shift in estimates per grid.
     """
-    incidents = warehouse.table(con, "incidents")
+    faults = warehouse.table(con, "incidents")
     inventory = warehouse.table(con, "inventory")
+    failures = (
+        faults
+        if interruption_window_minutes is None
+        else transform.node_interruptions(faults, window_minutes=interruption_window_minutes)
+    )
     if inventory.height == 0:
         raise ValueError(
             "the warehouse has no inventory: ingest an inventory file (cluster_id, "
             "node_id, instance_type, gpus_per_node, in_service_from, in_service_to)"
         )
-    end = observed_until or transform.observation_end(incidents, inventory)
+    end = observed_until or transform.observation_end(faults, inventory)
     exposure = transform.exposure_intervals(inventory, end)
-    by_cluster = transform.failure_rates(incidents, exposure, by=["cluster_id"])
-    overall = transform.failure_rates(incidents, exposure, by=[])
+    by_cluster = transform.failure_rates(failures, exposure, by=["cluster_id"])
+    overall = transform.failure_rates(failures, exposure, by=[])
 
-    gaps = transform.times_between_failures(incidents, exposure, first_gap=first_gap)
+    gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap)
     if first_gap == "drop" and not gaps["observed"].any():
         # no node failed twice in one window: first gaps are all there is to fit
         first_gap = "keep"
-        gaps = transform.times_between_failures(incidents, exposure, first_gap=first_gap)
+        gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap)
     durations = transform.aggregate_durations(gaps, resolution_hours=resolution_hours)
     args = (durations["duration_hours"], durations["observed"], durations["count"])
     fits = models.fit_families(*args)
@@ -208,11 +223,11 @@ def analyze(
     per_cluster = cluster_mtbf(by_cluster, exposure)
     sizes = np.array(sorted({*PROJECTED_SIZES, *per_cluster["instances"].round().to_list()}))
     cluster_durations = transform.aggregate_durations(
-        transform.times_between_failures(incidents, exposure, level="cluster", first_gap=first_gap),
+        transform.times_between_failures(failures, exposure, level="cluster", first_gap=first_gap),
         by=["cluster_id", "instances"],
         resolution_hours=resolution_hours,
     )
-    dispersion = transform.count_dispersion(incidents, exposure)
+    dispersion = transform.count_dispersion(failures, exposure)
     scaling, projection, regression, regression_projection = None, pl.DataFrame(), None, pl.DataFrame()
     if per_cluster["instances"].n_unique() >= 2:
         scaling = models.MTBFScaling().fit(
@@ -237,12 +252,12 @@ def analyze(
     return FleetAnalysis(
         observed_until=end,
         exposure=exposure,
-        incidents=incidents,
+        incidents=faults,
         rates_overall=overall,
         rates_by_cluster=by_cluster,
-        rates_by_category=transform.failure_rates(incidents, exposure, by=["category"]),
-        rates_by_month=transform.failure_rates(incidents, exposure, by=["cluster_id"], period="month"),
-        rates_by_node=transform.failure_rates(incidents, exposure, by=["cluster_id", "node_id"]),
+        rates_by_category=transform.failure_rates(failures, exposure, by=["category"]),
+        rates_by_month=transform.failure_rates(failures, exposure, by=["cluster_id"], period="month"),
+        rates_by_node=transform.failure_rates(failures, exposure, by=["cluster_id", "node_id"]),
         node_fits=fits,
         best_family=models.best_by_aic(fits),
         kaplan_meier=models.KaplanMeier().fit(*args),
@@ -251,9 +266,9 @@ def analyze(
         scaling_projection=projection,
         files=warehouse.table(con, "ingested_files"),
         rejects=warehouse.table(con, "rejects"),
-        rates_by_size_bucket=transform.failure_rates(incidents, exposure, by=["size_bucket"]),
-        category_shares=transform.category_shares(incidents, exposure, by=["cluster_id"]),
-        trend_tests=trend_tests(transform.failure_operating_times(incidents, exposure), exposure),
+        rates_by_size_bucket=transform.failure_rates(failures, exposure, by=["size_bucket"]),
+        category_shares=transform.category_shares(failures, exposure, by=["cluster_id"]),
+        trend_tests=trend_tests(transform.failure_operating_times(failures, exposure), exposure),
         first_gap=first_gap,
         node_durations=durations,
         nelson_aalen=models.NelsonAalen().fit(*args),
@@ -268,4 +283,6 @@ def analyze(
             for (cluster,), g in cluster_durations.group_by("cluster_id")
             if g["observed"].any()
         },
+        interruptions=failures,
+        interruption_window_minutes=interruption_window_minutes,
     )

@@ -6,13 +6,15 @@ One fleet checks the chain end to end; interval coverage over many seeds is in t
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from pipeline import analysis, ingest, models, sample, warehouse
+from pipeline import analysis, ingest, models, sample, transform, warehouse
 from pipeline.cli import main
+from tests._fleets import warehouse_frames
 
 SPEC = sample.FleetSpec(cluster_sizes=(32, 128, 512), days=90, weibull_shape=0.8, seed=32)
 
@@ -99,6 +101,7 @@ EXISTING_RATE_KEYS = {
         ([], EXISTING_RATE_KEYS | {"rate_per_gpu_hour", "exposure_gpu_hours"}),
         (["--by", "size_bucket", "--period", "week"], {"size_bucket", "period", "failures"}),
         (["--overdispersed"], EXISTING_RATE_KEYS | {"dispersion"}),
+        (["--interruption-window", "0"], EXISTING_RATE_KEYS),
         (["--view", "shares"], {"cluster_id", "category", "share", "share_ci_low", "share_ci_high"}),
         (["--view", "trend"], {"cluster_id", "laplace_p_value", "crow_beta", "crow_verdict"}),
     ],
@@ -182,3 +185,37 @@ def test_first_gaps_are_kept_when_no_node_failed_twice(tmp_path):
     assert small.first_gap == "keep"
     assert small.node_durations.filter("observed")["count"].sum() == 2
     assert small.scaling is None and small.size_regression is None
+
+
+def test_rates_count_interruptions_by_root_cause(tmp_path):
+    """Each XID 79 also logs an NCCL timeout 7 minutes later: by default the pair is one failure
+    whose root cause is the XID, as in the fleet without the echoes; window None counts both."""
+    fleet = sample.simulate_fleet(sample.FleetSpec(cluster_sizes=(32, 64), days=60, seed=5))
+    xid79 = fleet.incidents.filter(pl.col("category") == "gpu_fell_off_bus")
+    echoes = xid79.with_columns(
+        pl.col("timestamp") + timedelta(minutes=7),
+        category=pl.lit("nccl_timeout"),
+        gpu_index=pl.lit(None, pl.Int32),
+        message=pl.lit("NCCL watchdog: collective operation timed out"),
+    )
+    noisy = sample.Fleet(pl.concat([fleet.incidents, echoes]).sort("timestamp"), fleet.inventory, fleet.spec)
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    ingest.ingest_files(con, list(noisy.write(tmp_path)))
+    default, raw = analysis.analyze(con), analysis.analyze(con, interruption_window_minutes=None)
+    con.close()
+
+    incidents, inventory, _ = warehouse_frames(fleet)  # the truth: no echoes
+    exposure = transform.exposure_intervals(inventory, default.observed_until)
+    truth = transform.failure_rates(incidents, exposure, by=["category"]).select("category", "failures")
+    assert default.rates_by_category.select("category", "failures").equals(truth)
+    assert default.rates_overall["failures"][0] == truth["failures"].sum()
+    # an echo after its node left service has no exposure behind it: at most one per XID 79
+    assert (
+        truth["failures"].sum() < raw.rates_overall["failures"][0] <= truth["failures"].sum() + xid79.height
+    )
+    assert default.interruption_window_minutes == 30 and raw.interruption_window_minutes is None
+    assert default.incidents.height == raw.incidents.height == fleet.incidents.height + echoes.height
+    assert (
+        default.interruptions.filter(pl.col("faults") == 2)["categories"].to_list()
+        == [["gpu_fell_off_bus", "nccl_timeout"]] * xid79.height
+    )

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import sample, transform
+from pipeline import models, sample, transform
 from pipeline.categories import INTERRUPTING_CATEGORIES
 from tests._fleets import fleet_exposure
 
@@ -347,3 +347,88 @@ def test_category_shares_recover_the_simulated_mix():
         r["share_ci_low"] <= truth[r["category"]] <= r["share_ci_high"] for r in shares.iter_rows(named=True)
     ]
     assert sum(covered) >= len(truth) - 1
+
+
+# --- node interruptions ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rows", "window", "expected"),
+    [
+        # XID 79 then the NCCL watchdog 20 min later: one interruption, root cause gpu_fell_off_bus
+        (
+            [("a1", 0, "gpu_fell_off_bus"), ("a1", 20, "nccl_timeout")],
+            30,
+            [["gpu_fell_off_bus", "nccl_timeout"]],
+        ),
+        (
+            [("a1", 0, "gpu_fell_off_bus"), ("a1", 40, "nccl_timeout")],
+            30,
+            [["gpu_fell_off_bus"], ["nccl_timeout"]],
+        ),
+        # anchored at the first fault, not chained: 0, 25 | 50, 70 | 90 min
+        (
+            [("a1", 0, "host"), ("a1", 25, "network"), ("a1", 50, "software"), ("a1", 70, "nccl_timeout")]
+            + [("a1", 90, "storage")],
+            30,
+            [["host", "network"], ["software", "nccl_timeout"], ["storage"]],
+        ),
+        # other nodes and non-interrupting faults never join
+        ([("a1", 0, "host"), ("a2", 5, "network"), ("a1", 10, "application")], 30, [["host"], ["network"]]),
+        # window 0 keeps only simultaneous faults together
+        (
+            [("a1", 0, "host"), ("a1", 0, "network"), ("a1", 1, "storage")],
+            0,
+            [["host", "network"], ["storage"]],
+        ),
+    ],
+)
+def test_node_interruptions_collapse_a_nodes_faults(rows, window, expected):
+    incidents = _incidents([("a", n, m / 60, cat) for n, m, cat in rows])
+    result = transform.node_interruptions(incidents, window_minutes=window)
+    assert result["categories"].to_list() == expected
+    assert result["category"].to_list() == [e[0] for e in expected]
+    assert result["faults"].to_list() == [len(e) for e in expected]
+    assert result["interrupting"].all()
+
+
+def test_node_interruptions_reject_negative_window():
+    with pytest.raises(ValueError, match="must not be negative"):
+        transform.node_interruptions(_incidents([("a", "a1", 0, "host")]), window_minutes=-1)
+
+
+def test_node_interruptions_undo_secondary_faults_on_a_simulated_fleet():
+    """Every other failure of a simulated fleet also logs an NCCL timeout 3-25 minutes later: raw
+    incidents overstate the rate and drag the Weibull shape down; interruptions recover both."""
+    spec = sample.FleetSpec(cluster_sizes=(512,), days=120, weibull_shape=0.85, seed=11)
+    incidents, exposure = fleet_exposure(spec)
+    failures = incidents.filter("interrupting")
+    rng = np.random.default_rng(3)
+    echoed = failures.filter(pl.Series(rng.uniform(size=failures.height) < 0.5))
+    delay_s = pl.Series(rng.uniform(180, 1500, size=echoed.height).round().astype(np.int64))
+    echoes = echoed.with_columns(
+        timestamp_utc=pl.col("timestamp_utc") + pl.duration(seconds=delay_s), category=pl.lit("nccl_timeout")
+    )
+    noisy = pl.concat([incidents, echoes])
+    truth = transform.node_interruptions(incidents)
+    collapsed = transform.node_interruptions(noisy)
+    assert collapsed.height == truth.height
+    assert (
+        collapsed["category"]
+        .value_counts()
+        .sort("category")
+        .equals(truth["category"].value_counts().sort("category"))
+    )  # root causes are counted, not the echoes
+
+    def rate_and_shape(frame):
+        rate = transform.failure_rates(frame, exposure, by=[]).row(0, named=True)
+        gaps = transform.aggregate_durations(transform.times_between_failures(frame, exposure))
+        weibull = models.ParametricTBF("weibull").fit(gaps["duration_hours"], gaps["observed"], gaps["count"])
+        return rate, weibull.confidence_interval_["rho_"]
+
+    rate, shape = rate_and_shape(collapsed)
+    assert rate["rate_ci_low"] <= spec.rate_per_node_hour <= rate["rate_ci_high"]
+    assert shape[0] <= spec.weibull_shape <= shape[1]
+    raw_rate, raw_shape = rate_and_shape(noisy)
+    assert raw_rate["rate_ci_low"] > spec.rate_per_node_hour  # inflated by the echoes
+    assert raw_shape[1] < spec.weibull_shape  # near-zero gaps pull the shape down

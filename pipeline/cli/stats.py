@@ -22,6 +22,17 @@ from pipeline.cli.common import (
 # --- rates ---------------------------------------------------------------------------------------
 RATE_VIEWS = ("rates", "shares", "trend", "jobs")
 
+interruption_window_option = click.option(
+    "--interruption-window",
+    "interruption_window",
+    type=click.FloatRange(min=0),
+    default=transform.INTERRUPTION_WINDOW_MINUTES,
+    show_default=True,
+    metavar="MINUTES",
+    help="A node's interrupting incidents closer than this are one interruption (root cause = the "
+    "first); 0 counts every incident.",
+)
+
 
 @main.command()
 @db_option
@@ -53,16 +64,33 @@ RATE_VIEWS = ("rates", "shares", "trend", "jobs")
     "group; trend: Laplace and MIL-HDBK-189 trend tests per cluster; jobs: Slurm job "
     "interruptions per job-hour by node count against the node rate.",
 )
+@interruption_window_option
 @until_option
 @json_option
 def rates(
-    db: Path, by, period, all_categories: bool, overdispersed: bool, view: str, observed_until, as_json: bool
+    db: Path,
+    by,
+    period,
+    all_categories: bool,
+    overdispersed: bool,
+    view: str,
+    interruption_window: float,
+    observed_until,
+    as_json: bool,
 ) -> None:
-    """Failure rates per instance-hour and GPU-hour with exact 95% Poisson intervals."""
+    """Failure rates per instance-hour and GPU-hour with exact 95% Poisson intervals.
+
+    Interrupting failures are node interruptions (see --interruption-window); --all-categories
+    counts every incident, interrupting or not."""
     con = warehouse.connect(db, read_only=True)
-    incidents = warehouse.table(con, "incidents")
+    faults = warehouse.table(con, "incidents")
     inventory = warehouse.table(con, "inventory")
-    end = observed_until or transform.observation_end(incidents, inventory)
+    end = observed_until or transform.observation_end(faults, inventory)
+    incidents = (
+        faults
+        if all_categories or not interruption_window
+        else transform.node_interruptions(faults, window_minutes=interruption_window)
+    )
     exposure = transform.exposure_intervals(inventory, end)
     if view == "shares":
         frame = transform.category_shares(incidents, exposure, by=[k for k in by if k != "category"])
@@ -115,6 +143,7 @@ def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
     return {
         "observed_until": result.observed_until,
         "first_gap": result.first_gap,
+        "interruption_window_minutes": result.interruption_window_minutes,
         "exposure_estimated": result.exposure_estimated,
         "best_family": result.best_family,
         "hazard_message": result.node_fits["weibull"].hazard_message_,
@@ -159,11 +188,15 @@ def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
     help="drop: leave out the span from a window's start to its first failure (it is not a full "
     "gap when logs start on a running node); keep: nodes are observed from installation.",
 )
+@interruption_window_option
 @json_option
-def fit(db: Path, observed_until, first_gap: str, as_json: bool) -> None:
+def fit(db: Path, observed_until, first_gap: str, interruption_window: float, as_json: bool) -> None:
     """Fit time-between-failures models and the MTBF scaling law."""
     result = analysis_mod.analyze(
-        warehouse.connect(db, read_only=True), observed_until=observed_until, first_gap=first_gap
+        warehouse.connect(db, read_only=True),
+        observed_until=observed_until,
+        first_gap=first_gap,
+        interruption_window_minutes=interruption_window or None,
     )
     if as_json:
         echo_json(fit_payload(result))
