@@ -139,7 +139,12 @@ def stationary_renewal_times(
 
 
 def _inventory(spec: FleetSpec, rng: np.random.Generator) -> pl.DataFrame:
-    """Service intervals: most nodes serve the whole window, some are replaced or go to repair."""
+    """Service intervals: most nodes serve the whole window, some are replaced or go to repair.
+
+    A spare or repaired node that would come back after the window ends (short windows: repairs
+    take 1-10 days) is left out, so every interval lies inside the window. The random draws do not
+    depend on that, so windows long enough for every return give the same fleet as before.
+    """
     rows: list[tuple[str, str, datetime, datetime | None]] = []
     for size in spec.cluster_sizes:
         cluster = f"c{size:04d}"
@@ -149,12 +154,14 @@ def _inventory(spec: FleetSpec, rng: np.random.Generator) -> pl.DataFrame:
             if u < spec.replaced_fraction:  # retired mid-window, a spare takes its slot
                 cut = spec.start + timedelta(days=rng.uniform(0.1, 0.9) * spec.days)
                 rows.append((cluster, node, spec.start, cut))
-                rows.append((cluster, f"{cluster}-s{i:04d}", cut + timedelta(hours=4), None))
+                if cut + timedelta(hours=4) < spec.end:
+                    rows.append((cluster, f"{cluster}-s{i:04d}", cut + timedelta(hours=4), None))
             elif u < spec.replaced_fraction + spec.maintenance_fraction:  # out for repair, back
                 out = spec.start + timedelta(days=rng.uniform(0.1, 0.7) * spec.days)
                 back = out + timedelta(days=rng.uniform(1, 10))
                 rows.append((cluster, node, spec.start, out))
-                rows.append((cluster, node, back, None))
+                if back < spec.end:
+                    rows.append((cluster, node, back, None))
             else:
                 rows.append((cluster, node, spec.start, None))
     return (

@@ -53,6 +53,18 @@ def test_failure_rate_and_categories() -> None:
     )
 
 
+@pytest.mark.parametrize("days", [0.1, 2.0, 5.0])
+def test_short_windows_keep_every_interval_inside(days: float) -> None:
+    # repairs take 1-10 days and spares arrive 4 h after a retirement: with a short window many
+    # would come back after it ends (this used to crash with "lam < 0")
+    spec = FleetSpec(cluster_sizes=(64,), days=days, replaced_fraction=0.3, maintenance_fraction=0.3, seed=5)
+    fleet = simulate_fleet(spec)
+    inv = fleet.inventory.with_columns(end=pl.col("in_service_to").fill_null(spec.end))
+    assert (inv["in_service_from"] < inv["end"]).all() and (inv["end"] <= spec.end).all()
+    assert inv.filter(pl.col("in_service_to").is_not_null())["node_id"].n_unique() > 30  # both kinds drawn
+    assert (fleet.incidents["timestamp"] < spec.end).all()
+
+
 def test_write_round_trips_canonical_columns(tmp_path) -> None:
     fleet = simulate_fleet(FleetSpec(cluster_sizes=(4,), days=30, seed=3))
     incidents, inventory = fleet.write(tmp_path)
