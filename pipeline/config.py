@@ -21,7 +21,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.ingest import FORMATS
+from pipeline.ingest import FORMATS, parse_bus_order
 
 SAMPLE_DIR = Path("data/sample")
 SAMPLE_JOB = Path("data/jobs/fleet-llama3-70b.toml")
@@ -55,6 +55,12 @@ class RunConfig:
     keep_days: float | None = None
     jobs: tuple[str | dict[str, Any], ...] = ()
     recovery: dict[str, dict[str, float]] = field(default_factory=dict)
+    # [ingest]: options of pipeline.ingest.ingest_files for kernel logs and missing inventories
+    year: int | None = None
+    cluster: str | None = None
+    node: str | None = None
+    gpu_bus_order: tuple[str, ...] = ()
+    estimate_exposure: int | None = None
 
     def with_overrides(self, **overrides: Any) -> RunConfig:
         """CLI flags win over the file; ``None`` means "not given"."""
@@ -74,6 +80,13 @@ class RunConfig:
             "retention": {"keep_reports": self.keep_reports, "keep_days": self.keep_days},
             "jobs": list(self.jobs),
             "recovery": self.recovery,
+            "ingest": {
+                "year": self.year,
+                "cluster": self.cluster,
+                "node": self.node,
+                "gpu_bus_order": ",".join(self.gpu_bus_order) or None,
+                "estimate_exposure": self.estimate_exposure,
+            },
         }
 
 
@@ -92,6 +105,7 @@ _SPEC: dict[str, Any] = {
     "retention": {"keep_reports": int, "keep_days": _NUMBER},
     "jobs": list,
     "recovery": dict,
+    "ingest": {"year": int, "cluster": str, "node": str, "gpu_bus_order": str, "estimate_exposure": int},
 }
 _TYPE_NAMES = {str: "a string", int: "an integer", _NUMBER: "a number", dict: "a table", list: "an array"}
 
@@ -176,6 +190,16 @@ def _check_values(raw: dict[str, Any], where: _Where) -> None:
         raise where.error(("retention",), "keep_reports", "must be at least 1 (the latest report)")
     if retention.get("keep_days", 1) <= 0:
         raise where.error(("retention",), "keep_days", "must be positive")
+    options = raw.get("ingest", {})
+    if not 1970 <= options.get("year", 1970) <= 2999:
+        raise where.error(("ingest",), "year", "must be a year between 1970 and 2999")
+    if options.get("estimate_exposure", 1) < 1:
+        raise where.error(("ingest",), "estimate_exposure", "must be the GPUs per node, at least 1")
+    if "gpu_bus_order" in options:
+        try:
+            parse_bus_order(options["gpu_bus_order"])
+        except ValueError as exc:
+            raise where.error(("ingest",), "gpu_bus_order", str(exc).partition(": ")[2]) from None
     for canonical, source in raw.get("inputs", {}).get("column_map", {}).items():
         if not isinstance(source, str):
             raise where.error(("inputs", "column_map"), canonical, "must be a source column name (string)")
@@ -240,7 +264,10 @@ def load_config(path: Path | str | None) -> RunConfig:
         values["jobs"] = tuple(_job(job, base, where) for job in raw["jobs"])
     if "recovery" in raw:
         values["recovery"] = {n: {k: float(v) for k, v in p.items()} for n, p in raw["recovery"].items()}
-    return RunConfig(**values)
+    options = dict(raw.get("ingest", {}))
+    if "gpu_bus_order" in options:
+        options["gpu_bus_order"] = parse_bus_order(options["gpu_bus_order"])
+    return RunConfig(**values, **options)
 
 
 def _job(job: str | dict[str, Any], base: Path, where: _Where) -> str | dict[str, Any]:

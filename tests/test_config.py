@@ -41,6 +41,13 @@ restart_hours = 1
 
 [recovery."auto mode"]
 detect_hours = 0.08
+
+[ingest]
+year = 2025
+cluster = "c0512"
+node = "gpu-017"
+gpu_bus_order = "18,2a,3a,5d"
+estimate_exposure = 8
 """
 
 
@@ -80,6 +87,8 @@ def test_every_key_is_read_and_paths_are_relative_to_the_file(tmp_path):
         "manual": {"detect_hours": 0.5, "restart_hours": 1.0},
         "auto mode": {"detect_hours": 0.08},
     }
+    assert (cfg.year, cfg.cluster, cfg.node, cfg.estimate_exposure) == (2025, "c0512", "gpu-017", 8)
+    assert cfg.gpu_bus_order == ("18", "2a", "3a", "5d")
 
 
 def test_the_example_in_the_repo_loads_and_projection_accepts_its_jobs_and_profiles():
@@ -112,6 +121,11 @@ def test_the_example_in_the_repo_loads_and_projection_accepts_its_jobs_and_profi
         ("jobs = [3]\n", 1, "item 0 must be a path to a job TOML file or a table"),
         ('[inputs]\npdf = ["k.pdf"]\n', 2, "key 'inputs.pdf' is unknown"),
         ('report_dir = "r"\ninputs = { csv = "x.csv" }\n', 2, "key 'inputs.csv' must be a list"),
+        ("[ingest]\nyear = 26\n", 2, "key 'ingest.year' must be a year between 1970 and 2999"),
+        ("[ingest]\nestimate_exposure = 0\n", 2, "key 'ingest.estimate_exposure' must be the GPUs per node"),
+        ('[ingest]\ngpu_bus_order = "18,zz"\n', 2, "key 'ingest.gpu_bus_order' expected distinct hex"),
+        ('[ingest]\nbus_order = "18"\n', 2, "key 'ingest.bus_order' is unknown"),
+        ("[ingest]\nnode = 17\n", 2, "key 'ingest.node' must be a string"),
     ],
 )
 def test_bad_config_names_file_line_and_key(tmp_path, text, line, fragment):

@@ -100,7 +100,7 @@ def test_two_incremental_runs_equal_one_run_over_the_final_folder(tmp_path, flee
     (once / "logs/inventory.csv").write_text(csv_text(fleet.inventory))
     (once / "logs/incidents-a.csv").write_text(final_csv)
     later.with_columns(pl.col(pl.Datetime).dt.strftime(ISO)).write_ndjson(once / "logs/incidents-b.jsonl")
-    # One file per ingest call, as on a terminal (the grown folder below goes one call per format).
+    # With the progress bar of a terminal (the grown folder below runs without it).
     assert runs.run_batch(load_config(write_config(once)), progress=True).stages["ingest"]["new"] == 3
 
     # The same folder as it grew: first part, then appended lines and a new file.
@@ -309,6 +309,43 @@ def test_without_a_config_run_writes_the_readme_report_from_the_sample(tmp_path,
     assert listed.exit_code == 0 and " succeeded " in listed.stdout and dated[0].name in listed.stdout
     as_json = json.loads(CliRunner().invoke(main, ["runs", "--json"]).stdout)
     assert as_json[0]["versions"]["duckdb"] and as_json[0]["input_files"][0]["status"] == "new"
+
+
+def test_ingest_options_from_the_config_reach_kernel_log_ingest(tmp_path, fleet):
+    """Year-less syslog XID lines of one cluster, no inventory: [ingest] gives the year, cluster,
+    GPU bus order and an estimated exposure, so the run succeeds and every XID lands right."""
+    logs = sample.write_kernel_logs(fleet, tmp_path / "logs", form="syslog")
+    config_path = tmp_path / "failcast.toml"
+    config_path.write_text(
+        textwrap.dedent(f"""\
+        warehouse = "failcast.duckdb"
+        report_dir = "reports"
+        [inputs]
+        kernel-log = ["logs/kern-c0008.log"]
+        [ingest]
+        year = 2026
+        cluster = "c0008"
+        gpu_bus_order = "{",".join(sample.PCI_BUS_ORDER)}"
+        estimate_exposure = 8
+        """)
+    )
+    assert [p.name for p in logs] == ["kern-c0008.log", "kern-c0016.log"]
+    result = run(config_path)
+    assert result.exit_code == 0, result.output
+    xid = fleet.incidents.filter(
+        pl.col("message").str.starts_with("NVRM: Xid") & (pl.col("cluster_id") == "c0008")
+    )
+    with warehouse.connect(tmp_path / "failcast.duckdb", read_only=True) as con:
+        incidents = warehouse.table(con, "incidents").sort("timestamp_utc", "node_id")
+        inventory = warehouse.table(con, "inventory")
+    expected = xid.sort("timestamp", "node_id")
+    assert (
+        incidents["timestamp_utc"].to_list()
+        == expected["timestamp"].dt.replace_time_zone(None).dt.truncate("1s").to_list()
+    )
+    assert incidents["gpu_index"].to_list() == expected["gpu_index"].to_list()
+    assert set(incidents["cluster_id"]) == {"c0008"}
+    assert inventory["estimated"].all() and set(inventory["gpus_per_node"]) == {8}
 
 
 def stamp(day: int) -> str:

@@ -9,7 +9,6 @@ import logging
 import secrets
 import sys
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,10 +154,6 @@ def _job_outlook(cfg: RunConfig, result: analysis.FleetAnalysis) -> report.JobOu
     return report.job_outlook(spec)
 
 
-def _file_name(batch: list[InputFile] | None) -> str | None:
-    return batch[0].path.name if batch else None
-
-
 def _ingest(con, cfg: RunConfig, record: RunRecord, progress: bool) -> dict[str, int]:
     """Ingest new and grown files; returns file and row counts for the manifest."""
     files, unmatched = expand_inputs(cfg.inputs)
@@ -171,20 +166,13 @@ def _ingest(con, cfg: RunConfig, record: RunRecord, progress: bool) -> dict[str,
         {"path": str(f.path), "status": f.status} for f in inputs if f.status == "unchanged"
     ]
     changed = [f for f in inputs if f.status != "unchanged"]
-    # ingest_files rebuilds incidents after each call (about 2 s per million events), so a scheduled
-    # run passes all files of one format at once; on a terminal, one file per call moves the bar.
-    batches = (
-        [[f] for f in changed]
-        if progress
-        else [list(group) for _, group in itertools.groupby(changed, key=lambda f: f.fmt)]
-    )
-    bar = (
-        click.progressbar(batches, label="ingest", file=sys.stderr, item_show_func=_file_name)
-        if progress
-        else nullcontext(batches)
-    )
-    with bar as items:
-        for batch in items:
+    # ingest_files rebuilds incidents after each call (about 2 s per million events), so a run passes
+    # all files of one format at once; on a terminal its progress callback moves a bar by bytes read.
+    batches = [list(group) for _, group in itertools.groupby(changed, key=lambda f: f.fmt)]
+    total = sum(f.path.stat().st_size for f in changed if f.path.is_file())
+    bar = click.progressbar(length=total, label="ingest", file=sys.stderr, hidden=not progress)
+    with bar:
+        for batch in batches:
             summaries = ingest.ingest_files(
                 con,
                 [f.path for f in batch],
@@ -192,6 +180,12 @@ def _ingest(con, cfg: RunConfig, record: RunRecord, progress: bool) -> dict[str,
                 column_map=cfg.column_map,
                 timezone=cfg.timezone,
                 window_seconds=cfg.dedup_window_minutes * 60,
+                year=cfg.year,
+                cluster=cfg.cluster,
+                node=cfg.node,
+                bus_order=cfg.gpu_bus_order,
+                estimate_exposure=cfg.estimate_exposure,
+                progress=bar.update if progress else None,
             )
             for item, summary in zip(batch, summaries, strict=True):
                 entry = {"status": item.status, **summary.to_dict()}
