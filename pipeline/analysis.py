@@ -13,7 +13,7 @@ import duckdb
 import numpy as np
 import polars as pl
 
-from pipeline import models, transform, warehouse
+from pipeline import models, projection, transform, warehouse
 
 PROJECTED_SIZES = (256, 512, 2048, 16384)
 
@@ -285,4 +285,63 @@ def analyze(
         },
         interruptions=failures,
         interruption_window_minutes=interruption_window_minutes,
+    )
+
+
+def failure_model_for(
+    analysis: FleetAnalysis, instances: int, instance_type: str | None = None
+) -> projection.FailureModel:
+    """The per-instance failure model of a job on ``instances`` instances of this fleet, for
+    :func:`pipeline.projection.project`, from the most direct evidence there is:
+
+    1. the measured rate of the clusters in the job's size bucket (the power of two nearest
+       ``instances``, as in ``rates_by_size_bucket``) with its exact interval, if they failed;
+    2. else the scaling law MTBF(N) = MTBF_1 / N^alpha at N = ``instances``: per-instance rate
+       1 / (N MTBF(N)), its interval from the law's 95% interval (wider the further N is from the
+       observed sizes), e.g. a 16 384-instance job on a fleet of 32-1 024-instance clusters;
+    3. else (one cluster size only: no law) the rate of the whole fleet.
+
+    Failures are the analysis' interruptions. ``instance_type`` restricts all three to nodes of
+    that type (the law is refitted on their clusters). The model's ``source`` says which was used.
+    """
+    if instances < 1:
+        raise ValueError(f"instances must be at least 1, got {instances}")
+    exposure, label = analysis.exposure, "fleet"
+    if instance_type is not None:
+        exposure, label = exposure.filter(pl.col("instance_type") == instance_type), f"{instance_type} nodes"
+        if exposure.is_empty():
+            known = ", ".join(sorted(analysis.exposure["instance_type"].unique()))
+            raise ValueError(f"no nodes of instance type {instance_type!r} in the fleet; it has {known}")
+    if analysis.exposure_estimated:
+        label += " (exposure estimated)"
+    failures = analysis.interruptions
+    bucket = pl.select(transform.size_bucket(pl.lit(instances))).item()
+    measured = transform.failure_rates(failures, exposure, by=["size_bucket"]).filter(
+        (pl.col("size_bucket") == bucket) & (pl.col("failures") > 0)
+    )
+    if measured.height:
+        row = measured.row(0, named=True)
+        source = f"{label}: measured rate of clusters of ~{bucket} instances"
+        return projection.FailureModel.from_counts(row["failures"], row["exposure_node_hours"], source)
+    per_cluster = cluster_mtbf(transform.failure_rates(failures, exposure, by=["cluster_id"]), exposure)
+    if per_cluster["instances"].n_unique() >= 2 and per_cluster["failures"].sum() > 0:
+        law = models.MTBFScaling().fit(
+            per_cluster["instances"],
+            per_cluster["failures"],
+            per_cluster["exposure_cluster_hours"],
+            dispersion=analysis.count_dispersion,
+        )
+        (mtbf,), (low,), (high,) = law.predict_mtbf_hours([instances])
+        source = (
+            f"{label}: scaling law MTBF(N) = {law.mtbf_one_hours_:.0f} h / N^{law.alpha_:.2f} "
+            f"at N = {instances}"
+        )
+        return projection.FailureModel.exponential(
+            1 / (instances * mtbf), 1 / (instances * high), 1 / (instances * low), source
+        )
+    total = transform.failure_rates(failures, exposure, by=[]).row(0, named=True)
+    if not total["failures"]:
+        raise ValueError(f"{label}: no interrupting failures observed; no failure model can be fitted")
+    return projection.FailureModel.from_counts(
+        total["failures"], total["exposure_node_hours"], f"{label}: rate"
     )

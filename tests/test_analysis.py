@@ -6,6 +6,7 @@ One fleet checks the chain end to end; interval coverage over many seeds is in t
 from __future__ import annotations
 
 import json
+import math
 from datetime import timedelta
 
 import polars as pl
@@ -219,3 +220,51 @@ def test_rates_count_interruptions_by_root_cause(tmp_path):
         default.interruptions.filter(pl.col("faults") == 2)["categories"].to_list()
         == [["gpu_fell_off_bus", "nccl_timeout"]] * xid79.height
     )
+
+
+@pytest.mark.parametrize(
+    ("instances", "how"),
+    [
+        (128, "measured rate of clusters of ~128"),
+        (100, "~128"),
+        (16384, "scaling law"),
+        (2048, "scaling law"),
+    ],
+)
+def test_failure_model_for_a_job_size_recovers_the_true_rate(result, instances, how):
+    model = analysis.failure_model_for(result, instances)
+    assert how in model.source
+    low, high = model.rate_ci_low_per_instance_hour, model.rate_ci_high_per_instance_hour
+    assert low <= SPEC.rate_per_node_hour <= high  # independent nodes: the same rate at any size
+    if "measured" in how:
+        row = result.rates_by_size_bucket.filter(pl.col("size_bucket") == 128).row(0, named=True)
+        assert model.rate_per_instance_hour == pytest.approx(row["rate_per_node_hour"])
+
+
+def test_failure_model_interval_widens_away_from_the_observed_sizes(result):
+    widths = [
+        math.log(m.rate_ci_high_per_instance_hour / m.rate_ci_low_per_instance_hour)
+        for m in (analysis.failure_model_for(result, n) for n in (2048, 16384))
+    ]
+    assert widths[0] < widths[1]
+
+
+def test_failure_model_by_instance_type(result):
+    same = analysis.failure_model_for(result, 16384, instance_type=SPEC.instance_type)
+    assert same.rate_per_instance_hour == pytest.approx(
+        analysis.failure_model_for(result, 16384).rate_per_instance_hour
+    )
+    assert SPEC.instance_type in same.source
+    with pytest.raises(ValueError, match=f"no nodes of instance type 'a100'.*{SPEC.instance_type}"):
+        analysis.failure_model_for(result, 64, instance_type="a100")
+
+
+def test_failure_model_with_one_cluster_size_uses_the_fleet_rate(tmp_path):
+    spec = sample.FleetSpec(cluster_sizes=(64,), days=60, seed=8)
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    ingest.ingest_files(con, list(sample.simulate_fleet(spec).write(tmp_path)))
+    fleet = analysis.analyze(con)
+    con.close()
+    model = analysis.failure_model_for(fleet, 1024)
+    assert model.source == "fleet: rate"
+    assert model.rate_per_instance_hour == pytest.approx(fleet.fleet_rate.rate_)
