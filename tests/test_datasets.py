@@ -333,7 +333,7 @@ def test_lanl_ingests_with_system_17_rejected(lanl_warehouse, lanl):
 @pytest.mark.parametrize("system", ["lanl-18", "lanl-19"])
 def test_lanl_large_systems_have_decreasing_hazard(lanl_warehouse, system):
     con, _, fleet = lanl_warehouse
-    tbf = transform.times_between_failures(fleet.incidents, fleet.exposure, level="cluster")
+    tbf = transform.times_between_failures(fleet.interruptions, fleet.exposure, level="cluster")
     data = transform.aggregate_durations(tbf.filter(pl.col("cluster_id") == system))
     args = (data["duration_hours"], data["observed"], data["count"])
     weibull = models.ParametricTBF("weibull").fit(*args)
