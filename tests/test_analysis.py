@@ -133,6 +133,11 @@ def test_fit_json_exposes_every_view(db, result):
         assert {"alpha", "alpha_ci", "projected"} <= set(payload[view])
     assert len(payload["trend_tests"]) == len(SPEC.cluster_sizes)
     assert payload["first_gap"] == "drop" and payload["category_shares"]
+    assert payload["interruption_window_minutes"] == 30
+    every = json.loads(
+        CliRunner().invoke(main, ["fit", "--db", str(db), "--json", "--interruption-window", "0"]).output
+    )
+    assert every["interruption_window_minutes"] is None
 
 
 @pytest.mark.skipif(
