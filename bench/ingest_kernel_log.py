@@ -23,7 +23,6 @@ import polars as pl
 from pipeline import warehouse
 from pipeline.ingest import ingest_files
 
-
 CHUNK_LINES = 2_000_000
 
 
