@@ -144,9 +144,10 @@ SELECT event_key, $file_id, line, timezone('UTC', ts), cluster_id, node_id, cate
        list_contains($interrupting, category), gpu_index, job_id, message,
        timezone('UTC', resolved_at), 'canonical'
 FROM staged s
+SEMI JOIN (SELECT event_key, min(line) AS line FROM staged WHERE reason IS NULL GROUP BY event_key) first
+    USING (event_key, line)
 WHERE reason IS NULL
   AND NOT EXISTS (SELECT 1 FROM events e WHERE e.event_key = s.event_key)
-QUALIFY row_number() OVER (PARTITION BY event_key ORDER BY line) = 1
 """
 
 _STAGE_INVENTORY = """
