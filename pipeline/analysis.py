@@ -221,7 +221,7 @@ def analyze(
     fits = models.fit_families(*args)
 
     per_cluster = cluster_mtbf(by_cluster, exposure)
-    sizes = np.array(sorted({*PROJECTED_SIZES, *per_cluster["instances"].round().to_list()}))
+    sizes = np.array(sorted({*PROJECTED_SIZES, *per_cluster["instances"].round().to_list()}), dtype=float)
     cluster_durations = transform.aggregate_durations(
         transform.times_between_failures(failures, exposure, level="cluster", first_gap=first_gap),
         by=["cluster_id", "instances"],

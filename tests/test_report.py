@@ -447,6 +447,19 @@ def test_one_cluster_fleet_renders_without_a_scaling_law(tmp_path):
     assert "MTBF scaling exponent" not in text
 
 
+def test_fleet_whose_sizes_are_all_projected_sizes_renders(tmp_path):
+    # every cluster size is one of analysis.PROJECTED_SIZES: the size grid must stay float
+    from pipeline import ingest, sample
+
+    spec = sample.FleetSpec(cluster_sizes=(256, 512), days=5.0, rate_per_node_hour=0.002)
+    incidents, inventory = sample.simulate_fleet(spec).write(tmp_path)
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    ingest.ingest_files(con, [inventory, incidents])
+    fleet = analysis.analyze(con)
+    assert fleet.scaling is not None and fleet.scaling_projection["instances"].dtype == pl.Float64
+    assert "mtbf-vs-cluster-size" in report.render_html(fleet)
+
+
 @pytest.fixture(scope="module")
 def sample_analysis(sample_warehouse) -> analysis.FleetAnalysis:
     con = warehouse.connect(sample_warehouse, read_only=True)
