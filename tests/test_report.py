@@ -451,7 +451,13 @@ def test_fleet_whose_sizes_are_all_projected_sizes_renders(tmp_path):
     # every cluster size is one of analysis.PROJECTED_SIZES: the size grid must stay float
     from pipeline import ingest, sample
 
-    spec = sample.FleetSpec(cluster_sizes=(256, 512), days=5.0, rate_per_node_hour=0.002)
+    spec = sample.FleetSpec(
+        cluster_sizes=(256, 512),
+        days=5.0,
+        rate_per_node_hour=0.002,
+        replaced_fraction=0,
+        maintenance_fraction=0,
+    )
     incidents, inventory = sample.simulate_fleet(spec).write(tmp_path)
     con = warehouse.connect(tmp_path / "w.duckdb")
     ingest.ingest_files(con, [inventory, incidents])
