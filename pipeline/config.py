@@ -5,6 +5,12 @@ name the key, the file and the line (``tomllib`` reports no positions for keys, 
 found by scanning the text for the key under its ``[table]`` header). Paths in the file are
 relative to the file's folder. See ``failcast.example.toml`` at the repository root for every key.
 
+Input roots: input globs and job files must lie under ``[inputs] roots`` (folders; default: the
+config file's folder), after ``..`` and symlinks in the path are resolved, so a shared or copied
+config cannot quietly read ``../../etc/*``; ``[inputs] allow_outside_roots = true`` lifts this.
+The check is on the configured path; what a ``**`` finds through a symlinked folder *inside* a
+root is followed (the filesystem under a root is the operator's).
+
 ``jobs`` (job specs to project: paths to job TOML files, or inline tables) and ``recovery``
 (named recovery profiles) are kept as plain validated data; ``pipeline.projection`` turns them
 into its own classes, so this module does not depend on it.
@@ -13,6 +19,7 @@ into its own classes, so this module does not depend on it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import tomllib
 import zoneinfo
@@ -21,7 +28,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.ingest import FORMATS, parse_bus_order
+from pipeline.ingest import FORMATS, MAX_DECOMPRESSED_BYTES, parse_bus_order
 
 SAMPLE_DIR = Path("data/sample")
 SAMPLE_JOB = Path("data/jobs/fleet-llama3-70b.toml")
@@ -61,6 +68,9 @@ class RunConfig:
     node: str | None = None
     gpu_bus_order: tuple[str, ...] = ()
     estimate_exposure: int | None = None
+    max_decompressed_mb: int = MAX_DECOMPRESSED_BYTES >> 20
+    input_roots: tuple[str, ...] = ()  # resolved [inputs] roots; empty: no config file, no check
+    allow_outside_roots: bool = False
 
     def with_overrides(self, **overrides: Any) -> RunConfig:
         """CLI flags win over the file; ``None`` means "not given"."""
@@ -76,7 +86,12 @@ class RunConfig:
             "observed_until": self.observed_until,
             "lock_timeout_seconds": self.lock_timeout_seconds,
             "log_format": self.log_format,
-            "inputs": {**{k: list(v) for k, v in self.inputs.items()}, "column_map": dict(self.column_map)},
+            "inputs": {
+                **{k: list(v) for k, v in self.inputs.items()},
+                "column_map": dict(self.column_map),
+                **({"roots": list(self.input_roots)} if self.input_roots else {}),
+                **({"allow_outside_roots": True} if self.allow_outside_roots else {}),
+            },
             "retention": {"keep_reports": self.keep_reports, "keep_days": self.keep_days},
             "jobs": list(self.jobs),
             "recovery": self.recovery,
@@ -86,6 +101,7 @@ class RunConfig:
                 "node": self.node,
                 "gpu_bus_order": ",".join(self.gpu_bus_order) or None,
                 "estimate_exposure": self.estimate_exposure,
+                "max_decompressed_mb": self.max_decompressed_mb,
             },
         }
 
@@ -101,11 +117,23 @@ _SPEC: dict[str, Any] = {
     "observed_until": (str, datetime),
     "lock_timeout_seconds": _NUMBER,
     "log_format": str,
-    "inputs": {**dict.fromkeys(INPUT_KINDS, _STRINGS), "column_map": dict},
+    "inputs": {
+        **dict.fromkeys(INPUT_KINDS, _STRINGS),
+        "column_map": dict,
+        "roots": _STRINGS,
+        "allow_outside_roots": bool,
+    },
     "retention": {"keep_reports": int, "keep_days": _NUMBER},
     "jobs": list,
     "recovery": dict,
-    "ingest": {"year": int, "cluster": str, "node": str, "gpu_bus_order": str, "estimate_exposure": int},
+    "ingest": {
+        "year": int,
+        "cluster": str,
+        "node": str,
+        "gpu_bus_order": str,
+        "estimate_exposure": int,
+        "max_decompressed_mb": int,
+    },
 }
 _TYPE_NAMES = {str: "a string", int: "an integer", _NUMBER: "a number", dict: "a table", list: "an array"}
 
@@ -151,6 +179,8 @@ def _check_type(value: Any, expected: Any) -> str | None:
     if expected == _STRINGS:
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         return None if ok else "must be a list of strings (globs)"
+    if expected is bool:
+        return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
     if isinstance(value, bool) or not isinstance(value, expected):
         wanted = _TYPE_NAMES.get(expected, "a string or a TOML datetime")
         return f"must be {wanted}, got {type(value).__name__} {value!r}"
@@ -193,6 +223,8 @@ def _check_values(raw: dict[str, Any], where: _Where) -> None:
     options = raw.get("ingest", {})
     if not 1970 <= options.get("year", 1970) <= 2999:
         raise where.error(("ingest",), "year", "must be a year between 1970 and 2999")
+    if options.get("max_decompressed_mb", 1) < 1:
+        raise where.error(("ingest",), "max_decompressed_mb", "must be at least 1")
     if options.get("estimate_exposure", 1) < 1:
         raise where.error(("ingest",), "estimate_exposure", "must be the GPUs per node, at least 1")
     if "gpu_bus_order" in options:
@@ -244,6 +276,9 @@ def load_config(path: Path | str | None) -> RunConfig:
     values: dict[str, Any] = {
         k: raw[k] for k in ("timezone", "lock_timeout_seconds", "log_format") if k in raw
     }
+    inputs = dict(raw.get("inputs", {}))
+    roots = _Roots(base, inputs.pop("roots", None), inputs.pop("allow_outside_roots", False), where)
+    values.update(input_roots=tuple(roots.roots), allow_outside_roots=roots.allow_outside)
     for key in ("warehouse", "report_dir"):
         if key in raw:
             values[key] = str(base / raw[key])
@@ -252,16 +287,17 @@ def load_config(path: Path | str | None) -> RunConfig:
     if "observed_until" in raw:
         values["observed_until"] = _utc_naive(raw["observed_until"], where)
     if "inputs" in raw:
-        inputs = dict(raw["inputs"])
         values["column_map"] = inputs.pop("column_map", {})
-        values["inputs"] = {kind: tuple(str(base / g) for g in globs) for kind, globs in inputs.items()}
+        values["inputs"] = {
+            kind: tuple(roots.check(("inputs",), kind, g) for g in globs) for kind, globs in inputs.items()
+        }
     retention = raw.get("retention", {})
     if "keep_reports" in retention:
         values["keep_reports"] = retention["keep_reports"]
     if "keep_days" in retention:
         values["keep_days"] = float(retention["keep_days"])
     if "jobs" in raw:
-        values["jobs"] = tuple(_job(job, base, where) for job in raw["jobs"])
+        values["jobs"] = tuple(_job(job, roots, where) for job in raw["jobs"])
     if "recovery" in raw:
         values["recovery"] = {n: {k: float(v) for k, v in p.items()} for n, p in raw["recovery"].items()}
     options = dict(raw.get("ingest", {}))
@@ -270,10 +306,34 @@ def load_config(path: Path | str | None) -> RunConfig:
     return RunConfig(**values, **options)
 
 
-def _job(job: str | dict[str, Any], base: Path, where: _Where) -> str | dict[str, Any]:
+class _Roots:
+    """The folders config paths must stay under (see the module docstring)."""
+
+    def __init__(self, base: Path, roots: list[str] | None, allow_outside: bool, where: _Where) -> None:
+        self.base, self.where, self.allow_outside = base, where, allow_outside
+        self.roots = [os.path.realpath(base / r) for r in (roots if roots is not None else ["."])]
+
+    def check(self, table: tuple[str, ...], key: str, path: str) -> str:
+        """``path`` relative to the config's folder, refused if it resolves outside every root."""
+        joined = str(self.base / path)
+        # realpath resolves '..' and symlinks in the literal part; a wildcard component is kept as is
+        resolved = os.path.realpath(joined)
+        inside = any(os.path.commonpath([resolved, root]) == root for root in self.roots)
+        if not inside and not self.allow_outside:
+            raise self.where.error(
+                table,
+                key,
+                f"names {path!r}, which resolves to {resolved}, outside the input roots "
+                f"({', '.join(self.roots)}); move the files under a root, list their folder in "
+                "[inputs] roots, or set [inputs] allow_outside_roots = true",
+            )
+        return joined
+
+
+def _job(job: str | dict[str, Any], roots: _Roots, where: _Where) -> str | dict[str, Any]:
     if isinstance(job, dict):
         return job
-    resolved = base / job
+    resolved = Path(roots.check((), "jobs", job))
     if not resolved.is_file():
         raise where.error((), "jobs", f"names {job!r}, but {resolved} is not a file")
     return str(resolved)

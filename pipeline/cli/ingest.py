@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import os
 import sys
 from pathlib import Path
 
@@ -99,6 +100,13 @@ stored count as duplicates, so a log that grew adds only its new lines.
     help="With no inventory at all, ESTIMATE one from the nodes seen in the data (in service from the "
     "first observation on); every result then says exposure_estimated. A real inventory replaces it.",
 )
+@click.option(
+    "--max-decompressed-mb",
+    type=click.IntRange(min=1),
+    default=ingest_mod.MAX_DECOMPRESSED_BYTES >> 20,
+    show_default=True,
+    help="Stop with an error when one .gz input expands past this size (a gzip bomb).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @json_option
 def ingest(
@@ -113,6 +121,7 @@ def ingest(
     gpu_bus_order: str,
     window_minutes: float,
     estimate_exposure: int | None,
+    max_decompressed_mb: int,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -138,6 +147,7 @@ def ingest(
             bus_order=bus_order,
             progress=bar.update,
             estimate_exposure=estimate_exposure,
+            max_decompressed_bytes=max_decompressed_mb << 20,
         )
     check = ingest_mod.inventory_check(con)
     if as_json:  # a list of per-file summaries; inventory warnings go to stderr
@@ -193,10 +203,12 @@ def _echo_inventory_check(check: ingest_mod.InventoryCheck, *, err: bool = False
 
 
 def _expand(patterns) -> list[Path]:
-    files: list[Path] = []
+    """Each file once: a symlink loop makes ``**`` match one file under many names."""
+    files: dict[str, Path] = {}
     for pattern in patterns:
-        matched = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        matched = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
         if not matched:
-            fail(f"{pattern}: no files match")
-        files.extend(Path(m) for m in matched)
-    return files
+            fail(f"{safe_text(pattern)}: no files match")
+        for match in matched:
+            files.setdefault(os.path.realpath(match), Path(match))
+    return list(files.values())

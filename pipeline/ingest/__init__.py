@@ -15,6 +15,7 @@ Rules that every reader follows:
 * **All or nothing per file.** Each file is written in one transaction; Ctrl-C mid-file rolls it back.
 * **UTC.** Times with an offset are converted; naive times are read in ``timezone`` (default UTC).
 * **Streaming.** Text logs are read in blocks of lines (:mod:`.lines`); only relevant lines are kept.
+* **Bounded.** A ``.gz`` may expand to at most ``max_decompressed_bytes`` (a gzip bomb is an error).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pipeline.ingest.canonical import (
 )
 from pipeline.ingest.common import FileSummary, InputError, checked_timezone, sha256_of
 from pipeline.ingest.kernel_log import ingest_kernel_log
-from pipeline.ingest.lines import head_text, is_gzip
+from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, head_text, is_gzip
 from pipeline.ingest.sacct import ingest_sacct
 
 DATASET_FORMATS = ("lanl", "titan", "bgl")
@@ -48,6 +49,7 @@ __all__ = [
     "INCIDENT_OPTIONAL",
     "INVENTORY_COLUMNS",
     "INVENTORY_OPTIONAL",
+    "MAX_DECOMPRESSED_BYTES",
     "FileSummary",
     "InputError",
     "InventoryCheck",
@@ -107,7 +109,14 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
     try:
         with warehouse.transaction(con):
             if fmt in TABLE_FORMATS:
-                summary = ingest_canonical(con, path, sha=sha, fmt=fmt, column_map=options["column_map"])
+                summary = ingest_canonical(
+                    con,
+                    path,
+                    sha=sha,
+                    fmt=fmt,
+                    column_map=options["column_map"],
+                    max_decompressed_bytes=options["max_decompressed_bytes"],
+                )
                 if progress:
                     progress(path.stat().st_size)
             elif fmt == "kernel-log":
@@ -120,6 +129,7 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
                     year=options["year"],
                     bus_order=options["bus_order"],
                     progress=progress,
+                    max_decompressed_bytes=options["max_decompressed_bytes"],
                 )
             elif fmt in DATASET_FORMATS:
                 from pipeline.datasets.load import ingest_dataset  # datasets build on ingest
@@ -128,7 +138,14 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
                     con, path, sha=sha, fmt=fmt, timezone=options["timezone"], progress=progress
                 )
             else:
-                summary = ingest_sacct(con, path, sha=sha, cluster=options["cluster"], progress=progress)
+                summary = ingest_sacct(
+                    con,
+                    path,
+                    sha=sha,
+                    cluster=options["cluster"],
+                    progress=progress,
+                    max_decompressed_bytes=options["max_decompressed_bytes"],
+                )
     finally:
         con.execute("SET TimeZone = 'UTC'")
     return summary
@@ -148,13 +165,15 @@ def ingest_files(
     bus_order: Sequence[str] = (),
     progress: Callable[[int], None] | None = None,
     estimate_exposure: int | None = None,
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
 ) -> list[FileSummary]:
     """Ingest each file in its own transaction, then rebuild ``incidents`` from ``events``.
 
     ``year``: year of the first line of year-less syslog files (default: from the file's mtime).
     ``cluster`` / ``node``: for logs that do not name them. ``bus_order``: PCI bus number (hex) of
     each gpu_index, e.g. ``("18", "2a", ...)``, so XID lines get a gpu_index. ``progress`` is called
-    with the number of bytes just read (compressed bytes for ``.gz``).
+    with the number of bytes just read (compressed bytes for ``.gz``). A ``.gz`` that expands past
+    ``max_decompressed_bytes`` stops the ingest with an :class:`InputError` (a gzip bomb).
     """
     if fmt is not None and fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -166,6 +185,7 @@ def ingest_files(
         "node": node,
         "bus_order": {b.lower().zfill(2): i for i, b in enumerate(bus_order)},
         "progress": progress,
+        "max_decompressed_bytes": max_decompressed_bytes,
     }
     summaries: list[FileSummary] = []
     try:

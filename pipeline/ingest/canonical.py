@@ -9,6 +9,7 @@ interval an earlier one left open, so the newest row for that key wins.
 from __future__ import annotations
 
 import gzip
+import io
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ from pipeline.ingest.common import (
     register_file,
     registered,
 )
+from pipeline.ingest.lines import BOM, MAX_DECOMPRESSED_BYTES, check_decompressed_size, head_text, is_gzip
 
 INCIDENT_COLUMNS = ("timestamp", "cluster_id", "node_id", "category")
 INCIDENT_OPTIONAL = ("gpu_index", "job_id", "message", "resolved_at")
@@ -39,7 +41,8 @@ def _read_table(path: Path, fmt: str) -> tuple[pl.DataFrame, int]:
         if fmt == "csv":
             frame, first_line = pl.read_csv(path, infer_schema=False), 2
         elif fmt == "jsonl":
-            frame, first_line = pl.read_ndjson(path, infer_schema_length=None), 1
+            source = _without_bom(path) if head_text(path, 3).startswith(BOM) else path
+            frame, first_line = pl.read_ndjson(source, infer_schema_length=None), 1
         else:
             frame, first_line = pl.read_parquet(path), 1
     except Exception as exc:  # polars raises many types; the user needs the file and the reason
@@ -49,6 +52,12 @@ def _read_table(path: Path, fmt: str) -> tuple[pl.DataFrame, int]:
     return frame.with_row_index("line", offset=first_line).with_columns(
         pl.col("line").cast(pl.Int64)
     ), first_line
+
+
+def _without_bom(path: Path) -> io.BytesIO:
+    """JSONL written with a byte order mark (Polars reads it as bad JSON; CSV it strips itself)."""
+    with gzip.open(path, "rb") if is_gzip(path) else path.open("rb") as f:
+        return io.BytesIO(f.read().removeprefix(BOM.encode()))
 
 
 def _apply_mapping(frame: pl.DataFrame, column_map: Mapping[str, str], path: Path) -> pl.DataFrame:
@@ -84,7 +93,7 @@ def _raw_lines(path: Path, fmt: str, frame: pl.DataFrame, lines: Iterable[int]) 
         return {
             r["line"]: str({k: v for k, v in r.items() if k != "line"}) for r in rows.iter_rows(named=True)
         }
-    opener = gzip.open if path.name.endswith(".gz") else open
+    opener = gzip.open if is_gzip(path) else open
     found: dict[int, str] = {}
     with opener(path, "rt", encoding="utf-8", errors="replace", newline="") as f:
         targets = iter(wanted)
@@ -204,8 +213,17 @@ FROM fresh;
 """
 
 
-def ingest_canonical(con, path: Path, *, sha: str, fmt: str, column_map: Mapping[str, str]) -> FileSummary:
+def ingest_canonical(
+    con,
+    path: Path,
+    *,
+    sha: str,
+    fmt: str,
+    column_map: Mapping[str, str],
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
+) -> FileSummary:
     """One canonical incidents or inventory file; the caller holds the transaction and time zone."""
+    check_decompressed_size(path, max_decompressed_bytes)  # Polars reads a .gz whole, in memory
     frame, _ = _read_table(path, fmt)
     frame = _apply_mapping(frame, column_map, path)
     kind = _detect_kind(frame.columns, path)

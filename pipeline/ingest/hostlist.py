@@ -3,15 +3,19 @@
 Grammar (Slurm ``scontrol show hostnames``): comma-separated items; an item is text with bracketed
 range lists ``[a-b,c]``; zero padding follows the width of the lower bound; several bracket groups
 in one item expand as their product (``r[1-2]n[1-2]`` -> r1n1, r1n2, r2n1, r2n2).
+
+An expression may name at most :data:`MAX_HOSTS` hosts in all (checked before expanding), so a
+hostile ``a[0-999999]b[0-999999]`` in a log is a rejected line, not a terabyte of names.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import re
 
 _ITEM = re.compile(r"(?:[^,\[\]]|\[[^\[\]]*\])+")
-_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+_RANGE = re.compile(r"(\d{1,18})(?:-(\d{1,18}))?")  # longer numbers are no host names (and int() refuses)
 MAX_HOSTS = 1_000_000
 
 
@@ -26,7 +30,7 @@ def _range_values(spec: str, expr: str) -> list[str]:
         if not m:
             raise HostlistError(f"hostlist {expr!r}: bad range {part!r} (expected N or N-M)")
         low, high = m.group(1), m.group(2) or m.group(1)
-        if int(high) < int(low) or int(high) - int(low) > MAX_HOSTS:
+        if int(high) < int(low) or len(values) + int(high) - int(low) >= MAX_HOSTS:
             raise HostlistError(f"hostlist {expr!r}: range {part!r} is empty or too large")
         width = len(low)
         values.extend(str(n).zfill(width) for n in range(int(low), int(high) + 1))
@@ -45,5 +49,7 @@ def expand(expr: str) -> list[str]:
     for item in items:
         pieces = re.split(r"\[([^\]]*)\]", item)  # text, range, text, range, ..., text
         choices = [[p] if i % 2 == 0 else _range_values(p, expr) for i, p in enumerate(pieces)]
+        if len(hosts) + math.prod(len(c) for c in choices) > MAX_HOSTS:
+            raise HostlistError(f"hostlist {expr[:80]!r}: names more than {MAX_HOSTS} hosts")
         hosts.extend("".join(combo) for combo in itertools.product(*choices))
     return hosts

@@ -47,7 +47,7 @@ from pipeline.ingest.common import (
     register_file,
     registered,
 )
-from pipeline.ingest.lines import read_lines
+from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, read_lines
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
 MONTHS = {
@@ -239,6 +239,7 @@ def ingest_kernel_log(
     year: int | None,
     bus_order: Mapping[str, int],
     progress: Callable[[int], None] | None = None,
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
 ) -> FileSummary:
     """One kernel log; the caller holds the transaction and the session time zone."""
     summary = FileSummary(str(path), "xid_log", "kernel-log")
@@ -248,7 +249,7 @@ def ingest_kernel_log(
         con.execute("CREATE OR REPLACE TEMP TABLE xid_lines AS SELECT * FROM xid_empty")
     carry: tuple[int | None, int] = (None, 0)
     any_syslog, bad_ignored, done = False, 0, 0
-    for batch in read_lines(path):
+    for batch in read_lines(path, max_bytes=max_decompressed_bytes):
         summary.rows_read += batch.frame.height
         staged, carry = _parse_batch(batch.frame, carry, node, bus_order)
         any_syslog = any_syslog or carry[0] is not None

@@ -6,6 +6,11 @@ Polars frame ``line`` (1-based), ``text``, ``bad_utf8``. No Python loop runs per
 
 A truncated ``.gz`` ends the stream early: the lines before the cut are kept and the cut-off point
 counts as one more line, with ``truncated`` set, so it can be rejected with the reason.
+
+A ``.gz`` may not decompress to more than ``max_bytes`` (default :data:`MAX_DECOMPRESSED_BYTES`):
+a few MB of compressed zeros can expand to terabytes, so a "gzip bomb" stops with an
+:class:`InputError` instead of filling memory or disk. A UTF-8 byte order mark at the start of the
+file is dropped (Windows tools write one), so the first line parses like the others.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ import polars as pl
 from pipeline.ingest.common import InputError
 
 BLOCK_BYTES = 8 << 20
+MAX_DECOMPRESSED_BYTES = 16 << 30
+"""Default limit on what one ``.gz`` input may expand to (16 GiB; ``--max-decompressed-mb``)."""
+BOM = "\ufeff"
 
 
 @dataclass
@@ -44,8 +52,31 @@ def head_text(path: Path, size: int = 64 << 10) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def too_big(path: Path, limit: int) -> InputError:
+    return InputError(
+        f"{path}: decompresses to more than {limit / (1 << 20):g} MB, the limit for one .gz input (a gzip "
+        "bomb?); if the file is genuine, raise --max-decompressed-mb (config: [ingest] max_decompressed_mb)"
+    )
+
+
+def check_decompressed_size(path: Path, limit: int = MAX_DECOMPRESSED_BYTES) -> None:
+    """For readers that load a whole ``.gz`` at once: stream it first and stop past ``limit``."""
+    if not is_gzip(path):
+        return
+    seen = 0
+    try:
+        with gzip.open(path, "rb") as f:
+            while piece := f.read1(BLOCK_BYTES):
+                seen += len(piece)
+                if seen > limit:
+                    raise too_big(path, limit)
+    except (OSError, EOFError, zlib.error):
+        return  # a damaged .gz: the reader reports it with its own message
+
+
 def _frame(data: bytes, first_line: int, truncated: bool = False) -> pl.DataFrame:
-    text = pl.Series("text", [data.decode("utf-8", errors="replace")])
+    decoded = data.decode("utf-8", errors="replace")
+    text = pl.Series("text", [decoded.removeprefix(BOM) if first_line == 1 else decoded])
     lines = text.str.split("\n").explode()
     if not truncated:
         lines = lines.slice(0, lines.len() - 1)  # the block ends with a newline
@@ -57,13 +88,17 @@ def _frame(data: bytes, first_line: int, truncated: bool = False) -> pl.DataFram
     )
 
 
-def read_lines(path: Path, block_bytes: int | None = None) -> Iterator[LineBatch]:
+def read_lines(
+    path: Path, block_bytes: int | None = None, max_bytes: int = MAX_DECOMPRESSED_BYTES
+) -> Iterator[LineBatch]:
     """Yield the file's lines in batches; a last line without a newline is still a line."""
     block_bytes = block_bytes or BLOCK_BYTES
     next_line = 1
     carry = b""
+    compressed = is_gzip(path)
+    expanded = 0
     with path.open("rb") as raw:
-        stream = gzip.GzipFile(fileobj=raw, mode="rb") if is_gzip(path) else raw
+        stream = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
         while True:
             block, truncated = bytearray(), False
             try:
@@ -72,6 +107,9 @@ def read_lines(path: Path, block_bytes: int | None = None) -> Iterator[LineBatch
                     if not piece:
                         break
                     block += piece
+                    expanded += len(piece)
+                    if compressed and expanded > max_bytes:
+                        raise too_big(path, max_bytes)
             except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
                 if next_line == 1 and not block and not carry:
                     raise InputError(

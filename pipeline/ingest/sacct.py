@@ -30,7 +30,7 @@ from pipeline.ingest.common import (
     register_file,
     registered,
 )
-from pipeline.ingest.lines import read_lines
+from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, read_lines
 
 REQUIRED = ("jobid", "state", "start", "end", "nodelist")
 OPTIONAL = ("jobname", "cluster", "nnodes", "elapsedraw", "elapsed")
@@ -178,7 +178,13 @@ FROM jobs_fresh;
 
 
 def ingest_sacct(
-    con, path: Path, *, sha: str, cluster: str | None, progress: Callable[[int], None] | None = None
+    con,
+    path: Path,
+    *,
+    sha: str,
+    cluster: str | None,
+    progress: Callable[[int], None] | None = None,
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
 ) -> FileSummary:
     """One sacct export; the caller holds the transaction and the session time zone."""
     summary = FileSummary(str(path), "jobs", "sacct")
@@ -188,7 +194,7 @@ def ingest_sacct(
         con.execute("CREATE OR REPLACE TEMP TABLE jobs_lines AS SELECT * FROM jobs_empty")
     header: tuple[str, dict[str, int], int] | None = None
     done = 0
-    for batch in read_lines(path):
+    for batch in read_lines(path, max_bytes=max_decompressed_bytes):
         summary.rows_read += batch.frame.height
         if header is None:
             header = _header(path, batch.frame)

@@ -186,6 +186,7 @@ def _ingest(con, cfg: RunConfig, record: RunRecord, progress: bool) -> dict[str,
                 bus_order=cfg.gpu_bus_order,
                 estimate_exposure=cfg.estimate_exposure,
                 progress=bar.update if progress else None,
+                max_decompressed_bytes=cfg.max_decompressed_mb << 20,
             )
             for item, summary in zip(batch, summaries, strict=True):
                 entry = {"status": item.status, **summary.to_dict()}
