@@ -93,6 +93,10 @@ def detect_format(path: Path) -> str:
 def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSummary:
     if not path.is_file():
         raise InputError(f"{path}: no such file")
+    try:
+        path.open("rb").close()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror}); check the file's permissions") from exc
     progress = options["progress"]
     size = path.stat().st_size
     if size == 0 or (is_gzip(path) and not head_text(path, 1)):
