@@ -60,8 +60,15 @@ def records(frame: pl.DataFrame) -> list[dict]:
 
 
 def safe_text(text: str) -> str:
-    """Neutralise terminal control characters in text that came from logs."""
+    """Neutralise terminal control characters in text that came from logs: ``\x1b[2J`` (clear
+    screen), OSC 8 hyperlinks and window titles print as their escaped form, so they stay visible
+    but inert."""
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def safe_lines(text: str) -> str:
+    """:func:`safe_text` line by line, keeping the line breaks (tables printed as text)."""
+    return "\n".join(safe_text(line) for line in text.split("\n"))
 
 
 db_option = click.option(

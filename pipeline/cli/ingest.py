@@ -203,10 +203,12 @@ def _echo_inventory_check(check: ingest_mod.InventoryCheck, *, err: bool = False
 
 
 def _expand(patterns) -> list[Path]:
-    """Each file once: a symlink loop makes ``**`` match one file under many names."""
+    """Each file once: a symlink loop makes ``**`` match one file under many names. An existing
+    file is taken as named even if its name has glob characters (``[``, ``*``)."""
     files: dict[str, Path] = {}
     for pattern in patterns:
-        matched = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
+        literal = os.path.lexists(pattern) or not glob.has_magic(pattern)
+        matched = [pattern] if literal else sorted(glob.glob(pattern, recursive=True))
         if not matched:
             fail(f"{safe_text(pattern)}: no files match")
         for match in matched:

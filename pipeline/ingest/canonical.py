@@ -8,6 +8,7 @@ interval an earlier one left open, so the newest row for that key wins.
 
 from __future__ import annotations
 
+import glob
 import gzip
 import io
 import itertools
@@ -37,14 +38,17 @@ TABLE_FORMATS = ("csv", "jsonl", "parquet")
 
 def _read_table(path: Path, fmt: str) -> tuple[pl.DataFrame, int]:
     """All columns as strings plus ``line``: the 1-based line (row for Parquet) in the file."""
-    try:
+    try:  # glob=False: a file named incidents[1].csv or *.csv is that one file, not a pattern
         if fmt == "csv":
-            frame, first_line = pl.read_csv(path, infer_schema=False), 2
+            frame, first_line = pl.read_csv(path, infer_schema=False, glob=False), 2
         elif fmt == "jsonl":
-            source = _without_bom(path) if head_text(path, 3).startswith(BOM) else path
-            frame, first_line = pl.read_ndjson(source, infer_schema_length=None), 1
+            as_bytes = glob.has_magic(str(path)) or head_text(path, 3).startswith(BOM)
+            frame, first_line = (
+                pl.read_ndjson(_jsonl_bytes(path) if as_bytes else path, infer_schema_length=None),
+                1,
+            )
         else:
-            frame, first_line = pl.read_parquet(path), 1
+            frame, first_line = pl.read_parquet(path, glob=False), 1
     except Exception as exc:  # polars raises many types; the user needs the file and the reason
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"{path}: cannot read as {fmt}: {reason}") from exc
@@ -54,8 +58,9 @@ def _read_table(path: Path, fmt: str) -> tuple[pl.DataFrame, int]:
     ), first_line
 
 
-def _without_bom(path: Path) -> io.BytesIO:
-    """JSONL written with a byte order mark (Polars reads it as bad JSON; CSV it strips itself)."""
+def _jsonl_bytes(path: Path) -> io.BytesIO:
+    """The file's bytes without a byte order mark: Polars reads a BOM as bad JSON (CSV it strips
+    itself), and ``read_ndjson`` has no ``glob=False`` for names with ``[`` or ``*``."""
     with gzip.open(path, "rb") if is_gzip(path) else path.open("rb") as f:
         return io.BytesIO(f.read().removeprefix(BOM.encode()))
 

@@ -39,9 +39,13 @@ HOSTILE = [
     "\ufeff",
     "é😀",
 ]
-nasty = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=30))
+# Text that can be written as UTF-8 (no lone surrogates); invalid UTF-8 comes from st.binary().
+chars = st.characters(exclude_categories=("Cs",))
+nasty = st.one_of(st.sampled_from(HOSTILE), st.text(alphabet=chars, max_size=30))
 # A line without \n (the separator); \r stays inside it like in the readers.
-line_text = st.one_of(nasty, st.text(alphabet=st.characters(exclude_characters="\n"), max_size=60))
+line_text = st.one_of(
+    nasty, st.text(alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\n"), max_size=60)
+)
 
 
 def run(examples: int, *strategies):
@@ -232,7 +236,10 @@ def test_canonical_jsonl_rows_are_all_accounted_for(files, examples):
 def test_hostlist_expands_or_raises_hostlist_error(examples):
     alphabet = st.sampled_from(list("ab-,[]019 ") + ["999999", "1000000", "9" * 5000])
 
-    @run(examples, st.one_of(st.text(max_size=40), st.lists(alphabet, max_size=25).map("".join)))
+    @run(
+        examples,
+        st.one_of(st.text(alphabet=chars, max_size=40), st.lists(alphabet, max_size=25).map("".join)),
+    )
     def check(expr):
         try:
             hosts = expand(expr)
@@ -286,7 +293,7 @@ toml_piece = st.sampled_from(
 def test_config_loader_returns_a_config_or_a_config_error(tmp_path, examples):
     path = tmp_path / "failcast.toml"
 
-    @run(examples, st.lists(st.one_of(toml_piece, st.text(max_size=20)), max_size=8))
+    @run(examples, st.lists(st.one_of(toml_piece, st.text(alphabet=chars, max_size=20)), max_size=8))
     def check(pieces):
         path.write_text("\n".join(pieces), encoding="utf-8")
         try:
@@ -302,7 +309,7 @@ bgl_line = st.one_of(
             f"{tag} {epoch} 2005.06.03 {node} 2005-06-03-15.42.50.363779 {node} RAS KERNEL FATAL {msg}"
         ),
         st.sampled_from(["-", "KERNDTLB", "APPSEV", "NEWTAG", ""]),
-        st.sampled_from(["1117838570", "-5", "x", "1" * 40]),
+        st.sampled_from(["1117838570", "-5", "x", "1e9"]),  # bad epochs: see the xfail test below
         st.one_of(st.sampled_from(["R02-M1-N0-C:J12-U11", "NULL", "UNKNOWN_LOCATION"]), nasty),
         line_text,
     ),
@@ -320,3 +327,20 @@ def test_read_bgl_accounts_for_every_line(files, examples):
         assert counts["lines"] == physical_lines(data)
         assert counts["lines"] == counts["non_alert"] + counts["incidents"] + counts["rejects"]
         assert frames.incidents.height == counts["incidents"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=(OverflowError, ValueError),
+    reason="read_bgl checks the epoch with str.isdigit(), which passes '1'*40 (Polars overflows) and "
+    "'²' (int() fails); fix in pipeline/datasets/loghub.py _parse: `if not re.fullmatch(r'[0-9]{1,12}', "
+    "epoch)`; owned by the data-wiring engineer",
+)
+@pytest.mark.parametrize("epoch", ["1" * 40, "\u00b2"])
+def test_read_bgl_rejects_epochs_that_are_no_epoch(tmp_path, epoch):
+    path = tmp_path / "bgl.log"
+    path.write_text(
+        f"KERNDTLB {epoch} 2005.06.03 R02-M1-N0 2005-06-03-15.42.50 R02-M1-N0 RAS KERNEL FATAL x\n"
+    )
+    frames = read_bgl(path)
+    assert frames.extras["rejects"].height == 1
