@@ -14,6 +14,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+import polars as pl
 import pytest
 from click.testing import CliRunner
 
@@ -270,3 +271,25 @@ def test_paths_that_are_no_regular_file_are_refused_without_hanging(con, tmp_pat
         os.mkfifo(path)  # opening it would block forever
     with pytest.raises(InputError, match="no such file"):
         ingest_files(con, [path])
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+@pytest.mark.parametrize("name", ["incidents[1]", "incidents*", "incidents?"])
+def test_file_names_with_glob_characters_are_read_as_named(con, tmp_path, name, suffix):
+    """Polars expands glob patterns in paths: 'incidents*.csv' must not read the neighbours too."""
+    rows = {
+        "timestamp": ["2026-03-02T04:26:29Z"],
+        "cluster_id": ["c1"],
+        "node_id": ["n1"],
+        "category": ["host"],
+    }
+    frame = pl.DataFrame(rows)
+    for stem, node in ((name, "n1"), ("incidents1", "n2"), ("incidentsX", "n3")):
+        path = tmp_path / f"{stem}{suffix}"
+        framed = frame.with_columns(node_id=pl.lit(node))
+        {".csv": framed.write_csv, ".jsonl": framed.write_ndjson, ".parquet": framed.write_parquet}[suffix](
+            path
+        )
+    [s] = ingest_files(con, [tmp_path / f"{name}{suffix}"])
+    assert (s.rows_read, s.rows_ingested) == (1, 1)
+    assert rows_of(con, "SELECT node_id FROM events") == [("n1",)]
