@@ -13,13 +13,14 @@ import itertools
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline import config, warehouse
 from pipeline.categories import FailureCategory
-from pipeline.datasets import read_bgl
+from pipeline.datasets import read_bgl, read_lanl, read_titan
 from pipeline.ingest import InputError, ingest_files
 from pipeline.ingest.hostlist import MAX_HOSTS, HostlistError, expand
 
@@ -344,3 +345,18 @@ def test_read_bgl_rejects_epochs_that_are_no_epoch(tmp_path, epoch):
     )
     frames = read_bgl(path)
     assert frames.extras["rejects"].height == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=pl.exceptions.PolarsError,
+    reason="read_lanl/read_titan let Polars errors escape (an empty file raises NoDataError, not the "
+    "documented ValueError); fix in pipeline/datasets/: wrap pl.read_csv and raise "
+    "ValueError(f'{path}: cannot read as CSV: ...'); owned by the data-wiring engineer",
+)
+@pytest.mark.parametrize("reader", [read_lanl, read_titan])
+def test_public_csv_readers_raise_only_value_errors(tmp_path, reader):
+    path = tmp_path / "data.csv"
+    path.write_bytes(b"")
+    with pytest.raises(ValueError, match="data.csv"):
+        reader(path)
