@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from pipeline import warehouse
 from pipeline.cli import main
-from pipeline.ingest import InputError, ingest_files
+from pipeline.ingest import InputError, detect_format, ingest_files
 
 REPO = Path(__file__).parents[1]
 CSV_HEADER = "timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at"
@@ -89,6 +89,22 @@ def test_crlf_and_byte_order_marks_read_like_plain_files(tmp_path, name, text, f
     columns = "node_id, timestamp_utc, message" if table == "events" else "job_id, nodes, start_utc"
     query = f"SELECT {columns} FROM {table} ORDER BY ALL"  # noqa: S608 (names from the parametrize list)
     assert rows_of(shaped_con, query) == rows_of(plain_con, query)
+
+
+@pytest.mark.parametrize(
+    ("content", "fmt"),
+    [
+        (
+            '{"timestamp":"2026-03-02T04:26:29Z","cluster_id":"c1","node_id":"n1","category":"host"}\n',
+            "jsonl",
+        ),
+        (SACCT, "sacct"),
+        (csv_rows("2026-03-02T04:26:29Z,c1,n1,host,,,m,"), "csv"),
+        (xid_log(1), "kernel-log"),
+    ],
+)
+def test_format_is_detected_behind_a_byte_order_mark(tmp_path, content, fmt):
+    assert detect_format(_write(tmp_path / "export.txt", ("\ufeff" + content).encode())) == fmt
 
 
 def _write(path: Path, data: bytes) -> Path:

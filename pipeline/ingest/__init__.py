@@ -36,7 +36,7 @@ from pipeline.ingest.canonical import (
 )
 from pipeline.ingest.common import FileSummary, InputError, checked_timezone, sha256_of
 from pipeline.ingest.kernel_log import ingest_kernel_log
-from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, head_text, is_gzip
+from pipeline.ingest.lines import BOM, MAX_DECOMPRESSED_BYTES, head_text, is_gzip
 from pipeline.ingest.sacct import ingest_sacct
 
 DATASET_FORMATS = ("lanl", "titan", "bgl")
@@ -75,7 +75,7 @@ def detect_format(path: Path) -> str:
     with path.open("rb") as f:
         if name.endswith(".parquet") or f.read(4) == b"PAR1":
             return "parquet"
-    head = head_text(path)
+    head = head_text(path).removeprefix(BOM)
     first = next((line for line in head.splitlines() if line.strip()), "")
     if "|" in first and "jobid" in first.lower().split("|"):
         return "sacct"
