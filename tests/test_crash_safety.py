@@ -2,8 +2,9 @@
 
 After every kill the warehouse must open and hold exactly the files that committed: each
 ``ingested_files`` row has all its events and rejects, and no event or reject belongs to a file that
-is not recorded. Each rerun starts from what the killed one left; after the kills a last run
-completes the rest, and the tables must equal those of one clean run (no duplicates, nothing lost).
+is not recorded. Each rerun starts from what the killed one left (from an empty warehouse again
+once a kill came after the last commit); after the kills a last run completes the rest, and the
+tables must equal those of one clean run (no duplicates, nothing lost).
 """
 
 from __future__ import annotations
@@ -160,6 +161,10 @@ def kill_and_rerun(tmp_path: Path, kills: int, seed: int) -> None:
     db = tmp_path / "killed.duckdb"
     committed = [0]
     for _ in range(kills):
+        if committed[-1] == len(inputs):  # a kill came too late: start again from an empty warehouse
+            for leftover in tmp_path.glob("killed.duckdb*"):
+                leftover.unlink()
+            committed[-1] = 0
         child = start(db, inputs)
         left = 1 - committed[-1] / len(inputs)  # earlier runs committed some files: less is left to do
         time.sleep(rng.uniform(0, work_seconds * max(left, 0.1)))
@@ -172,8 +177,7 @@ def kill_and_rerun(tmp_path: Path, kills: int, seed: int) -> None:
     got, want = contents(db), contents(clean)
     for table in TABLES:
         assert got[table].equals(want[table]), table
-    assert max(committed) > 0, f"no kill landed after a commit: {committed}"
-    assert min(committed) < len(inputs), f"no kill landed before the end: {committed}"
+    assert any(0 < c < len(inputs) for c in committed), f"no kill landed mid-ingest: {committed}"
 
 
 def test_sigkill_at_random_points_leaves_whole_files_and_a_rerun_completes(tmp_path):
