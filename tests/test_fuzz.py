@@ -233,6 +233,17 @@ def test_gzip_bomb_on_the_command_line_is_one_line_and_exit_2(tmp_path):
     assert "gzip bomb" in result.output and len(result.output.strip().splitlines()) == 1
 
 
+def test_the_configured_limit_reaches_a_scheduled_run(tmp_path):
+    (tmp_path / "logs").mkdir()
+    _write(tmp_path / "logs" / "bomb.log.gz", gzip.compress(b"\n" * (3 << 20), 9))
+    cfg = _write(
+        tmp_path / "failcast.toml",
+        b'warehouse = "w.duckdb"\n[inputs]\nkernel-log = ["logs/*.gz"]\n[ingest]\nmax_decompressed_mb = 1\n',
+    )
+    result = CliRunner().invoke(main, ["run", "--config", str(cfg)])
+    assert result.exit_code == 2 and "gzip bomb" in result.output, result.output
+
+
 def test_a_gzip_within_the_limit_is_read(con, tmp_path):
     path = _write(tmp_path / "ok.log.gz", gzip.compress((xid_log(2) + "\n" * 1000).encode()))
     [s] = ingest_files(con, [path], max_decompressed_bytes=BOMB_LIMIT)
