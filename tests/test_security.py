@@ -247,11 +247,6 @@ def escape_fleet_db(tmp_path_factory) -> str:
     return db
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli/stats.py prints the rates frame raw: fix with click.echo(safe_lines(str(frame))) "
-    "(pipeline.cli.common.safe_lines); owned by the data-wiring engineer",
-)
 def test_rates_text_output_neutralises_terminal_escapes(escape_fleet_db):
     result = CliRunner().invoke(main, ["rates", "--db", escape_fleet_db, "--by", "cluster_id"])
     assert result.exit_code == 0, result.output

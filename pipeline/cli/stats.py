@@ -15,6 +15,7 @@ from pipeline.cli.common import (
     json_option,
     main,
     records,
+    safe_lines,
     safe_text,
     until_option,
 )
@@ -119,7 +120,7 @@ def rates(
         with pl.Config(
             tbl_rows=100, tbl_cols=30, float_precision=6, tbl_width_chars=240, tbl_hide_column_data_types=True
         ):
-            click.echo(frame)
+            click.echo(safe_lines(str(frame)))
 
 
 # --- fit -----------------------------------------------------------------------------------------

@@ -85,3 +85,12 @@ def merge_intervals(intervals: pl.DataFrame, keys: list[str], start: str, end: s
         .agg(pl.col(start).min(), pl.col(end).max())
         .drop("_new")
     )
+
+
+def read_text_csv(path: Path | str) -> pl.DataFrame:
+    """A public data set's CSV (plain or gzip), every column as text; unreadable -> ValueError naming it."""
+    try:
+        return pl.read_csv(path, infer_schema=False)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path}: cannot read as CSV: {first}") from None

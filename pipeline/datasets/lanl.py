@@ -30,7 +30,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.categories import FailureCategory
-from pipeline.datasets.frames import CanonicalFrames, merge_intervals
+from pipeline.datasets.frames import CanonicalFrames, merge_intervals, read_text_csv
 
 LANL_TIMEZONE = "America/Denver"
 ROOT_CAUSES = ("Facilities", "Hardware", "Human Error", "Network", "Undetermined", "Software")
@@ -74,7 +74,7 @@ def _month_expr(column: str, mapping: dict[str, datetime | None]) -> pl.Expr:
 def read_lanl(path: Path | str) -> CanonicalFrames:
     """Read the LANL CSV (plain or gzip) into canonical incidents, inventory and a ``systems`` extra."""
     path = Path(path)
-    raw = pl.read_csv(path, infer_schema=False)
+    raw = read_text_csv(path)
     missing = [
         c for c in ("System", "nodenumz", "Prob Started", "Prob Fixed", *ROOT_CAUSES) if c not in raw.columns
     ]

@@ -11,6 +11,7 @@ that names no node (``NULL``, ``UNKNOWN_LOCATION``), or an alert tag that the ma
 from __future__ import annotations
 
 import gzip
+import re
 from pathlib import Path
 
 import polars as pl
@@ -47,7 +48,7 @@ def _parse(number: int, text: str) -> tuple[dict | None, str | None]:
             f"alert line has {len(fields)} fields; expected at least 9 (tag epoch date node time ...)",
         )
     tag, epoch, _, node = fields[:4]
-    if not epoch.isdigit():
+    if not re.fullmatch(r"[0-9]{1,12}", epoch):
         return None, f"epoch {epoch!r} is not an integer number of seconds"
     if node in _NO_NODE:
         return None, f"alert {tag} names no node (location {node})"

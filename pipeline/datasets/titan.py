@@ -38,7 +38,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.categories import FailureCategory
-from pipeline.datasets.frames import CanonicalFrames, merge_intervals
+from pipeline.datasets.frames import CanonicalFrames, merge_intervals, read_text_csv
 
 EVENT_CATEGORIES = {"DBE": FailureCategory.GPU_MEMORY, "OTB": FailureCategory.GPU_FELL_OFF_BUS}
 CAUSE_CODES = {"DBE": 1, "OTB": 2}
@@ -75,7 +75,7 @@ def read_titan(
 ) -> CanonicalFrames:
     """Canonical incidents (one per DBE/OTB period end) and inventory (slot service intervals)."""
     path_full = Path(path_full)
-    periods = pl.read_csv(path_full, infer_schema=False)
+    periods = read_text_csv(path_full)
     missing = [c for c in ("SN", "location", "insert", "remove", "event") if c not in periods.columns]
     if missing:
         raise ValueError(f"{path_full}: not Titan's gc_full.csv (missing columns {missing})")
@@ -136,7 +136,7 @@ def read_titan(
 
 def _gpu_lifetimes(path: Path, periods: pl.DataFrame) -> pl.DataFrame:
     """One row per GPU: batch, hours in service, dead, cause (last DBE/OTB in its history)."""
-    summary = pl.read_csv(path, infer_schema=False)
+    summary = read_text_csv(path)
     missing = [c for c in ("SN", "time", "batch", "dead") if c not in summary.columns]
     if missing:
         raise ValueError(f"{path}: not Titan's gc_summary_loc.csv (missing columns {missing})")

@@ -13,7 +13,6 @@ import itertools
 import json
 from pathlib import Path
 
-import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -310,7 +309,9 @@ bgl_line = st.one_of(
             f"{tag} {epoch} 2005.06.03 {node} 2005-06-03-15.42.50.363779 {node} RAS KERNEL FATAL {msg}"
         ),
         st.sampled_from(["-", "KERNDTLB", "APPSEV", "NEWTAG", ""]),
-        st.sampled_from(["1117838570", "-5", "x", "1e9"]),  # bad epochs: see the xfail test below
+        st.sampled_from(
+            ["1117838570", "-5", "x", "1e9"]
+        ),  # bad epochs: see test_read_bgl_rejects_epochs_that_are_no_epoch
         st.one_of(st.sampled_from(["R02-M1-N0-C:J12-U11", "NULL", "UNKNOWN_LOCATION"]), nasty),
         line_text,
     ),
@@ -330,13 +331,6 @@ def test_read_bgl_accounts_for_every_line(files, examples):
         assert frames.incidents.height == counts["incidents"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(OverflowError, ValueError),
-    reason="read_bgl checks the epoch with str.isdigit(), which passes '1'*40 (Polars overflows) and "
-    "'²' (int() fails); fix in pipeline/datasets/loghub.py _parse: `if not re.fullmatch(r'[0-9]{1,12}', "
-    "epoch)`; owned by the data-wiring engineer",
-)
 @pytest.mark.parametrize("epoch", ["1" * 40, "\u00b2"])
 def test_read_bgl_rejects_epochs_that_are_no_epoch(tmp_path, epoch):
     path = tmp_path / "bgl.log"
@@ -347,13 +341,6 @@ def test_read_bgl_rejects_epochs_that_are_no_epoch(tmp_path, epoch):
     assert frames.extras["rejects"].height == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pl.exceptions.PolarsError,
-    reason="read_lanl/read_titan let Polars errors escape (an empty file raises NoDataError, not the "
-    "documented ValueError); fix in pipeline/datasets/: wrap pl.read_csv and raise "
-    "ValueError(f'{path}: cannot read as CSV: ...'); owned by the data-wiring engineer",
-)
 @pytest.mark.parametrize("reader", [read_lanl, read_titan])
 def test_public_csv_readers_raise_only_value_errors(tmp_path, reader):
     path = tmp_path / "data.csv"
