@@ -72,6 +72,19 @@ def record_counts(con, file_id: int, summary: FileSummary) -> None:
     )
 
 
+def account_lines(
+    con, file_id: int, path: Path, summary: FileSummary, bad: pl.DataFrame, relevant: int
+) -> None:
+    """Store a line-based file's rejects and complete its counts: of the lines read, ``relevant``
+    carried a record (the rest were ignored by design); of those, ``bad`` were rejected and the
+    ones neither rejected nor ingested were duplicates."""
+    insert_rejects(con, file_id, path, bad)
+    summary.rows_rejected = bad.height
+    summary.rows_ignored = summary.rows_read - relevant
+    summary.rows_duplicate = relevant - bad.height - summary.rows_ingested
+    record_counts(con, file_id, summary)
+
+
 def insert_rejects(con, file_id: int | None, path: Path, rejects: pl.DataFrame) -> None:
     """``rejects`` has columns line, raw, reason."""
     with registered(con, "rejects_frame", rejects):

@@ -41,9 +41,8 @@ from pipeline.categories import FailureCategory
 from pipeline.ingest import xid as xid_catalog
 from pipeline.ingest.common import (
     FileSummary,
+    account_lines,
     count,
-    insert_rejects,
-    record_counts,
     register_file,
     registered,
 )
@@ -278,11 +277,7 @@ def ingest_kernel_log(
     bad = con.sql(
         "SELECT line, text AS raw, reason FROM xid_parsed WHERE reason IS NOT NULL ORDER BY line"
     ).pl()
-    insert_rejects(con, file_id, path, bad)
-    relevant = count(con, "SELECT count(*) FROM xid_parsed")
-    summary.rows_rejected = bad.height
-    summary.rows_ignored = summary.rows_read - relevant
-    summary.rows_duplicate = relevant - bad.height - summary.rows_ingested
+    account_lines(con, file_id, path, summary, bad, count(con, "SELECT count(*) FROM xid_parsed"))
     unknown = con.sql(
         "SELECT count(*), list(DISTINCT xid ORDER BY xid) FROM xid_parsed"
         " WHERE reason IS NULL AND category = $c",
@@ -296,5 +291,4 @@ def ingest_kernel_log(
         summary.notes.append(f"{bad_ignored} ignored (non-Xid) line(s) had non-UTF-8 bytes")
     if cluster is None:
         summary.notes.append("cluster_id not given (--cluster): taken from the inventory by node name")
-    record_counts(con, file_id, summary)
     return summary

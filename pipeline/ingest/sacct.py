@@ -24,9 +24,8 @@ from pipeline.ingest import hostlist
 from pipeline.ingest.common import (
     FileSummary,
     InputError,
+    account_lines,
     count,
-    insert_rejects,
-    record_counts,
     register_file,
     registered,
 )
@@ -213,10 +212,5 @@ def ingest_sacct(
     bad = con.sql(
         "SELECT line, text AS raw, reason FROM jobs_parsed WHERE reason IS NOT NULL ORDER BY line"
     ).pl()
-    insert_rejects(con, file_id, path, bad)
-    relevant = count(con, "SELECT count(*) FROM jobs_parsed")
-    summary.rows_rejected = bad.height
-    summary.rows_ignored = summary.rows_read - relevant
-    summary.rows_duplicate = relevant - bad.height - summary.rows_ingested
-    record_counts(con, file_id, summary)
+    account_lines(con, file_id, path, summary, bad, count(con, "SELECT count(*) FROM jobs_parsed"))
     return summary
