@@ -407,3 +407,17 @@ def test_log_lines_carry_stage_and_fields_and_no_terminal_escapes(capsys, log_fo
         record = json.loads(line)
         assert (record["level"], record["stage"], record["message"]) == ("info", "ingest", "file")
         assert datetime.fromisoformat(record["ts"]).tzinfo is not None
+
+
+def test_run_inputs_take_existing_names_literally_and_each_file_once(tmp_path):
+    from pipeline.runs.batch import expand_inputs
+
+    (tmp_path / "logs").mkdir()
+    odd = tmp_path / "logs" / "x[1].csv"
+    odd.write_text("a\n")
+    (tmp_path / "logs" / "loop").symlink_to(tmp_path / "logs")  # ** sees x[1].csv under many names
+    files, unmatched = expand_inputs(
+        {"csv": (str(odd), str(tmp_path / "logs" / "**" / "*.csv")), "jsonl": (str(tmp_path / "none*"),)}
+    )
+    assert [(p.name, fmt) for p, fmt in files] == [("x[1].csv", "csv")]
+    assert unmatched == [str(tmp_path / "none*")]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import os
 import sys
 from pathlib import Path
@@ -207,10 +206,9 @@ def _expand(patterns) -> list[Path]:
     file is taken as named even if its name has glob characters (``[``, ``*``)."""
     files: dict[str, Path] = {}
     for pattern in patterns:
-        literal = os.path.lexists(pattern) or not glob.has_magic(pattern)
-        matched = [pattern] if literal else sorted(glob.glob(pattern, recursive=True))
+        matched = ingest_mod.expand_pattern(pattern)
         if not matched:
             fail(f"{safe_text(pattern)}: no files match")
         for match in matched:
-            files.setdefault(os.path.realpath(match), Path(match))
+            files.setdefault(os.path.realpath(match), match)
     return list(files.values())

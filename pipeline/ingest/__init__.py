@@ -20,6 +20,8 @@ Rules that every reader follows:
 
 from __future__ import annotations
 
+import glob
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +45,7 @@ DATASET_FORMATS = ("lanl", "titan", "bgl")
 FORMATS = (*TABLE_FORMATS, "kernel-log", "sacct", *DATASET_FORMATS)
 
 __all__ = [
+    "expand_pattern",
     "DATASET_FORMATS",
     "FORMATS",
     "INCIDENT_COLUMNS",
@@ -64,6 +67,19 @@ __all__ = [
 _LOG_LINE = re.compile(
     r"^(?:\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}|[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} |\[)|Xid", re.M
 )
+
+
+def expand_pattern(pattern: str) -> list[Path]:
+    """The files a path or glob names (``**`` recursive), each once by real path: a symlink loop
+    makes ``**`` match one file under many names. An existing file is taken as named even if its
+    name has glob characters (``[``, ``*``); a plain path that does not exist is returned as is, so
+    ingest reports it as missing."""
+    literal = os.path.lexists(pattern) or not glob.has_magic(pattern)
+    matched = [pattern] if literal else sorted(glob.glob(pattern, recursive=True))
+    files: dict[str, Path] = {}
+    for match in matched:
+        files.setdefault(os.path.realpath(match), Path(match))
+    return list(files.values())
 
 
 def detect_format(path: Path) -> str:

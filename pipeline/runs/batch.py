@@ -3,9 +3,9 @@ rebuild, refit, report, publish, prune."""
 
 from __future__ import annotations
 
-import glob
 import itertools
 import logging
+import os
 import secrets
 import sys
 import time
@@ -36,19 +36,19 @@ class InputFile:
 def expand_inputs(inputs: dict[str, tuple[str, ...]]) -> tuple[list[tuple[Path, str | None]], list[str]]:
     """(path, format) for every file the globs match, each once, plus the globs that matched none.
 
-    A plain path (no wildcard) that does not exist is kept, so ingest reports it as missing.
+    Patterns are read as by ``failcast ingest`` (:func:`pipeline.ingest.expand_pattern`).
     """
-    found: dict[Path, str | None] = {}
+    found: dict[str, tuple[Path, str | None]] = {}
     unmatched: list[str] = []
     for kind, patterns in inputs.items():
         fmt = None if kind in ("inventory", "auto") else kind
         for pattern in patterns:
-            matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
+            matches = ingest.expand_pattern(pattern)
             if not matches:
                 unmatched.append(pattern)
             for match in matches:
-                found.setdefault(Path(match), fmt)
-    return list(found.items()), unmatched
+                found.setdefault(os.path.realpath(match), (match, fmt))
+    return list(found.values()), unmatched
 
 
 def classify_inputs(con, files: list[tuple[Path, str | None]]) -> list[InputFile]:
