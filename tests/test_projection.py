@@ -406,28 +406,32 @@ def test_cli_project_json_text_explain_and_errors():
         assert words in res.stderr and res.stderr.count("\n") == 1
 
 
-def test_job_for_fleet_uses_the_measured_rate_and_config_recovery(tmp_path) -> None:
-    from pipeline.projection import job_spec_for_fleet
+def test_job_for_fleet_uses_the_fleet_model_for_its_size_and_config_recovery(tmp_path) -> None:
+    from pipeline.projection import FailureModel, job_spec_for_fleet
 
     job = tmp_path / "job.toml"
     job.write_text(
         'name = "j"\n[work]\ngpu_hours = 1e5\n[cluster]\ninstances = 64\nprice_per_gpu_hour_usd = 2.0\n'
         "[recovery.automatic]\ndetect_hours = 0.2\n"
     )
+    asked: list[int] = []
+
+    def fleet_failure(instances: int) -> FailureModel:
+        asked.append(instances)
+        return FailureModel.from_counts(40, 100_000.0, source="test fleet")
+
     spec = job_spec_for_fleet(
-        job,
-        fleet_failures=40,
-        fleet_instance_hours=100_000.0,
-        source="test fleet",
-        recovery={"automatic": {"detect_hours": 0.9, "replace_hours": 0.7}},
+        job, fleet_failure=fleet_failure, recovery={"automatic": {"detect_hours": 0.9, "replace_hours": 0.7}}
     )
+    assert asked == [64]  # the model for a job of the job's own size
     assert spec.failure.cluster_rate_per_hour(1) == pytest.approx(40 / 100_000)
     automatic = spec.recovery["automatic"]
     assert (automatic.detect_hours, automatic.replace_hours) == (0.2, 0.7)  # the job's key wins
     with_preset = job_spec_for_fleet(
-        {**tomllib.loads(job.read_text()), "failures": {"preset": "opt-175b"}},
-        fleet_failures=40,
-        fleet_instance_hours=100_000.0,
-        source="test fleet",
+        {**tomllib.loads(job.read_text()), "failures": {"preset": "opt-175b"}}, fleet_failure=fleet_failure
     )
     assert with_preset.failure.cluster_rate_per_hour(1) == pytest.approx(0.000588, rel=0.01)
+    flags = job_spec_for_fleet(job, fleet_failure=fleet_failure, instances=512)
+    assert asked[-1] == 512 and flags.instances == 512  # a flag's size is the size that is projected
+    with pytest.raises(SpecError, match="job.toml"):
+        job_spec_for_fleet(job, fleet_failure=fleet_failure, instances=0)

@@ -416,7 +416,7 @@ def test_one_mode_without_monte_carlo_and_free_checkpoints(hostile_analysis):
     assert len(specs) == len(charted(report.sections(hostile_analysis, outlook))) and "saves" not in text
 
 
-def test_cli_report_with_job_uses_fleet_rate(tmp_path, sample_warehouse):
+def test_cli_report_with_job_uses_the_fleets_model_for_the_job_size(tmp_path, sample_warehouse):
     pytest.importorskip("pipeline.projection", reason="projection (issue 5) has not landed")
     job = tmp_path / "job.toml"
     job.write_text(
@@ -429,7 +429,7 @@ def test_cli_report_with_job_uses_fleet_rate(tmp_path, sample_warehouse):
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     html_text = (tmp_path / report.REPORT_FILENAME).read_text()
-    assert "fleet rate in" in html_text and "checkpoint-interval" in html_text
+    assert "measured rate of clusters of ~32 instances" in html_text and "checkpoint-interval" in html_text
 
 
 def test_one_cluster_fleet_renders_without_a_scaling_law(tmp_path):

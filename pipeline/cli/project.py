@@ -11,7 +11,6 @@ from pipeline import warehouse
 from pipeline.cli.common import (
     db_option,
     echo_json,
-    fail,
     json_option,
     main,
     records,
@@ -64,7 +63,6 @@ def project(
     db,
 ) -> None:
     """Training time, goodput and cost of a job under failures, manual vs automatic recovery."""
-    import tomllib
 
     from pipeline import projection as proj
 
@@ -76,22 +74,16 @@ def project(
             failure = proj.FailureModel.preset(failure_rate)
         else:
             failure = proj.FailureModel.exponential(percent / 100, source="--failure-rate")
-    doc = {}
-    if spec_path is not None:
-        try:
-            doc = tomllib.loads(spec_path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            fail(f"{spec_path}: cannot read job spec ({exc.strerror})")
-        except tomllib.TOMLDecodeError as exc:
-            fail(f"{spec_path}: invalid TOML ({exc})")
-    if failure is None and not doc.get("failures"):
+
+    def fleet_failure(instances: int) -> proj.FailureModel:
+        """The warehouse's own model for a job of this size (only when no failure model is given)."""
         if not Path(db).exists():
-            fail(f"no failure model: give --failure-rate (e.g. 0.05 or llama-3.1) or ingest data into {db}")
-        rate = analysis_mod.analyze(warehouse.connect(db, read_only=True)).fleet_rate
-        low, high = rate.confidence_interval_
-        failure = proj.FailureModel.exponential(
-            rate.rate_, low if low > 0 else None, high if low > 0 else None, source=f"warehouse {db}"
-        )
+            raise ValueError(
+                f"no failure model: give --failure-rate (e.g. 0.05 or llama-3.1) or ingest data into {db}"
+            )
+        fleet = analysis_mod.analyze(warehouse.connect(db, read_only=True))
+        return analysis_mod.failure_model_for(fleet, instances)
+
     overrides = dict(
         instances=instances,
         gpus_per_instance=gpus_per_instance,
@@ -103,10 +95,7 @@ def project(
         price_per_gpu_hour_usd=price_per_gpu_hour,
         failure=failure,
     )
-    try:
-        spec = proj.job_spec_from_mapping(doc, **overrides)
-    except proj.SpecError as exc:
-        fail(f"{spec_path}: {exc}" if spec_path else str(exc))
+    spec = proj.job_spec_for_fleet(spec_path, fleet_failure=fleet_failure, **overrides)
     result = proj.project(spec, monte_carlo_runs=monte_carlo_runs, seed=seed, modes=modes or None)
     if as_json:
         payload = result.to_dict()

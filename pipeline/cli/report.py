@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from pipeline import analysis as analysis_mod
+from pipeline import projection, warehouse
 from pipeline import report as report_mod
-from pipeline import warehouse
 from pipeline.cli.common import (
     db_option,
     main,
@@ -57,7 +57,9 @@ def report(
     baselines = {p.stem: _baseline(p) for p in baseline_dbs}
     outlook = None
     if job_path is not None:
-        spec = _report_job_spec(job_path, result.fleet_rate, db)
+        spec = projection.job_spec_for_fleet(
+            job_path, fleet_failure=lambda n: analysis_mod.failure_model_for(result, n)
+        )
         outlook = report_mod.job_outlook(spec, monte_carlo_runs=monte_carlo_runs, seed=seed)
     path = report_mod.write_report(result, out, projection=outlook, images=images, baselines=baselines)
     click.echo(f"wrote {path}")
@@ -71,15 +73,3 @@ def _baseline(path: Path) -> analysis_mod.FleetAnalysis:
         return analysis_mod.analyze(warehouse.connect(path, read_only=True))
     except ValueError as exc:
         raise ValueError(f"--baseline-db {path}: {exc}") from exc
-
-
-def _report_job_spec(path: Path, fleet_rate, db: Path):
-    """The job spec; a spec without a [failures] table is projected with the warehouse's fleet rate."""
-    from pipeline import projection as proj
-
-    return proj.job_spec_for_fleet(
-        path,
-        fleet_failures=fleet_rate.failures_,
-        fleet_instance_hours=fleet_rate.exposure_hours_,
-        source=f"fleet rate in {db}",
-    )

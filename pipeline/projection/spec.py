@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -361,34 +362,44 @@ def load_job_spec(path: str | Path) -> JobSpec:
 
 
 def job_spec_for_fleet(
-    job: str | Path | dict[str, Any],
+    job: str | Path | dict[str, Any] | None,
     *,
-    fleet_failures: int,
-    fleet_instance_hours: float,
-    source: str,
+    fleet_failure: Callable[[int], FailureModel] | None = None,
     recovery: dict[str, dict[str, float]] | None = None,
+    **overrides: Any,
 ) -> JobSpec:
-    """A job (TOML path or parsed table) projected on *this* fleet.
+    """A job (TOML path, parsed table, or None for flags only) projected on *this* fleet.
 
-    A job without a ``[failures]`` table gets the fleet's measured rate, with its exact interval,
-    so a scheduled report projects the next job on the failures the fleet actually had. Recovery
-    profiles from the run config (``recovery``) apply under the job's own ``[recovery]`` keys.
+    A job whose failures are given neither by ``[failures]`` nor by an override gets
+    ``fleet_failure(instances)``: the fleet's own measured model for a job of that size (see
+    :func:`pipeline.analysis.failure_model_for`), so a scheduled report projects the next job on the
+    failures the fleet actually had. Recovery profiles from the run config (``recovery``) apply
+    under the job's own ``[recovery]`` keys; ``overrides`` (CLI flags) win over the document.
     """
-    where = str(job) if not isinstance(job, dict) else f"job {job.get('name', '(inline)')!r}"
-    doc = dict(job) if isinstance(job, dict) else read_job_document(job)
+    where = (
+        ""
+        if job is None
+        else str(job)
+        if not isinstance(job, dict)
+        else f"job {job.get('name', '(inline)')!r}"
+    )
+    doc = {} if job is None else dict(job) if isinstance(job, dict) else read_job_document(job)
     own = doc.get("recovery", {})
     if recovery and isinstance(own, dict):  # else job_spec_from_mapping names the bad table
         modes: dict[str, Any] = {mode: dict(table) for mode, table in recovery.items()}
         for mode, table in own.items():
             modes[mode] = {**modes[mode], **table} if isinstance(table, dict) and mode in modes else table
         doc["recovery"] = modes
-    failure = None
-    if not doc.get("failures"):
-        failure = FailureModel.from_counts(fleet_failures, fleet_instance_hours, source=source)
+    cluster = doc.get("cluster", {})
+    instances = overrides.get("instances") or (
+        cluster.get("instances") if isinstance(cluster, dict) else None
+    )
+    if overrides.get("failure") is None and not doc.get("failures") and fleet_failure and instances:
+        overrides["failure"] = fleet_failure(int(instances))
     try:
-        return job_spec_from_mapping(doc, failure=failure)
+        return job_spec_from_mapping(doc, **overrides)
     except SpecError as exc:
-        raise SpecError(f"{where}: {exc}") from None
+        raise SpecError(f"{where}: {exc}" if where else str(exc)) from None
 
 
 def job_spec_from_mapping(doc: dict[str, Any], **overrides: Any) -> JobSpec:

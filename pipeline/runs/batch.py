@@ -143,13 +143,8 @@ def _job_outlook(cfg: RunConfig, result: analysis.FleetAnalysis) -> report.JobOu
             logging.WARNING,
             jobs=len(cfg.jobs),
         )
-    rate = result.fleet_rate
     spec = projection.job_spec_for_fleet(
-        cfg.jobs[0],
-        fleet_failures=rate.failures_,
-        fleet_instance_hours=rate.exposure_hours_,
-        source=f"fleet rate in {cfg.warehouse}",
-        recovery=cfg.recovery,
+        cfg.jobs[0], fleet_failure=lambda n: analysis.failure_model_for(result, n), recovery=cfg.recovery
     )
     return report.job_outlook(spec)
 
