@@ -376,6 +376,22 @@ def test_lanl_in_public_baselines(lanl_warehouse):
     assert (lanl_rows["rate_per_node_hour"] <= lanl_rows["rate_ci_high"]).all()
 
 
+def test_lanl_through_every_stage_to_a_projected_job(lanl_warehouse):
+    from pipeline import projection, report
+
+    _, _, fleet = lanl_warehouse
+    verdicts = set(fleet.trend_tests["crow_verdict"].drop_nulls())
+    assert fleet.trend_tests.height >= 20 and verdicts <= {"rising", "falling", "flat"}
+    assert fleet.scaling is not None and fleet.scaling.alpha_confidence_interval_[0] > 0  # bigger fails more
+    job = {"name": "job-on-lanl", "work": {"gpu_hours": 1e5}, "cluster": {"instances": 512}}
+    job["cluster"]["price_per_gpu_hour_usd"] = 2.0
+    spec = projection.job_spec_for_fleet(job, fleet_failure=lambda n: analysis.failure_model_for(fleet, n))
+    assert "~512 instances" in spec.failure.source  # LANL systems 12 and 20 have 512 nodes
+    outlook = report.job_outlook(spec, monte_carlo_runs=200)
+    assert (outlook.modes["expected_days"] > spec.failure_free_hours / 24).all()
+    assert "job-on-lanl" in report.render_html(fleet, projection=outlook)
+
+
 # --- Titan, real data ------------------------------------------------------------------------------
 
 
