@@ -17,7 +17,12 @@ events          every accepted raw event (a canonical incident row, one XID line
                 not known at ingest carry cluster_id ``UNKNOWN_CLUSTER``; the rebuild resolves it
                 from the inventory.
 incidents       events collapsed per node and fault (category + GPU, the GPU being gpu_index or
-                else pci_bus_id) within a window; rates are computed on these.
+                else pci_bus_id) within a window; rates are computed on these. ``incident_id`` is
+                derived from the incident's content (node, fault, first event time), so it does not
+                change when other incidents are added; it is unique with overwhelming probability
+                (63 bits of an md5), not by construction.
+incidents_built one row: the window and the last events file_id the incidents were built with, so
+                :func:`rebuild_incidents` recomputes only the nodes that received events since.
 inventory       node service intervals; exposure (node-hours) comes from these. ``estimated`` rows
                 are NOT a real inventory: with no inventory at all they are inferred from the nodes
                 seen in events and jobs (see :func:`estimate_inventory`), and every output using
@@ -93,6 +98,10 @@ CREATE TABLE IF NOT EXISTS incidents (
     pci_bus_id     VARCHAR,
     xid            INTEGER
 );
+CREATE TABLE IF NOT EXISTS incidents_built (
+    window_seconds  DOUBLE NOT NULL,
+    through_file_id BIGINT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS inventory (
     cluster_id     VARCHAR NOT NULL,
     node_id        VARCHAR NOT NULL,
@@ -151,8 +160,12 @@ UNKNOWN_CLUSTER = "unknown"
 # the window belong to one incident (a storm of XID lines, or one fault reported by two sources).
 # The GPU is gpu_index when known, else the PCI bus id of an XID line. Events whose cluster was
 # unknown at ingest take the node's cluster from the inventory, whatever order files came in.
-_REBUILD_INCIDENTS = """
-CREATE OR REPLACE TABLE incidents AS
+# An incident depends only on the events of its node, so the query reads only the events of the
+# nodes in the temp table ``rebuild_nodes`` (all nodes for a full rebuild).
+# Events at the same time are ordered by event_key in both windows and in arg_min, so the result
+# does not depend on the order DuckDB happens to scan them in (incremental == full rebuild).
+_INSERT_INCIDENTS = """
+INSERT INTO incidents
 WITH resolved AS (
     SELECT e.* REPLACE (
                CASE WHEN e.cluster_id = $unknown
@@ -161,11 +174,12 @@ WITH resolved AS (
                     ELSE e.cluster_id END AS cluster_id),
            coalesce(CAST(e.gpu_index AS VARCHAR), e.pci_bus_id) AS gpu_key
     FROM events e
+    WHERE e.node_id IN (SELECT node_id FROM rebuild_nodes)
 ), ordered AS (
     SELECT *,
            lag(timestamp_utc) OVER w AS previous_utc
     FROM resolved
-    WINDOW w AS (PARTITION BY cluster_id, node_id, category, gpu_key ORDER BY timestamp_utc)
+    WINDOW w AS (PARTITION BY cluster_id, node_id, category, gpu_key ORDER BY timestamp_utc, event_key)
 ), flagged AS (
     SELECT *,
            CASE WHEN previous_utc IS NULL
@@ -175,11 +189,12 @@ WITH resolved AS (
 ), numbered AS (
     SELECT *,
            sum(starts_incident) OVER (
-               PARTITION BY cluster_id, node_id, category, gpu_key ORDER BY timestamp_utc
+               PARTITION BY cluster_id, node_id, category, gpu_key ORDER BY timestamp_utc, event_key
                ROWS UNBOUNDED PRECEDING) AS incident_seq
     FROM flagged
 )
-SELECT row_number() OVER (ORDER BY min(timestamp_utc), cluster_id, node_id, category, gpu_key)
+SELECT CAST(md5_number(concat_ws(chr(31), cluster_id, node_id, category, coalesce(gpu_key, ''),
+                                 CAST(min(timestamp_utc) AS VARCHAR))) >> 65 AS BIGINT)
            AS incident_id,
        cluster_id, node_id, category, bool_or(interrupting) AS interrupting,
        any_value(gpu_index) AS gpu_index,
@@ -187,12 +202,20 @@ SELECT row_number() OVER (ORDER BY min(timestamp_utc), cluster_id, node_id, cate
        max(timestamp_utc) AS last_event_utc,
        max(resolved_at_utc) AS resolved_at_utc,
        count(*) AS events,
-       arg_min(job_id, timestamp_utc) AS job_id,
-       arg_min(message, timestamp_utc) AS message,
+       arg_min(job_id, (timestamp_utc, event_key)) AS job_id,
+       arg_min(message, (timestamp_utc, event_key)) AS message,
        any_value(pci_bus_id) AS pci_bus_id,
-       arg_min(xid, timestamp_utc) AS xid
+       arg_min(xid, (timestamp_utc, event_key)) AS xid
 FROM numbered
 GROUP BY cluster_id, node_id, category, gpu_key, incident_seq
+"""
+
+# Nodes that can have changed since the last build: those with events from newer files, and every
+# node with an event of unknown cluster (its cluster comes from the inventory, which may have
+# changed; such events are few: kernel logs ingested without --cluster).
+_REBUILD_NODES = """
+CREATE OR REPLACE TEMP TABLE rebuild_nodes AS
+SELECT DISTINCT node_id FROM events WHERE file_id > $through_file_id OR cluster_id = $unknown
 """
 
 
@@ -223,9 +246,29 @@ def transaction(con) -> Iterator[None]:
     con.execute("COMMIT")
 
 
-def rebuild_incidents(con, *, window_seconds: float = 600.0) -> None:
-    """Recompute ``incidents`` from ``events`` (call inside the ingest transaction)."""
-    con.execute(_REBUILD_INCIDENTS, {"window_seconds": window_seconds, "unknown": UNKNOWN_CLUSTER})
+def rebuild_incidents(con, *, window_seconds: float = 600.0, full: bool = False) -> None:
+    """Bring ``incidents`` up to date with ``events`` (call inside a transaction).
+
+    Incremental by default: only the nodes that received events since the last build (and nodes
+    with events of unknown cluster) are recomputed, which gives the same table as a full rebuild
+    because an incident never spans two nodes. A full rebuild runs when asked (``full``), when the
+    window changed, or when the warehouse has no record of a previous build.
+    """
+    built = con.sql("SELECT window_seconds, through_file_id FROM incidents_built").fetchall()
+    through = con.sql("SELECT coalesce(max(file_id), 0) FROM events").fetchall()[0][0]
+    full = full or not built or built[0][0] != window_seconds
+    con.execute(_REBUILD_NODES, {"through_file_id": -1 if full else built[0][1], "unknown": UNKNOWN_CLUSTER})
+    if full:
+        con.execute("DELETE FROM incidents")
+    else:
+        con.execute("DELETE FROM incidents WHERE node_id IN (SELECT node_id FROM rebuild_nodes)")
+    con.execute(_INSERT_INCIDENTS, {"window_seconds": window_seconds, "unknown": UNKNOWN_CLUSTER})
+    con.execute("DROP TABLE rebuild_nodes")
+    con.execute("DELETE FROM incidents_built")
+    con.execute(
+        "INSERT INTO incidents_built VALUES ($window_seconds, $through)",
+        {"window_seconds": window_seconds, "through": through},
+    )
 
 
 # Nodes seen anywhere (incidents, job node lists) become estimated inventory rows in service from

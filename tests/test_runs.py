@@ -70,7 +70,7 @@ def contents(db: Path) -> dict[str, pl.DataFrame]:
         events = warehouse.table(con, "events").drop("file_id")
         return {
             "events": events.sort("event_key"),
-            "incidents": warehouse.table(con, "incidents"),
+            "incidents": warehouse.table(con, "incidents").sort(pl.all()),  # a table has no row order
             "inventory": warehouse.table(con, "inventory")
             .drop("file_id")
             .sort("cluster_id", "node_id", "line"),
