@@ -223,20 +223,22 @@ def _ingest_log(path: Path, db: Path) -> dict:
 
 
 def _exposure(con):
-    from pipeline import transform, warehouse
+    """What ``failcast rates`` and ``analyze`` read: the failures (interrupting incidents, five
+    columns, collapsed into node interruptions) and the exposure, never the whole table."""
+    from pipeline import analysis, transform, warehouse
 
-    incidents, inventory = warehouse.table(con, "incidents"), warehouse.table(con, "inventory")
-    end = transform.observation_end(incidents, inventory)
-    return incidents, transform.exposure_intervals(inventory, end)
+    scan, inventory = warehouse.scan_incidents(con), warehouse.table(con, "inventory")
+    end = transform.observation_end(scan, inventory)
+    return analysis.read_failures(scan), transform.exposure_intervals(inventory, end)
 
 
 def rates(paths, db: Path) -> dict:
     from pipeline import transform, warehouse
 
     con = warehouse.connect(db, read_only=True)
-    incidents, exposure = _exposure(con)
-    by_cluster = transform.failure_rates(incidents, exposure, by=["cluster_id"])
-    by_month = transform.failure_rates(incidents, exposure, by=["cluster_id"], period="month")
+    failures, exposure = _exposure(con)
+    by_cluster = transform.failure_rates(failures, exposure, by=["cluster_id"])
+    by_month = transform.failure_rates(failures, exposure, by=["cluster_id"], period="month")
     return {
         "failures": int(by_cluster["failures"].sum()),
         "rate_per_node_hour": by_cluster["failures"].sum() / by_cluster["exposure_node_hours"].sum(),
@@ -250,8 +252,8 @@ def fits(paths, db: Path) -> dict:
     from pipeline import transform, warehouse
 
     con = warehouse.connect(db, read_only=True)
-    incidents, exposure = _exposure(con)
-    gaps, t_gaps = _timed(lambda: transform.times_between_failures(incidents, exposure))
+    failures, exposure = _exposure(con)
+    gaps, t_gaps = _timed(lambda: transform.times_between_failures(failures, exposure))
     rows = fit_bench.compare(gaps.select("duration_hours", "observed"), "weibull", ("1 min", "6 min"))
     return {"gaps": gaps.height, "gaps_s": t_gaps, "resolutions": rows}
 

@@ -34,8 +34,11 @@ class FleetAnalysis:
     ``exposure_estimated`` is True when the inventory was inferred from the logs (every rate and
     MTBF then rests on guessed service intervals). Rates, fits, shares and trend tests count
     ``interruptions`` (:func:`pipeline.transform.node_interruptions`: a node's faults within
-    ``interruption_window_minutes`` are one failure, by its root cause); ``incidents`` are the
-    warehouse's, one per fault; with a window of None they are counted as they are.
+    ``interruption_window_minutes`` are one failure, by its root cause; the columns of
+    ``FAILURE_COLUMNS`` only); with a window of None the interrupting incidents are counted as
+    they are. ``incidents`` is the warehouse's whole table, one row per fault, as a lazy frame
+    (:func:`pipeline.warehouse.scan_incidents`: collect what you need while the connection is
+    open); nothing in the analysis loads it.
     ``job_interruptions`` is None without Slurm jobs; jobs on clusters without inventory are left
     out of it. ``rates_by_node`` has one row per node (the report shows only the nodes with the
     most failures).
@@ -43,7 +46,7 @@ class FleetAnalysis:
 
     observed_until: datetime
     exposure: pl.DataFrame
-    incidents: pl.DataFrame
+    incidents: pl.LazyFrame
     rates_overall: pl.DataFrame
     rates_by_cluster: pl.DataFrame
     rates_by_category: pl.DataFrame
@@ -174,6 +177,33 @@ def job_interruptions(con, rates_by_cluster: pl.DataFrame) -> pl.DataFrame | Non
     return transform.job_interruption_rates(jobs, rates_by_cluster) if jobs.height else None
 
 
+FAILURE_COLUMNS = ("cluster_id", "node_id", "timestamp_utc", "category", "interrupting")
+
+
+def read_failures(
+    incidents: pl.LazyFrame,
+    *,
+    interrupting_only: bool = True,
+    window_minutes: float | None = transform.INTERRUPTION_WINDOW_MINUTES,
+) -> pl.DataFrame:
+    """The failures that rates, gaps, shares and trends count, read with only the columns they
+    use (``FAILURE_COLUMNS``) and only interrupting incidents (all with ``interrupting_only``
+    False), then collapsed into node interruptions (:func:`pipeline.transform.node_interruptions`)
+    unless ``window_minutes`` is None.
+
+    Why: the whole incidents table of a 10 M-incident fleet takes GBs in Polars (messages, ids);
+    the transforms need five columns of about a third of the rows. With ``incidents`` from
+    :func:`pipeline.warehouse.scan_incidents` the selection and filter run inside DuckDB.
+    """
+    frame = incidents.lazy().select(FAILURE_COLUMNS)
+    if interrupting_only:
+        frame = frame.filter(pl.col("interrupting"))
+    faults = frame.collect()
+    if window_minutes is None:
+        return faults
+    return transform.node_interruptions(faults, window_minutes=window_minutes)
+
+
 FIT_RESOLUTION_HOURS = 1 / 60
 
 
@@ -194,19 +224,15 @@ def analyze(
     fitting, which bounds the rows lifelines sees; ``None`` fits the exact durations. See
     bench/RESULTS.md for the speed-up and the shift in estimates per grid.
     """
-    faults = warehouse.table(con, "incidents")
+    incidents = warehouse.scan_incidents(con)
     inventory = warehouse.table(con, "inventory")
-    failures = (
-        faults
-        if interruption_window_minutes is None
-        else transform.node_interruptions(faults, window_minutes=interruption_window_minutes)
-    )
     if inventory.height == 0:
         raise ValueError(
             "the warehouse has no inventory: ingest an inventory file (cluster_id, "
             "node_id, instance_type, gpus_per_node, in_service_from, in_service_to)"
         )
-    end = observed_until or transform.observation_end(faults, inventory)
+    end = observed_until or transform.observation_end(incidents, inventory)
+    failures = read_failures(incidents, window_minutes=interruption_window_minutes)
     exposure = transform.exposure_intervals(inventory, end)
     by_cluster = transform.failure_rates(failures, exposure, by=["cluster_id"])
     overall = transform.failure_rates(failures, exposure, by=[])
@@ -252,7 +278,7 @@ def analyze(
     return FleetAnalysis(
         observed_until=end,
         exposure=exposure,
-        incidents=faults,
+        incidents=incidents,
         rates_overall=overall,
         rates_by_cluster=by_cluster,
         rates_by_category=transform.failure_rates(failures, exposure, by=["category"]),

@@ -173,6 +173,26 @@ def test_job_interruptions_from_the_warehouse_jobs_table(db, tmp_path, result):
     assert jobs.filter(nnodes_bucket=64)["expected_rate_per_job_hour"][0] == pytest.approx(64 * rate["c0512"])
 
 
+def test_read_failures_loads_the_interrupting_rows_the_rates_need(db, result):
+    """The lean reader gives the same failures as collapsing the whole table, with five columns;
+    the whole table stays available, lazily."""
+    con = warehouse.connect(db, read_only=True)
+    try:
+        scan = warehouse.scan_incidents(con)
+        whole = warehouse.table(con, "incidents")
+        lean = analysis.read_failures(scan, window_minutes=None)
+        assert lean.columns == list(analysis.FAILURE_COLUMNS)
+        assert lean.height == whole["interrupting"].sum() < whole.height
+        assert (
+            analysis.read_failures(scan, interrupting_only=False, window_minutes=None).height == whole.height
+        )
+        assert transform.observation_end(scan, warehouse.table(con, "inventory")) == result.observed_until
+        full = transform.node_interruptions(whole)
+        assert result.interruptions.equals(full.select(result.interruptions.columns))
+    finally:
+        con.close()
+
+
 def test_first_gaps_are_kept_when_no_node_failed_twice(tmp_path):
     (tmp_path / "inventory.csv").write_text(
         "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n"
@@ -208,6 +228,7 @@ def test_rates_count_interruptions_by_root_cause(tmp_path):
     con = warehouse.connect(tmp_path / "w.duckdb")
     ingest.ingest_files(con, list(noisy.write(tmp_path)))
     default, raw = analysis.analyze(con), analysis.analyze(con, interruption_window_minutes=None)
+    counts = [result.incidents.select(pl.len()).collect().item() for result in (default, raw)]
     con.close()
 
     incidents, inventory, _ = warehouse_frames(fleet)  # the truth: no echoes
@@ -220,7 +241,7 @@ def test_rates_count_interruptions_by_root_cause(tmp_path):
         truth["failures"].sum() < raw.rates_overall["failures"][0] <= truth["failures"].sum() + xid79.height
     )
     assert default.interruption_window_minutes == 30 and raw.interruption_window_minutes is None
-    assert default.incidents.height == raw.incidents.height == fleet.incidents.height + echoes.height
+    assert counts == [fleet.incidents.height + echoes.height] * 2  # the whole table, lazily
     assert (
         default.interruptions.filter(pl.col("faults") == 2)["categories"].to_list()
         == [["gpu_fell_off_bus", "nccl_timeout"]] * xid79.height

@@ -452,9 +452,8 @@ def test_titan_through_the_warehouse(titan, tmp_path):
     assert set(fleet.rates_by_category["category"]) == {"gpu_memory", "gpu_fell_off_bus"}
     assert fleet.rates_overall["failures"][0] <= unique  # bursts collapse into one incident
     # failures end their GPU's period: they must still count as failures in service
-    assert (
-        transform.failures_in_service(fleet.incidents, fleet.exposure).height > 0.99 * fleet.incidents.height
-    )
+    incidents = fleet.incidents.collect()
+    assert transform.failures_in_service(incidents, fleet.exposure).height > 0.99 * incidents.height
     con.close()
 
 

@@ -84,13 +84,13 @@ def rates(
     Interrupting failures are node interruptions (see --interruption-window); --all-categories
     counts every incident, interrupting or not."""
     con = warehouse.connect(db, read_only=True)
-    faults = warehouse.table(con, "incidents")
     inventory = warehouse.table(con, "inventory")
-    end = observed_until or transform.observation_end(faults, inventory)
-    incidents = (
-        faults
-        if all_categories or not interruption_window
-        else transform.node_interruptions(faults, window_minutes=interruption_window)
+    scan = warehouse.scan_incidents(con)
+    end = observed_until or transform.observation_end(scan, inventory)
+    incidents = analysis_mod.read_failures(
+        scan,
+        interrupting_only=not all_categories,
+        window_minutes=None if all_categories or not interruption_window else interruption_window,
     )
     exposure = transform.exposure_intervals(inventory, end)
     if view == "shares":

@@ -1,4 +1,4 @@
-"""Transforms on tiny hand-made frames, and rate coverage against simulated ground truth."""
+"""Node and fleet transforms on tiny hand-made frames, and rate coverage against simulated ground truth."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
 
 from pipeline import models, sample, transform
 from pipeline.categories import INTERRUPTING_CATEGORIES
@@ -194,68 +195,6 @@ def test_operating_times_follow_nodes_in_service():
     assert times["observed_node_hours"].to_list() == pytest.approx([150.0, 150.0])
 
 
-JOBS = pl.DataFrame(
-    {
-        "job_id": ["1", "2", "3", "4", "5"],
-        "nnodes": [1, 1, 8, 8, 9],
-        "elapsed_hours": [10.0, 30.0, 5.0, 15.0, 0.0],
-        "interrupted": [False, True, True, True, True],
-    }
-)
-
-
-@pytest.mark.parametrize(
-    ("bucket", "jobs", "interruptions", "job_hours", "mean_nnodes"),
-    [(1, 2, 1, 40.0, 1.0), (8, 2, 2, 20.0, 8.0)],
-)
-def test_job_interruption_rates_against_node_model(bucket, jobs, interruptions, job_hours, mean_nnodes):
-    rates = transform.job_interruption_rates(JOBS, node_rate_per_node_hour=0.01)
-    row = rates.filter(nnodes_bucket=bucket).row(0, named=True)
-    assert (row["jobs"], row["interruptions"]) == (jobs, interruptions)
-    assert row["job_hours"] == pytest.approx(job_hours)
-    assert row["mean_nnodes"] == pytest.approx(mean_nnodes)
-    assert row["rate_per_job_hour"] == pytest.approx(interruptions / job_hours)
-    assert row["expected_rate_per_job_hour"] == pytest.approx(0.01 * mean_nnodes)
-    assert row["ratio_to_node_model"] == pytest.approx(interruptions / job_hours / (0.01 * mean_nnodes))
-    assert row["ratio_ci_low"] < row["ratio_to_node_model"] < row["ratio_ci_high"]
-
-
-def test_job_interruption_rates_recover_node_model_on_simulated_jobs():
-    """Jobs on n independent nodes, each failing at r: the ratio to the node model is ~1."""
-    rng = np.random.default_rng(7)
-    nnodes = rng.choice([1, 4, 16, 64], size=4000)
-    time_to_failure = rng.exponential(1 / (0.002 * nnodes))
-    planned = rng.uniform(1, 48, size=nnodes.size)
-    jobs = pl.DataFrame(
-        {
-            "nnodes": nnodes,
-            "elapsed_hours": np.minimum(time_to_failure, planned),
-            "interrupted": time_to_failure < planned,
-        }
-    )
-    rates = transform.job_interruption_rates(jobs, 0.002)
-    assert rates["nnodes_bucket"].to_list() == [1, 4, 16, 64]
-    assert ((rates["ratio_ci_low"] < 1) & (rates["ratio_ci_high"] > 1)).all()
-
-
-def test_job_interruption_rates_use_each_jobs_cluster_rate():
-    jobs = JOBS.with_columns(cluster_id=pl.Series(["a", "b", "a", "b", "a"]))
-    by_cluster = pl.DataFrame({"cluster_id": ["a", "b"], "rate_per_node_hour": [0.01, 0.03]})
-    rates = transform.job_interruption_rates(jobs, by_cluster)
-    # bucket 1: 10 h on a at 0.01 + 30 h on b at 0.03 over 40 job-hours
-    one = rates.filter(nnodes_bucket=1).row(0, named=True)
-    assert one["expected_rate_per_job_hour"] == pytest.approx((10 * 0.01 + 30 * 0.03) / 40)
-    eight = rates.filter(nnodes_bucket=8).row(0, named=True)
-    assert eight["expected_rate_per_job_hour"] == pytest.approx(8 * (5 * 0.01 + 15 * 0.03) / 20)
-    with pytest.raises(ValueError, match="cluster"):
-        transform.job_interruption_rates(jobs, by_cluster.filter(cluster_id="a"))
-
-
-def test_job_interruption_rates_name_missing_columns():
-    with pytest.raises(ValueError, match="interrupted"):
-        transform.job_interruption_rates(JOBS.drop("interrupted"), 0.01)
-
-
 @pytest.mark.parametrize("k", [0, 1, 7, 250])
 def test_quasi_poisson_interval_widens_the_exact_one(k):
     exact = transform.poisson_interval(np.array([k]), np.array([1000.0]))
@@ -395,6 +334,96 @@ def test_node_interruptions_collapse_a_nodes_faults(rows, window, expected):
 def test_node_interruptions_reject_negative_window():
     with pytest.raises(ValueError, match="must not be negative"):
         transform.node_interruptions(_incidents([("a", "a1", 0, "host")]), window_minutes=-1)
+
+
+def _reference_interruptions(incidents: pl.DataFrame, window_minutes: float) -> pl.DataFrame:
+    """node_interruptions spelled out row by row: per node in time order (ties by category, then
+    input order), an incident joins the open interruption if it is at most the window after
+    that interruption's first incident, else it opens a new one."""
+    window = timedelta(minutes=window_minutes)
+    rows = (
+        incidents.filter("interrupting")
+        .sort("cluster_id", "node_id", "timestamp_utc", "category", maintain_order=True)
+        .to_dicts()
+    )
+    out: list[dict] = []
+    for row in rows:
+        open_ = out[-1] if out else None
+        same_node = open_ is not None and (open_["cluster_id"], open_["node_id"]) == (
+            row["cluster_id"],
+            row["node_id"],
+        )
+        if same_node and row["timestamp_utc"] - open_["timestamp_utc"] <= window:
+            open_["categories"].append(row["category"])
+            open_["faults"] += 1
+            open_["last_fault_utc"] = max(open_["last_fault_utc"], row["timestamp_utc"])
+        else:
+            out.append(
+                row | {"categories": [row["category"]], "faults": 1, "last_fault_utc": row["timestamp_utc"]}
+            )
+    schema = incidents.schema | {
+        "categories": pl.List(pl.String),
+        "faults": pl.UInt32,
+        "last_fault_utc": incidents.schema["timestamp_utc"],
+    }
+    return pl.DataFrame(out, schema=schema, orient="row")
+
+
+def _stepped_incidents(steps, unit: str = "us") -> pl.DataFrame:
+    """steps: (node, seconds after the node's previous incident, category, interrupting); equal
+    times are ties, a gap of exactly the window sits on its edge."""
+    clock: dict[str, int] = {}
+    rows = []
+    for i, (node, step_s, category, interrupting) in enumerate(steps):
+        clock[node] = clock.get(node, 0) + step_s
+        rows.append((i, "a", node, T0 + timedelta(seconds=clock[node]), category, interrupting))
+    return pl.DataFrame(
+        rows,
+        schema={
+            "incident_id": pl.Int64,
+            "cluster_id": pl.String,
+            "node_id": pl.String,
+            "timestamp_utc": pl.Datetime(unit),
+            "category": pl.String,
+            "interrupting": pl.Boolean,
+        },
+        orient="row",
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["a1", "a2", "b1"]),
+            st.sampled_from([0, 0, 1, 20, 29, 30, 31, 600, 1799, 1800, 1801, 3600, 86_400]),
+            st.sampled_from(["host", "network", "xid"]),
+            st.booleans() | st.just(True),
+        ),
+        max_size=80,
+    ),
+    window=st.sampled_from([0.0, 0.5, 1 / 3, 30.0, 45.25]),
+    unit=st.sampled_from(["us", "ns", "ms"]),
+)
+def test_node_interruptions_match_the_row_by_row_reference(steps, window, unit):
+    incidents = _stepped_incidents(steps, unit).sample(fraction=1.0, shuffle=True, seed=len(steps))
+    assert_frame_equal(
+        transform.node_interruptions(incidents, window_minutes=window),
+        _reference_interruptions(incidents, window),
+    )
+
+
+@pytest.mark.parametrize("every_s", [60, 600, 1799])
+def test_node_interruptions_split_long_chains_like_the_reference(every_s):
+    """A flapping node: an incident every ``every_s`` seconds for days is one run of closer
+    incidents that must be cut into windows anchored one after the other."""
+    rng = np.random.default_rng(every_s)
+    steps = [("a1", every_s * int(rng.integers(0, 2)), "host", True) for _ in range(3000)]
+    steps += [("a2", int(s), "xid", True) for s in rng.integers(0, 2400, size=3000)]
+    incidents = _stepped_incidents(steps)
+    result = transform.node_interruptions(incidents)
+    assert_frame_equal(result, _reference_interruptions(incidents, 30.0))
+    assert result.height > 100
 
 
 def test_node_interruptions_undo_secondary_faults_on_a_simulated_fleet():

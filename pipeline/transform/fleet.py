@@ -1,4 +1,4 @@
-"""Transform: warehouse tables -> exposure, failure rates and times between failures (Polars).
+"""Node and fleet statistics: exposure, failure rates, interruptions, times between failures.
 
 Exposure is computed from service *intervals*, never from hourly rows: a node in service from
 ``a`` to ``b`` contributes ``b - a`` node-hours and ``(b - a) * gpus_per_node`` GPU-hours.
@@ -16,7 +16,7 @@ failures in T / phi hours, phi the Pearson dispersion of per-node counts.
 
 Category shares carry the exact Clopper–Pearson binomial interval. Trend tests run on each
 cluster's operating clock (node-hours accrued), so a cluster that grows is not read as a rising
-rate. Job interruptions per job-hour compare with the node rate x nodes per job.
+rate.
 
 Published per-instance-hour rates (Llama 3.1, OPT-175B, MPT-7B) are the same quantity as
 ``rate_per_node_hour`` here: one instance is one node.
@@ -36,14 +36,16 @@ EXPOSURE_KEYS = ("cluster_id", "node_id", "instance_type", "size_bucket")
 PERIODS = {"day": "1d", "week": "1w", "month": "1mo"}
 
 
-def observation_end(incidents: pl.DataFrame, inventory: pl.DataFrame) -> datetime:
-    """The end of the observed window when none is given: the latest time any input mentions."""
-    candidates = [
-        incidents["timestamp_utc"].max() if incidents.height else None,
-        inventory["in_service_from_utc"].max() if inventory.height else None,
-        inventory["in_service_to_utc"].max() if inventory.height else None,
-    ]
-    known = [c for c in candidates if c is not None]
+def observation_end(
+    incidents: pl.DataFrame | pl.LazyFrame, inventory: pl.DataFrame | pl.LazyFrame
+) -> datetime:
+    """The end of the observed window when none is given: the latest time any input mentions.
+
+    Takes lazy frames too (:func:`pipeline.warehouse.scan_incidents`): only the time columns are
+    read, so a 10 M-row incidents table is not loaded for one maximum."""
+    (last_incident,) = incidents.lazy().select(pl.col("timestamp_utc").max()).collect().row(0)
+    service = inventory.lazy().select(pl.col("in_service_from_utc").max(), pl.col("in_service_to_utc").max())
+    known = [t for t in (last_incident, *service.collect().row(0)) if t is not None]
     if not known:
         raise ValueError("the warehouse has no incidents and no inventory; ingest some files first")
     return max(known)
@@ -241,7 +243,8 @@ def node_interruptions(
     """Interrupting incidents of one node within ``window_minutes`` of an interruption's first
     incident, collapsed into that interruption: the first incident's row (its ``category`` is the
     root cause) plus ``categories`` (all, in time order), ``faults`` (how many) and
-    ``last_fault_utc``. Non-interrupting incidents are dropped.
+    ``last_fault_utc``. Non-interrupting incidents are dropped. Incidents of one node at the same
+    time and category keep their input order.
 
     Why: one node failure often logs several faults within minutes (XID 79, then the NCCL
     watchdog's timeout; a machine check, then the link going down). The warehouse collapses
@@ -256,30 +259,72 @@ def node_interruptions(
         raise ValueError("window_minutes must not be negative")
     keys = ["cluster_id", "node_id"]
     window = timedelta(minutes=window_minutes)
-    frame = (
-        incidents.filter(pl.col("interrupting"))
-        .sort(*keys, "timestamp_utc", "category")
-        .with_columns(_gap=pl.col("timestamp_utc").diff().over(keys))
-        .with_columns(_new=pl.col("_gap").is_null() | (pl.col("_gap") > window))
+    frame = incidents.filter(pl.col("interrupting")).sort(
+        *keys, "timestamp_utc", "category", maintain_order=True
     )
-    while True:  # split each group at its first incident past the window; chains need a few rounds
-        late = (pl.col("timestamp_utc") - pl.col("timestamp_utc").first().over("_seq")) > window
-        frame = frame.with_columns(_seq=pl.col("_new").cum_sum()).with_columns(
-            _split=late & ~late.shift(1).over("_seq").fill_null(False)
-        )
-        if not frame["_split"].any():
-            break
-        frame = frame.with_columns(_new=pl.col("_new") | pl.col("_split"))
     return (
-        frame.group_by("_seq", maintain_order=True)
+        frame.with_columns(_seq=pl.Series(_interruption_starts(frame, keys, window)).cum_sum())
+        .group_by("_seq", maintain_order=True)
         .agg(
-            pl.all().exclude("_gap", "_new", "_split").first(),
+            pl.all().first(),
             categories=pl.col("category"),
             faults=pl.len(),
             last_fault_utc=pl.col("timestamp_utc").max(),
         )
         .drop("_seq")
     )
+
+
+def _interruption_starts(frame: pl.DataFrame, keys: list[str], window: timedelta) -> np.ndarray:
+    """True at each interruption's first incident of ``frame`` (sorted by ``keys`` and time).
+
+    A gap longer than the window always starts one; within a *run* of closer incidents whose span
+    exceeds the window, the starts are the chain i -> next(i), next(i) being the first incident
+    later than time(i) + window. Both steps are vectorised so a node logging a fault every few
+    minutes for weeks costs log(run length) array passes, not one pass per interruption: next()
+    by bisection of all rows at once, the chain by pointer doubling (mark next^(2^k) of the marked
+    rows, then square next, until nothing new is marked).
+    """
+    time = pl.col("timestamp_utc")
+    gap = time.diff().over(keys)
+    runs = (
+        frame.select(time, _start=gap.is_null() | (gap > window))
+        .with_columns(_run=pl.col("_start").cum_sum())
+        .with_columns(_long=((time.max() - time.min()).over("_run") > window).fill_null(False))
+        .with_row_index("_row")
+    )
+    starts = runs["_start"].to_numpy(writable=True)
+    long = runs.filter("_long")
+    if long.is_empty():
+        return starts
+    unit = "ns" if frame.schema["timestamp_utc"].time_unit == "ns" else "us"  # exact in both
+    t = long["timestamp_utc"].dt.cast_time_unit(unit).to_physical().to_numpy()
+    late_after = t + window // timedelta(microseconds=1) * (1000 if unit == "ns" else 1)
+    is_first = long["_start"].to_numpy()
+    rows = np.arange(t.size)
+    run_end = (
+        np.maximum.accumulate(np.where(is_first, rows, 0))
+        + long.select(pl.len().over("_run")).to_series().to_numpy()
+    )
+    low, high = rows + 1, run_end
+    while (active := low < high).any():
+        mid = (low + high) // 2
+        late = t[np.minimum(mid, t.size - 1)] > late_after
+        high = np.where(active & late, mid, high)
+        low = np.where(active & ~late, mid + 1, low)
+    # a window reaching its run's end jumps to the next run's first row (a start anyway); t.size is
+    # past the last run and maps to itself
+    jump = np.append(low, t.size)
+    marked = np.append(is_first, False)
+    while True:
+        reached = marked.copy()
+        reached[jump[marked]] = True
+        reached[-1] = False
+        if (reached == marked).all():
+            break
+        marked, jump = reached, jump[jump]
+    starts[long["_row"].to_numpy()] = marked[:-1]
+    return starts
 
 
 FIRST_GAP_CHOICES = ("drop", "keep")
@@ -452,70 +497,3 @@ def failure_operating_times(incidents: pl.DataFrame, exposure: pl.DataFrame) -> 
             )
         )
     return pl.concat(frames).sort("cluster_id", "operating_node_hours")
-
-
-def job_interruption_rates(
-    jobs: pl.DataFrame, node_rate_per_node_hour: float | pl.DataFrame, *, confidence: float = 0.95
-) -> pl.DataFrame:
-    """Interruptions per job-hour by node-count bucket (nearest power of two of ``nnodes``), with
-    the exact interval, against what independent node failures predict.
-
-    A job on n nodes is interrupted when any of its nodes fails, so under independence its rate
-    per job-hour is n x the node rate r; over a bucket the expectation is
-    ``sum(r * nnodes * elapsed) / sum(elapsed)``. ``ratio_to_node_model`` above 1 means jobs die
-    more often than node failures explain (software, NCCL, storage), below 1 that some node
-    failures do not kill jobs. A job ends at its first interruption, so interruptions / job-hours
-    is the exponential MLE with censoring and the Garwood interval applies.
-
-    ``node_rate_per_node_hour`` is one fleet rate, or a frame with ``cluster_id`` and
-    ``rate_per_node_hour`` (e.g. ``failure_rates(...)`` by cluster) to use each job's cluster.
-    ``jobs`` has the warehouse ``jobs`` columns; ``nnodes``, ``elapsed_hours``, ``interrupted``
-    (and ``cluster_id`` with a per-cluster rate) are used. Jobs that never ran (no or zero
-    elapsed time) are left out.
-    """
-    per_cluster = isinstance(node_rate_per_node_hour, pl.DataFrame)
-    needed = {"nnodes", "elapsed_hours", "interrupted"} | ({"cluster_id"} if per_cluster else set())
-    missing = needed - set(jobs.columns)
-    if missing:
-        raise ValueError(f"jobs frame lacks column(s) {', '.join(sorted(missing))}")
-    ran = jobs.filter((pl.col("elapsed_hours") > 0) & (pl.col("nnodes") >= 1))
-    if per_cluster:
-        ran = ran.join(
-            node_rate_per_node_hour.select("cluster_id", node_rate="rate_per_node_hour"),
-            on="cluster_id",
-            how="left",
-        )
-        unknown = ran.filter(pl.col("node_rate").is_null())["cluster_id"].unique().sort().to_list()
-        if unknown:
-            raise ValueError(f"no node failure rate for cluster(s) {', '.join(map(str, unknown))}")
-    else:
-        if not node_rate_per_node_hour > 0:
-            raise ValueError("node_rate_per_node_hour must be positive")
-        ran = ran.with_columns(node_rate=pl.lit(float(node_rate_per_node_hour)))
-    rates = (
-        ran.group_by(nnodes_bucket=size_bucket(pl.col("nnodes")))
-        .agg(
-            jobs=pl.len(),
-            interruptions=pl.col("interrupted").fill_null(False).sum().cast(pl.Int64),
-            job_hours=pl.col("elapsed_hours").sum(),
-            node_hours=(pl.col("elapsed_hours") * pl.col("nnodes")).sum(),
-            expected_interruptions=(pl.col("elapsed_hours") * pl.col("nnodes") * pl.col("node_rate")).sum(),
-        )
-        .sort("nnodes_bucket")
-        .with_columns(mean_nnodes=pl.col("node_hours") / pl.col("job_hours"))
-    )
-    low, high = poisson_interval(rates["interruptions"].to_numpy(), rates["job_hours"].to_numpy(), confidence)
-    return (
-        rates.with_columns(
-            rate_per_job_hour=pl.col("interruptions") / pl.col("job_hours"),
-            rate_ci_low=pl.Series(low),
-            rate_ci_high=pl.Series(high),
-            expected_rate_per_job_hour=pl.col("expected_interruptions") / pl.col("job_hours"),
-        )
-        .with_columns(
-            ratio_to_node_model=pl.col("rate_per_job_hour") / pl.col("expected_rate_per_job_hour"),
-            ratio_ci_low=pl.col("rate_ci_low") / pl.col("expected_rate_per_job_hour"),
-            ratio_ci_high=pl.col("rate_ci_high") / pl.col("expected_rate_per_job_hour"),
-        )
-        .drop("expected_interruptions")
-    )

@@ -1,0 +1,49 @@
+"""Transform: warehouse tables -> exposure, failure rates and times between failures (Polars).
+
+``fleet`` holds the node and fleet statistics (exposure from service intervals, rates with exact
+Poisson intervals, node interruptions, times between failures, category shares, operating
+times); ``jobs`` compares Slurm job interruptions with the node rate. Callers use this package's
+names (``from pipeline import transform; transform.failure_rates``), not the modules.
+"""
+
+from pipeline.transform.fleet import (
+    EXPOSURE_KEYS,
+    FIRST_GAP_CHOICES,
+    INTERRUPTION_WINDOW_MINUTES,
+    PERIODS,
+    aggregate_durations,
+    category_shares,
+    count_dispersion,
+    exposure_estimated,
+    exposure_intervals,
+    failure_operating_times,
+    failure_rates,
+    failures_in_service,
+    node_interruptions,
+    observation_end,
+    poisson_interval,
+    size_bucket,
+    times_between_failures,
+)
+from pipeline.transform.jobs import job_interruption_rates
+
+__all__ = [
+    "EXPOSURE_KEYS",
+    "FIRST_GAP_CHOICES",
+    "INTERRUPTION_WINDOW_MINUTES",
+    "PERIODS",
+    "aggregate_durations",
+    "category_shares",
+    "count_dispersion",
+    "exposure_estimated",
+    "exposure_intervals",
+    "failure_operating_times",
+    "failure_rates",
+    "failures_in_service",
+    "job_interruption_rates",
+    "node_interruptions",
+    "observation_end",
+    "poisson_interval",
+    "size_bucket",
+    "times_between_failures",
+]
