@@ -210,10 +210,11 @@ def test_more_failures_or_slower_recovery_never_shortens_training(rate, factor, 
     slower = RecoveryProfile(0.0, 0.0, downtime + extra, tau, delta)
     lam = 64 * rate
     base = expected_wall_hours(3000, lam, prof)
-    assert expected_wall_hours(3000, lam * factor, prof) >= base
-    assert expected_wall_hours(3000, lam, slower) >= base
+    ulps = 1 + 1e-12  # monotone up to rounding: a factor of 1 + 1 ulp may round the result down
+    assert expected_wall_hours(3000, lam * factor, prof) * ulps >= base
+    assert expected_wall_hours(3000, lam, slower) * ulps >= base
     assert base >= 3000  # never faster than failure-free
-    assert first_order_ettr(lam * factor, slower) <= first_order_ettr(lam, prof)
+    assert first_order_ettr(lam * factor, slower) <= first_order_ettr(lam, prof) * ulps
 
 
 def test_superposed_weibull_instances_look_poisson():
