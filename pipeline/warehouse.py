@@ -229,6 +229,9 @@ def connect(db_path: Path | str = DEFAULT_DB_PATH, *, read_only: bool = False):
     db_path.parent.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect(str(db_path), read_only=read_only)
     con.execute("SET TimeZone = 'UTC'")
+    # DuckDB draws a progress bar on stdout for queries over 2 s, even when stdout is a pipe: it
+    # would corrupt `--json` output and cron logs. failcast reports progress itself.
+    con.execute("SET enable_progress_bar = false")
     if not read_only:
         con.execute(_SCHEMA)
     return con

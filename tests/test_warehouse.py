@@ -30,3 +30,12 @@ def test_table_refuses_unknown_names(tmp_path) -> None:
     con = warehouse.connect(tmp_path / "w.duckdb")
     with pytest.raises(ValueError, match="unknown table"):
         warehouse.table(con, "events; DROP TABLE events")
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_no_duckdb_progress_bar_on_stdout(tmp_path, read_only) -> None:
+    """DuckDB prints its bar to stdout even into a pipe, which would corrupt `--json` output."""
+    db = tmp_path / "w.duckdb"
+    warehouse.connect(db).close()
+    con = warehouse.connect(db, read_only=read_only)
+    assert con.sql("SELECT current_setting('enable_progress_bar')").fetchone() == (False,)
