@@ -38,4 +38,4 @@ def test_no_duckdb_progress_bar_on_stdout(tmp_path, read_only) -> None:
     db = tmp_path / "w.duckdb"
     warehouse.connect(db).close()
     con = warehouse.connect(db, read_only=read_only)
-    assert con.sql("SELECT current_setting('enable_progress_bar')").fetchone() == (False,)
+    assert con.sql("SELECT current_setting('enable_progress_bar')").fetchall() == [(False,)]
