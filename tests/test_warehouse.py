@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from pipeline import warehouse
@@ -34,8 +37,16 @@ def test_table_refuses_unknown_names(tmp_path) -> None:
 
 @pytest.mark.parametrize("read_only", [False, True])
 def test_no_duckdb_progress_bar_on_stdout(tmp_path, read_only) -> None:
-    """DuckDB prints its bar to stdout even into a pipe, which would corrupt `--json` output."""
+    """DuckDB prints its bar to stdout even into a pipe, which would corrupt `--json` output.
+    In a subprocess: under pytest's output capture DuckDB turns the bar off by itself."""
     db = tmp_path / "w.duckdb"
     warehouse.connect(db).close()
-    con = warehouse.connect(db, read_only=read_only)
-    assert con.sql("SELECT current_setting('enable_progress_bar')").fetchall() == [(False,)]
+    code = (
+        "import sys; from pipeline import warehouse\n"
+        "con = warehouse.connect(sys.argv[1], read_only=sys.argv[2] == 'True')\n"
+        "print(con.sql(\"SELECT current_setting('enable_progress_bar')\").fetchall())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(db), str(read_only)], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[(False,)]"
