@@ -155,7 +155,7 @@ def _timed(fn):
     return result, time.perf_counter() - start
 
 
-_LINES_SQL = (
+LINES_SQL = (
     "SELECT count(*) FROM read_csv(?, columns={'line': 'VARCHAR'}, header=false, delim='\\x01', "
     "quote='', escape='', auto_detect=false)"
 )
@@ -190,7 +190,7 @@ def floor_store(paths, db: Path) -> dict:
 def _floor_log(path: Path) -> dict:
     import duckdb
 
-    return {"lines": duckdb.sql(_LINES_SQL, params=[str(path)]).fetchall()[0][0]}
+    return {"lines": duckdb.sql(LINES_SQL, params=[str(path)]).fetchall()[0][0]}
 
 
 def _fresh(db: Path) -> None:

@@ -14,7 +14,8 @@ Rules that every reader follows:
   the reason; ``ignored`` lines carry nothing by design (ordinary kernel messages, sacct job steps).
 * **All or nothing per file.** Each file is written in one transaction; Ctrl-C mid-file rolls it back.
 * **UTC.** Times with an offset are converted; naive times are read in ``timezone`` (default UTC).
-* **Streaming.** Text logs are read in blocks of lines (:mod:`.lines`); only relevant lines are kept.
+* **Streaming.** Text logs are read in blocks of lines (:mod:`.lines`); only relevant lines are kept
+  (kernel logs: in a Parquet file in the temp folder until the file is done).
 * **Bounded.** A ``.gz`` may expand to at most ``max_decompressed_bytes`` (a gzip bomb is an error).
 """
 
@@ -150,6 +151,7 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
                     bus_order=options["bus_order"],
                     progress=progress,
                     max_decompressed_bytes=options["max_decompressed_bytes"],
+                    block_bytes=options["block_bytes"],
                 )
             elif fmt in DATASET_FORMATS:
                 from pipeline.datasets.load import ingest_dataset  # datasets build on ingest
@@ -165,6 +167,7 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
                     cluster=options["cluster"],
                     progress=progress,
                     max_decompressed_bytes=options["max_decompressed_bytes"],
+                    block_bytes=options["block_bytes"],
                 )
     finally:
         con.execute("SET TimeZone = 'UTC'")
@@ -186,6 +189,7 @@ def ingest_files(
     progress: Callable[[int], None] | None = None,
     estimate_exposure: int | None = None,
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
+    block_bytes: int | None = None,
 ) -> list[FileSummary]:
     """Ingest each file in its own transaction, then rebuild ``incidents`` from ``events``.
 
@@ -194,6 +198,8 @@ def ingest_files(
     each gpu_index, e.g. ``("18", "2a", ...)``, so XID lines get a gpu_index. ``progress`` is called
     with the number of bytes just read (compressed bytes for ``.gz``). A ``.gz`` that expands past
     ``max_decompressed_bytes`` stops the ingest with an :class:`InputError` (a gzip bomb).
+    ``block_bytes``: size of the blocks text logs are read in (default ``lines.BLOCK_BYTES``, 8 MiB);
+    memory per batch scales with it.
     """
     if fmt is not None and fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -206,6 +212,7 @@ def ingest_files(
         "bus_order": {b.lower().zfill(2): i for i, b in enumerate(bus_order)},
         "progress": progress,
         "max_decompressed_bytes": max_decompressed_bytes,
+        "block_bytes": block_bytes,
     }
     summaries: list[FileSummary] = []
     try:

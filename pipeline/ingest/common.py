@@ -72,16 +72,23 @@ def record_counts(con, file_id: int, summary: FileSummary) -> None:
     )
 
 
-def account_lines(
-    con, file_id: int, path: Path, summary: FileSummary, bad: pl.DataFrame, relevant: int
-) -> None:
-    """Store a line-based file's rejects and complete its counts: of the lines read, ``relevant``
-    carried a record (the rest were ignored by design); of those, ``bad`` were rejected and the
-    ones neither rejected nor ingested were duplicates."""
-    insert_rejects(con, file_id, path, bad)
-    summary.rows_rejected = bad.height
+def account_lines(con, file_id: int, path: Path, summary: FileSummary, parsed: str) -> None:
+    """Store a line-based file's rejects and complete its counts. ``parsed`` names the staging table
+    of the lines that carried a record (columns line, text, reason: NULL when accepted; the rest of
+    the lines read were ignored by design); of those, the ones neither rejected nor ingested were
+    duplicates. The rejects go from table to table inside DuckDB, so millions of them do not pass
+    through Python memory."""
+    con.execute(
+        "INSERT INTO rejects SELECT $file_id, $path, line, text, reason, $now FROM query_table($parsed)"
+        " WHERE reason IS NOT NULL ORDER BY line",
+        {"file_id": file_id, "path": str(path), "now": now_utc(), "parsed": parsed},
+    )
+    relevant, rejected = con.sql(
+        "SELECT count(*), count(reason) FROM query_table($parsed)", params={"parsed": parsed}
+    ).fetchall()[0]
+    summary.rows_rejected = rejected
     summary.rows_ignored = summary.rows_read - relevant
-    summary.rows_duplicate = relevant - bad.height - summary.rows_ingested
+    summary.rows_duplicate = relevant - rejected - summary.rows_ingested
     record_counts(con, file_id, summary)
 
 

@@ -1,8 +1,9 @@
 """Text files as batches of numbered lines, streamed so memory stays bounded for GB-sized logs.
 
-Bytes are read in blocks (``.gz`` decompressed on the fly), cut at the last newline, decoded once
-per block (invalid UTF-8 becomes U+FFFD, so those lines can be rejected by name) and split into a
-Polars frame ``line`` (1-based), ``text``, ``bad_utf8``. No Python loop runs per line.
+Bytes are read in blocks (``.gz`` decompressed on the fly), cut at the last newline, checked for
+UTF-8 once per block (invalid bytes become U+FFFD, so those lines can be rejected by name) and cut
+at the newline positions into a Polars frame ``line`` (1-based), ``text``, ``bad_utf8``. No Python
+loop runs per line.
 
 A truncated ``.gz`` ends the stream early: the lines before the cut are kept and the cut-off point
 counts as one more line, with ``truncated`` set, so it can be rejected with the reason.
@@ -21,7 +22,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from pipeline.ingest.common import InputError
 
@@ -29,6 +32,7 @@ BLOCK_BYTES = 8 << 20
 MAX_DECOMPRESSED_BYTES = 16 << 30
 """Default limit on what one ``.gz`` input may expand to (16 GiB; ``--max-decompressed-mb``)."""
 BOM = "\ufeff"
+BOM_BYTES = BOM.encode()
 
 
 @dataclass
@@ -74,16 +78,25 @@ def check_decompressed_size(path: Path, limit: int = MAX_DECOMPRESSED_BYTES) -> 
         return  # a damaged .gz: the reader reports it with its own message
 
 
-def _frame(data: bytes, first_line: int, truncated: bool = False) -> pl.DataFrame:
-    decoded = data.decode("utf-8", errors="replace")
-    text = pl.Series("text", [decoded.removeprefix(BOM) if first_line == 1 else decoded])
-    lines = text.str.split("\n").explode()
-    if not truncated:
-        lines = lines.slice(0, lines.len() - 1)  # the block ends with a newline
-    frame = pl.DataFrame({"text": lines}).with_columns(pl.col("text").str.strip_suffix("\r"))
+def _frame(data: bytes | bytearray | memoryview, first_line: int) -> pl.DataFrame:
+    """The lines of ``data``, which ends with a newline. The block is cut at its newline positions
+    (NumPy) into one Arrow string array: no Python string per line and no copy per line."""
+    if first_line == 1 and bytes(data[: len(BOM_BYTES)]) == BOM_BYTES:
+        data = data[len(BOM_BYTES) :]
+    raw = np.frombuffer(data, np.uint8)
+    ascii_only = raw.max(initial=0) < 0x80
+    if not ascii_only:  # valid UTF-8 stays as is; undecodable bytes become U+FFFD
+        raw = np.frombuffer(bytes(data).decode("utf-8", errors="replace").encode(), np.uint8)
+    ends = np.flatnonzero(raw == ord("\n"))
+    offsets = np.concatenate([[0], ends + 1]).astype(np.int64)  # each line with its newline
+    with_newline = pa.LargeStringArray.from_buffers(len(ends), pa.py_buffer(offsets), pa.py_buffer(raw))
+    text = pl.Series("text", with_newline).str.head(-1)
+    if (raw[ends - 1] == ord("\r")).any():  # CRLF: drop the \r too (ends - 1 = -1 is the last \n)
+        text = text.str.strip_suffix("\r")
+    frame = pl.DataFrame({"text": text})
     return frame.with_row_index("line", offset=first_line).with_columns(
         pl.col("line").cast(pl.Int64),
-        bad_utf8=pl.col("text").str.contains("\ufffd", literal=True),
+        bad_utf8=pl.lit(False) if ascii_only else pl.col("text").str.contains("\ufffd", literal=True),
         truncated=pl.lit(False),
     )
 
@@ -116,9 +129,9 @@ def read_lines(
                         f"{path}: cannot read ({exc}); a damaged or truncated .gz? copy it again"
                     ) from exc
                 truncated = True
-            data = carry + bytes(block)
-            if truncated:
-                frame = _frame(data, next_line, truncated=True)
+            data = carry + block
+            if truncated:  # the piece after the last newline (maybe empty) is the cut-off line
+                frame = _frame(data + b"\n", next_line)
                 frame = frame.with_columns(truncated=pl.col("line") == pl.col("line").max())
                 yield LineBatch(frame, raw.tell())
                 return
@@ -127,8 +140,8 @@ def read_lines(
                     yield LineBatch(_frame(carry + b"\n", next_line), raw.tell())
                 return
             cut = data.rfind(b"\n") + 1
-            carry = data[cut:]
+            carry = bytes(data[cut:])
             if cut:
-                frame = _frame(data[:cut], next_line)
+                frame = _frame(memoryview(data)[:cut], next_line)
                 next_line += frame.height
                 yield LineBatch(frame, raw.tell())

@@ -184,6 +184,7 @@ def ingest_sacct(
     cluster: str | None,
     progress: Callable[[int], None] | None = None,
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
+    block_bytes: int | None = None,
 ) -> FileSummary:
     """One sacct export; the caller holds the transaction and the session time zone."""
     summary = FileSummary(str(path), "jobs", "sacct")
@@ -193,7 +194,7 @@ def ingest_sacct(
         con.execute("CREATE OR REPLACE TEMP TABLE jobs_lines AS SELECT * FROM jobs_empty")
     header: tuple[str, dict[str, int], int] | None = None
     done = 0
-    for batch in read_lines(path, max_bytes=max_decompressed_bytes):
+    for batch in read_lines(path, block_bytes, max_decompressed_bytes):
         summary.rows_read += batch.frame.height
         if header is None:
             header = _header(path, batch.frame)
@@ -209,8 +210,5 @@ def ingest_sacct(
     con.execute(_UPSERT, {"interrupted": list(INTERRUPTED_STATES)})
     con.execute(_REPLACE, {"file_id": file_id})  # DuckDB binds parameters of the last statement only
     summary.rows_ingested = count(con, "SELECT count(*) FROM jobs WHERE file_id = ?", [file_id])
-    bad = con.sql(
-        "SELECT line, text AS raw, reason FROM jobs_parsed WHERE reason IS NOT NULL ORDER BY line"
-    ).pl()
-    account_lines(con, file_id, path, summary, bad, count(con, "SELECT count(*) FROM jobs_parsed"))
+    account_lines(con, file_id, path, summary, "jobs_parsed")
     return summary

@@ -292,7 +292,10 @@ def test_naive_times_are_read_in_the_given_timezone(con, write, timezone, hour, 
     assert got == [(hour,), (4,)]  # the line with an offset is not affected
 
 
-def test_interrupted_file_leaves_the_warehouse_as_before(con, write):
+def test_interrupted_file_leaves_the_warehouse_as_before(con, write, tmp_path, monkeypatch):
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spill))  # where the parsed Xid lines wait
     first = write("a.log", iso("2026-03-02T04:26:29", XID79) + "\n")
     ingest_files(con, [first], cluster="c1")
     before = {t: warehouse.table(con, t).height for t in warehouse.TABLES}
@@ -304,6 +307,7 @@ def test_interrupted_file_leaves_the_warehouse_as_before(con, write):
     with pytest.raises(KeyboardInterrupt):
         ingest_files(con, [second], cluster="c1", progress=interrupt)
     assert {t: warehouse.table(con, t).height for t in warehouse.TABLES} == before
+    assert list(spill.iterdir()) == []  # the parsed lines' temp folder is gone too
     assert ingest_files(con, [second], cluster="c1")[0].rows_ingested == 5  # not marked as done
 
 
