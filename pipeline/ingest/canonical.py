@@ -1,9 +1,13 @@
 """Canonical incidents and inventory files (CSV, JSONL, Parquet; plain or ``.gz``).
 
-Read whole with Polars as strings, validated in SQL so that every bad row gets one reason. An
-incident's content key is (time, cluster, node, category, GPU, message): a row already stored is a
-duplicate. Inventory rows are keyed by (cluster, node, in_service_from); a later file may close an
-interval an earlier one left open, so the newest row for that key wins.
+Streamed with Polars as strings in batches of :data:`BATCH_ROWS` rows, so memory stays bounded
+for GB-sized files; each batch is validated in SQL so that every bad row gets one reason. SQL
+reads a batch by its Python variable name (a DuckDB replacement scan), so it is freed with the
+batch; ``con.register`` would hold every batch until the file's transaction commits. An
+incident's content key is (time, cluster, node, category, GPU, message): a row already stored, by
+an earlier file or an earlier batch of this one, is a duplicate. Inventory rows are keyed by
+(cluster, node, in_service_from); a later file may close an interval an earlier one left open, so
+the newest row for that key wins.
 """
 
 from __future__ import annotations
@@ -11,11 +15,11 @@ from __future__ import annotations
 import glob
 import gzip
 import io
-import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 
 from pipeline.categories import FailureCategory
 from pipeline.ingest.common import (
@@ -25,54 +29,85 @@ from pipeline.ingest.common import (
     insert_rejects,
     record_counts,
     register_file,
-    registered,
 )
-from pipeline.ingest.lines import BOM, MAX_DECOMPRESSED_BYTES, check_decompressed_size, head_text, is_gzip
+from pipeline.ingest.lines import (
+    BOM,
+    MAX_DECOMPRESSED_BYTES,
+    check_decompressed_size,
+    head_text,
+    is_gzip,
+    read_lines,
+)
 
 INCIDENT_COLUMNS = ("timestamp", "cluster_id", "node_id", "category")
 INCIDENT_OPTIONAL = ("gpu_index", "job_id", "message", "resolved_at")
 INVENTORY_COLUMNS = ("cluster_id", "node_id", "instance_type", "gpus_per_node", "in_service_from")
 INVENTORY_OPTIONAL = ("in_service_to",)
 TABLE_FORMATS = ("csv", "jsonl", "parquet")
+_COLUMNS = {
+    "incidents": (*INCIDENT_COLUMNS, *INCIDENT_OPTIONAL),
+    "inventory": (*INVENTORY_COLUMNS, *INVENTORY_OPTIONAL),
+}
+BATCH_ROWS = 250_000
+"""Rows per batch: large enough that per-batch SQL costs little, small enough to bound memory."""
+_ROW = "__failcast_row"  # the row index while scanning; renamed to ``line`` once columns are mapped
 
 
-def _read_table(path: Path, fmt: str) -> tuple[pl.DataFrame, int]:
-    """All columns as strings plus ``line``: the 1-based line (row for Parquet) in the file."""
-    try:  # glob=False: a file named incidents[1].csv or *.csv is that one file, not a pattern
-        if fmt == "csv":
-            frame, first_line = pl.read_csv(path, infer_schema=False, glob=False), 2
-        elif fmt == "jsonl":
-            as_bytes = glob.has_magic(str(path)) or head_text(path, 3).startswith(BOM)
-            frame, first_line = (
-                pl.read_ndjson(_jsonl_bytes(path) if as_bytes else path, infer_schema_length=None),
-                1,
-            )
-        else:
-            frame, first_line = pl.read_parquet(path, glob=False), 1
-    except Exception as exc:  # polars raises many types; the user needs the file and the reason
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"{path}: cannot read as {fmt}: {reason}") from exc
-    frame = frame.select(pl.all().cast(pl.String))
-    return frame.with_row_index("line", offset=first_line).with_columns(
-        pl.col("line").cast(pl.Int64)
-    ), first_line
+def _scan(path: Path, fmt: str) -> pl.LazyFrame:
+    """The file with its 1-based line (row for Parquet) in ``_ROW``. A blank CSV line is a row of
+    nulls, so CSV rows keep their line numbers (a quoted field spanning lines shifts them, as before)."""
+    if fmt == "csv":  # glob=False: a file named incidents[1].csv or *.csv is that one file, not a pattern
+        return pl.scan_csv(path, infer_schema=False, glob=False, row_index_name=_ROW, row_index_offset=2)
+    if fmt == "jsonl":
+        as_bytes = glob.has_magic(str(path)) or head_text(path, 3).startswith(BOM)
+        return pl.scan_ndjson(
+            _jsonl_bytes(path) if as_bytes else path,
+            infer_schema_length=None,
+            row_index_name=_ROW,
+            row_index_offset=1,
+        )
+    return pl.scan_parquet(path, glob=False, row_index_name=_ROW, row_index_offset=1)
 
 
 def _jsonl_bytes(path: Path) -> io.BytesIO:
     """The file's bytes without a byte order mark: Polars reads a BOM as bad JSON (CSV it strips
-    itself), and ``read_ndjson`` has no ``glob=False`` for names with ``[`` or ``*``."""
+    itself), and ``scan_ndjson`` has no ``glob=False`` for names with ``[`` or ``*``."""
     with gzip.open(path, "rb") if is_gzip(path) else path.open("rb") as f:
         return io.BytesIO(f.read().removeprefix(BOM.encode()))
 
 
-def _apply_mapping(frame: pl.DataFrame, column_map: Mapping[str, str], path: Path) -> pl.DataFrame:
-    """Rename source columns to canonical names (``column_map`` is canonical -> source)."""
-    missing = [src for src in column_map.values() if src not in frame.columns]
+def _read_error(path: Path, fmt: str, exc: Exception) -> InputError:
+    """One line naming the file: Polars messages run to many lines. They name no line, and the
+    rows already read do not bound it: Polars parses ahead and may pass rows beyond the bad one."""
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return InputError(f"{path}: cannot read as {fmt}: {reason}")
+
+
+def _source(
+    path: Path, fmt: str, column_map: Mapping[str, str]
+) -> tuple[pl.LazyFrame, str, list[str], list[str]]:
+    """The file's columns as strings under canonical names, null columns for absent optional ones
+    and the line in ``_ROW``; its kind; its own columns (renamed); the columns that are not used."""
+    try:
+        scan = _scan(path, fmt)
+        columns = [c for c in scan.collect_schema().names() if c != _ROW]
+    except Exception as exc:  # polars raises many types; the user needs the file and the reason
+        raise _read_error(path, fmt, exc) from exc
+    missing = [src for src in column_map.values() if src not in columns]
     if missing:
         raise InputError(
-            f"{path}: --map names column(s) {missing} that the file does not have (it has {frame.columns})"
+            f"{path}: --map names column(s) {missing} that the file does not have (it has {columns})"
         )
-    return frame.rename({src: canon for canon, src in column_map.items()})
+    renamed = {src: canon for canon, src in column_map.items()}
+    columns = [renamed.get(c, c) for c in columns]
+    kind = _detect_kind(columns, path)
+    known = _COLUMNS[kind]
+    frame = scan.rename(renamed).select(
+        pl.col(_ROW).cast(pl.Int64),
+        *(pl.col(c).cast(pl.String) for c in columns),
+        *(pl.lit(None, pl.String).alias(c) for c in known if c not in columns),
+    )
+    return frame, kind, columns, [c for c in columns if c not in known]
 
 
 def _detect_kind(columns: Sequence[str], path: Path) -> str:
@@ -88,34 +123,36 @@ def _detect_kind(columns: Sequence[str], path: Path) -> str:
     )
 
 
-def _raw_lines(path: Path, fmt: str, frame: pl.DataFrame, lines: Iterable[int]) -> dict[int, str]:
-    """The original text of the given lines (rows as JSON for Parquet), for the rejects table."""
-    wanted = sorted(set(lines))
-    if not wanted:
-        return {}
-    if fmt == "parquet":
-        rows = frame.filter(pl.col("line").is_in(wanted))
-        return {
-            r["line"]: str({k: v for k, v in r.items() if k != "line"}) for r in rows.iter_rows(named=True)
-        }
-    opener = gzip.open if is_gzip(path) else open
-    found: dict[int, str] = {}
-    with opener(path, "rt", encoding="utf-8", errors="replace", newline="") as f:
-        targets = iter(wanted)
-        target = next(targets)
-        for number, text in enumerate(itertools.islice(f, wanted[-1]), start=1):
-            if number == target:
-                found[number] = text.rstrip("\r\n")
-                target = next(targets, None)
-                if target is None:
-                    break
-    return found
+def _stream(
+    frame: pl.LazyFrame, path: Path, fmt: str, batch_rows: int, take: Callable[[pl.DataFrame], None]
+) -> int:
+    """Pass the file to ``take`` in batches and return the rows read. A Polars error (a ragged or
+    badly quoted row, invalid UTF-8) becomes an :class:`InputError`; an error raised by ``take``
+    (Ctrl-C included) stops the scan and comes out as it is."""
+    rows, failed = 0, []
+
+    def step(batch: pl.DataFrame) -> bool:
+        nonlocal rows
+        try:
+            take(batch)
+        except BaseException as exc:  # raised below, outside Polars, so it is not taken for Polars'
+            failed.append(exc)
+            return True
+        rows += batch.height
+        return False
+
+    try:
+        frame.sink_batches(step, chunk_size=batch_rows, engine="streaming")
+    except Exception as exc:
+        raise _read_error(path, fmt, exc) from exc
+    if failed:
+        raise failed[0]
+    return rows
 
 
 # Validation in SQL over the string frame: parse, check, and give each bad row one reason.
 # TRY_CAST to TIMESTAMPTZ honours offsets and reads naive times in the session time zone.
 _STAGE_INCIDENTS = """
-CREATE OR REPLACE TEMP TABLE staged AS
 WITH parsed AS (
     SELECT line,
            trim(timestamp) AS ts_text,
@@ -151,21 +188,7 @@ SELECT *,
 FROM parsed
 """
 
-_INSERT_EVENTS = """
-INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category,
-                    interrupting, gpu_index, job_id, message, resolved_at_utc, source_format)
-SELECT event_key, $file_id, line, timezone('UTC', ts), cluster_id, node_id, category,
-       list_contains($interrupting, category), gpu_index, job_id, message,
-       timezone('UTC', resolved_at), 'canonical'
-FROM staged s
-SEMI JOIN (SELECT event_key, min(line) AS line FROM staged WHERE reason IS NULL GROUP BY event_key) first
-    USING (event_key, line)
-WHERE reason IS NULL
-  AND NOT EXISTS (SELECT 1 FROM events e WHERE e.event_key = s.event_key)
-"""
-
 _STAGE_INVENTORY = """
-CREATE OR REPLACE TEMP TABLE staged AS
 WITH parsed AS (
     SELECT line,
            nullif(trim(cluster_id), '') AS cluster_id,
@@ -195,14 +218,37 @@ SELECT *,
 FROM parsed
 """
 
-# An inventory row is identified by (cluster, node, in_service_from); a later file may close an
-# interval that an earlier one left open, so the newest row for that key wins.
+# A batch's first row per event key that neither an earlier batch nor an earlier file stored. The
+# same key means the same time, and matching on time too lets DuckDB skip the stored row groups
+# outside the batch's time range (most of them when files come in time order).
+_INSERT_EVENTS = """
+INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category,
+                    interrupting, gpu_index, job_id, message, resolved_at_utc, source_format)
+SELECT event_key, $file_id, line, timezone('UTC', ts), cluster_id, node_id, category,
+       list_contains($interrupting, category), gpu_index, job_id, message,
+       timezone('UTC', resolved_at), 'canonical'
+FROM staged s
+SEMI JOIN (SELECT event_key, min(line) AS line FROM staged WHERE reason IS NULL GROUP BY event_key) first
+    USING (event_key, line)
+WHERE reason IS NULL
+  AND NOT EXISTS (SELECT 1 FROM events e
+                  WHERE e.event_key = s.event_key AND e.timestamp_utc = timezone('UTC', s.ts))
+"""
+
+_KEEP_INVENTORY = """
+INSERT INTO fresh
+SELECT cluster_id, node_id, instance_type, gpus_per_node, timezone('UTC', from_ts),
+       timezone('UTC', to_ts), line
+FROM staged WHERE reason IS NULL
+"""
+
+# Within the file the last row for a key wins; a row the inventory already holds as it is is left
+# alone (it keeps its file and line), any other replaces the stored row for its key.
 _UPSERT_INVENTORY = """
-CREATE OR REPLACE TEMP TABLE fresh AS
-SELECT cluster_id, node_id, instance_type, gpus_per_node, timezone('UTC', from_ts) AS from_utc,
-       timezone('UTC', to_ts) AS to_utc, line
-FROM staged s WHERE reason IS NULL
-QUALIFY row_number() OVER (PARTITION BY cluster_id, node_id, from_ts ORDER BY line DESC) = 1;
+DELETE FROM fresh WHERE rowid IN (
+    SELECT rowid FROM fresh
+    QUALIFY row_number() OVER (PARTITION BY cluster_id, node_id, from_utc ORDER BY line DESC) > 1
+);
 DELETE FROM fresh f USING inventory i
 WHERE i.cluster_id = f.cluster_id AND i.node_id = f.node_id
   AND i.in_service_from_utc = f.from_utc AND i.instance_type = f.instance_type
@@ -217,6 +263,39 @@ SELECT cluster_id, node_id, instance_type, gpus_per_node, from_utc, to_utc, $fil
 FROM fresh;
 """
 
+# Per file: the rejected lines, their original text, the valid inventory rows of all batches.
+_WORK_TABLES = """
+CREATE OR REPLACE TEMP TABLE rejected (line BIGINT, reason VARCHAR);
+CREATE OR REPLACE TEMP TABLE raw_lines (line BIGINT, raw VARCHAR);
+CREATE OR REPLACE TEMP TABLE fresh (cluster_id VARCHAR, node_id VARCHAR, instance_type VARCHAR,
+    gpus_per_node INTEGER, from_utc TIMESTAMP, to_utc TIMESTAMP, line BIGINT);
+"""
+
+
+def _keep_raw_rows(con, batch: pl.DataFrame, staged: pa.Table, columns: Sequence[str]) -> None:
+    """Parquet has no lines: a rejected row's text is its values, as a dict of the file's columns."""
+    bad = con.sql("SELECT line FROM staged WHERE reason IS NOT NULL").fetchall()
+    if not bad:
+        return
+    rows = batch.filter(pl.col(_ROW).is_in([line for (line,) in bad]))
+    raw = pl.DataFrame(  # noqa: F841 (read by the SQL below)
+        {"line": rows[_ROW], "raw": [str(row) for row in rows.select(columns).iter_rows(named=True)]},
+        schema={"line": pl.Int64, "raw": pl.String},
+    )
+    con.execute("INSERT INTO raw_lines SELECT line, raw FROM raw")
+
+
+def _keep_raw_lines(con, path: Path, max_decompressed_bytes: int) -> None:
+    """The original text of the rejected lines, reading the file only up to the last of them."""
+    last = count(con, "SELECT max(line) FROM rejected")
+    if last is None:
+        return
+    for batch in read_lines(path, max_bytes=max_decompressed_bytes):
+        block = batch.frame.select("line", raw="text")
+        con.execute("INSERT INTO raw_lines SELECT line, raw FROM block SEMI JOIN rejected USING (line)")
+        if block.height and block["line"][-1] >= last:
+            return
+
 
 def ingest_canonical(
     con,
@@ -226,50 +305,48 @@ def ingest_canonical(
     fmt: str,
     column_map: Mapping[str, str],
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
+    batch_rows: int = BATCH_ROWS,
 ) -> FileSummary:
     """One canonical incidents or inventory file; the caller holds the transaction and time zone."""
-    check_decompressed_size(path, max_decompressed_bytes)  # Polars reads a .gz whole, in memory
-    frame, _ = _read_table(path, fmt)
-    frame = _apply_mapping(frame, column_map, path)
-    kind = _detect_kind(frame.columns, path)
-    known = (
-        ("line", *INCIDENT_COLUMNS, *INCIDENT_OPTIONAL)
-        if kind == "incidents"
-        else ("line", *INVENTORY_COLUMNS, *INVENTORY_OPTIONAL)
-    )
-    ignored = [c for c in frame.columns if c not in known]
-    source = frame.select(
-        [pl.col(c) if c in frame.columns else pl.lit(None, pl.String).alias(c) for c in known]
-    )
-    summary = FileSummary(str(path), kind, fmt, rows_read=source.height, ignored_columns=ignored)
-    with registered(con, "source", source):
-        file_id = register_file(con, path, sha, kind, fmt)
-        summary.file_id = file_id
-        if kind == "incidents":
-            con.execute(_STAGE_INCIDENTS, {"categories": [c.value for c in FailureCategory]})
-            before = count(con, "SELECT count(*) FROM events")
-            con.execute(
-                _INSERT_EVENTS,
-                {
-                    "file_id": file_id,
-                    "interrupting": [c.value for c in FailureCategory if c.interrupting],
-                },
-            )
-            added = count(con, "SELECT count(*) FROM events") - before
-        else:
-            con.execute(_STAGE_INVENTORY)
-            con.execute(_UPSERT_INVENTORY, {"file_id": file_id})
-            added = count(con, "SELECT count(*) FROM inventory WHERE file_id = ?", [file_id])
-        bad = con.sql("SELECT line, reason FROM staged WHERE reason IS NOT NULL").pl()
-        raw = _raw_lines(path, fmt, frame, bad["line"].to_list())
-        insert_rejects(
-            con,
-            file_id,
-            path,
-            bad.with_columns(raw=pl.col("line").replace_strict(raw, default=None, return_dtype=pl.String)),
-        )
-        summary.rows_rejected = bad.height
-        summary.rows_ingested = added
-        summary.rows_duplicate = source.height - bad.height - added
-        record_counts(con, file_id, summary)
+    check_decompressed_size(path, max_decompressed_bytes)  # Polars decompresses a .gz whole, in memory
+    frame, kind, columns, ignored = _source(path, fmt, column_map)
+    known = _COLUMNS[kind]
+    summary = FileSummary(str(path), kind, fmt, ignored_columns=ignored)
+    file_id = summary.file_id = register_file(con, path, sha, kind, fmt)
+    if kind == "incidents":
+        stage, stage_params = _STAGE_INCIDENTS, {"categories": [c.value for c in FailureCategory]}
+        keep = _INSERT_EVENTS
+        keep_params = {
+            "file_id": file_id,
+            "interrupting": [c.value for c in FailureCategory if c.interrupting],
+        }
+    else:
+        stage, stage_params, keep, keep_params = _STAGE_INVENTORY, {}, _KEEP_INVENTORY, {}
+    con.execute(_WORK_TABLES)
+    events_before = count(con, "SELECT count(*) FROM events")
+
+    def take(batch: pl.DataFrame) -> None:
+        """Validate a batch, keep its new events (or valid inventory rows) and note its rejects."""
+        source = batch.select(pl.col(_ROW).alias("line"), *known).to_arrow()  # noqa: F841 (read by SQL)
+        staged = con.sql(stage, params=stage_params).to_arrow_table()
+        con.execute(keep, keep_params)
+        con.execute("INSERT INTO rejected SELECT line, reason FROM staged WHERE reason IS NOT NULL")
+        if fmt == "parquet":
+            _keep_raw_rows(con, batch, staged, columns)
+
+    summary.rows_read = _stream(frame, path, fmt, batch_rows, take)
+    if kind == "incidents":
+        summary.rows_ingested = count(con, "SELECT count(*) FROM events") - events_before
+    else:
+        con.execute(_UPSERT_INVENTORY, {"file_id": file_id})
+        summary.rows_ingested = count(con, "SELECT count(*) FROM inventory WHERE file_id = ?", [file_id])
+    if fmt != "parquet":
+        _keep_raw_lines(con, path, max_decompressed_bytes)
+    bad = con.sql(
+        "SELECT line, raw, reason FROM rejected LEFT JOIN raw_lines USING (line) ORDER BY line"
+    ).pl()
+    insert_rejects(con, file_id, path, bad)
+    summary.rows_rejected = bad.height
+    summary.rows_duplicate = summary.rows_read - bad.height - summary.rows_ingested
+    record_counts(con, file_id, summary)
     return summary
