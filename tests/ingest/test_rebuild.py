@@ -1,8 +1,11 @@
-"""Incremental rebuild of ``incidents``: after every ingest it equals a full rebuild from all events."""
+"""Rebuild of ``incidents``: after every ingest the incremental rebuild equals a full rebuild from
+all events, and both equal a plain Python statement of the collapse rule on random events."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import hashlib
+import random
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -89,3 +92,100 @@ def test_rebuild_is_full_when_the_window_changes(con, write):
     with warehouse.transaction(con):
         warehouse.rebuild_incidents(con, window_seconds=300)  # no new events: only the window changed
     assert con.sql("SELECT count(*) FROM incidents").fetchall() == [(3,)]
+
+
+# --- the collapse rule in plain Python, against the SQL on small random warehouses ---
+
+NODES = ("n1", "n2", "n3", "n4")
+HOME = {"n1": "c1", "n2": "c1", "n3": "c2", "n4": "c2"}
+T0 = datetime(2026, 3, 1)
+
+
+def random_events(rng: random.Random, count: int, file_id: int) -> list[tuple]:
+    """Events on a 5-minute grid (ties in time, gaps of exactly the window), a third of unknown
+    cluster, GPU by index, by PCI id, by both or neither, NULLs in every optional column."""
+    rows = []
+    for line in range(count):
+        node = rng.choice(NODES)
+        cluster = rng.choice([HOME[node], HOME[node], warehouse.UNKNOWN_CLUSTER, "c3"])
+        time = T0 + timedelta(minutes=5 * rng.randrange(40))
+        resolved = rng.choice([None, time + timedelta(minutes=rng.randrange(1, 90))])
+        rows.append(
+            (f"{rng.getrandbits(64):016x}", file_id, line, time, cluster, node,
+             rng.choice(["gpu_memory", "xid_79"]), rng.random() < 0.5, rng.choice([0, 1, None]),
+             rng.choice([None, "j1", "j2"]), rng.choice([None, "m1", "m2", "m3"]), resolved,
+             rng.choice([None, 48, 79]), rng.choice([None, "0000:18:00", "0000:3b:00"]))
+        )  # fmt: skip
+    return rows
+
+
+def random_inventory(rng: random.Random) -> list[tuple]:
+    """Some nodes listed in their home cluster, some also in another one (the smallest wins)."""
+    rows = []
+    for node in NODES:
+        for cluster in {HOME[node], rng.choice(["c0", "c9"])}:
+            if rng.random() < 0.5:
+                rows.append((cluster, node, "p5", 8, T0, None, 0, len(rows)))
+    return rows
+
+
+def reference_incidents(events: list[tuple], inventory: list[tuple], window_seconds: float) -> list[tuple]:
+    """Events of one node, cluster, category and GPU (index, else PCI id) closer than the window
+    make one incident (events at the same time ordered by event key)."""
+    listed: dict[str, list[str]] = {}
+    for cluster, node, *_ in inventory:
+        listed.setdefault(node, []).append(cluster)
+    faults: dict[tuple, list[tuple]] = {}
+    for event in events:
+        _, _, _, _, cluster, node, category, _, gpu_index, *_, pci = event
+        if cluster == warehouse.UNKNOWN_CLUSTER:
+            cluster = min(listed.get(node, [cluster]))
+        gpu = str(gpu_index) if gpu_index is not None else pci
+        faults.setdefault((cluster, node, category, gpu), []).append(event)
+    incidents = []
+    for fault, rows in faults.items():
+        rows.sort(key=lambda r: (r[3], r[0]))
+        runs = [[rows[0]]]
+        for previous, row in zip(rows, rows[1:], strict=False):
+            if (row[3] - previous[3]).total_seconds() > window_seconds:
+                runs.append([])
+            runs[-1].append(row)
+        incidents += [reference_incident(fault, run) for run in runs]
+    return sorted(incidents)
+
+
+def reference_incident(fault: tuple, run: list[tuple]) -> tuple:
+    """One incident row: job, message and xid from its earliest event that has one, the smallest
+    PCI id, the latest resolution; the id is an md5 of the fault and the first event time."""
+    cluster, node, category, gpu = fault
+    known = {column: [r[column] for r in run if r[column] is not None] for column in range(len(run[0]))}
+    first = {column: next(iter(values), None) for column, values in known.items()}
+    content = "\x1f".join([cluster, node, category, gpu or "", str(run[0][3])])
+    incident_id = int.from_bytes(hashlib.md5(content.encode()).digest(), "little") >> 65
+    return (incident_id, cluster, node, category, any(known[7]), first[8], run[0][3], run[-1][3],
+            max(known[11], default=None), len(run), first[9], first[10], min(known[13], default=None),
+            first[12])  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_rebuild_follows_the_collapse_rule_on_random_events(con, seed):
+    rng = random.Random(seed)
+    window_seconds = rng.choice([300.0, 600.0, 3600.0])
+    events: list[tuple] = []
+    inventory = random_inventory(rng)
+    for file_id in (1, 2, 3):
+        if file_id == 2:  # a new inventory: unknown clusters resolve differently
+            inventory = random_inventory(rng)
+        batch = random_events(rng, rng.randrange(1, 60), file_id)
+        events += batch
+        with warehouse.transaction(con):
+            con.execute("DELETE FROM inventory")
+            con.executemany("INSERT INTO inventory VALUES (?, ?, ?, ?, ?, ?, ?, ?, false)", inventory)
+            con.executemany(
+                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'test')", batch
+            )
+            warehouse.rebuild_incidents(con, window_seconds=window_seconds)  # incremental after the first
+        expected = reference_incidents(events, inventory, window_seconds)
+        assert con.sql("SELECT * FROM incidents ORDER BY incident_id").fetchall() == expected, file_id
+        assert full_rebuild(con, window_seconds).rows() == expected, file_id
+    assert len({incident[0] for incident in expected}) == len(expected)
