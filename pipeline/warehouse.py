@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import duckdb
@@ -250,8 +250,10 @@ def connect(
     con = duckdb.connect(str(db_path), read_only=read_only)
     con.execute("SET TimeZone = 'UTC'")
     # DuckDB draws a progress bar on stdout for queries over 2 s, even when stdout is a pipe: it
-    # would corrupt `--json` output and cron logs. failcast reports progress itself.
-    con.execute("SET enable_progress_bar = false")
+    # would corrupt `--json` output and cron logs. failcast reports progress itself. In Jupyter
+    # without ipywidgets DuckDB refuses the change, and draws no bar there either.
+    with suppress(duckdb.InvalidInputException):
+        con.execute("SET enable_progress_bar = false")
     if memory_limit_mb is not None:
         con.execute("SET memory_limit = $limit", {"limit": f"{memory_limit_mb}MB"})
     if not read_only:
