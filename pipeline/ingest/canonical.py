@@ -18,6 +18,7 @@ import io
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -54,8 +55,9 @@ _ROW = "__failcast_row"  # the row index while scanning; renamed to ``line`` onc
 
 
 def _scan(path: Path, fmt: str) -> pl.LazyFrame:
-    """The file with its 1-based line (row for Parquet) in ``_ROW``. A blank CSV line is a row of
-    nulls, so CSV rows keep their line numbers (a quoted field spanning lines shifts them, as before)."""
+    """The file with its 1-based line (row for Parquet, record for JSONL) in ``_ROW``. A blank CSV
+    line is a row of nulls, so CSV rows keep their line numbers (a quoted field spanning lines
+    shifts them, as before); JSONL records get theirs from :func:`_jsonl_lines`."""
     if fmt == "csv":  # glob=False: a file named incidents[1].csv or *.csv is that one file, not a pattern
         return pl.scan_csv(path, infer_schema=False, glob=False, row_index_name=_ROW, row_index_offset=2)
     if fmt == "jsonl":
@@ -74,6 +76,30 @@ def _jsonl_bytes(path: Path) -> io.BytesIO:
     itself), and ``scan_ndjson`` has no ``glob=False`` for names with ``[`` or ``*``."""
     with gzip.open(path, "rb") if is_gzip(path) else path.open("rb") as f:
         return io.BytesIO(f.read().removeprefix(BOM.encode()))
+
+
+def _jsonl_lines(path: Path, max_decompressed_bytes: int) -> Callable[[pl.Series], pl.Series]:
+    """Map 1-based JSONL record numbers to line numbers. Polars skips lines of only spaces, tabs and
+    carriage returns (polars-io ``json_lines``), so its row index counts records, not lines. One
+    streamed pass notes each run of such lines as the records before it and the lines skipped up to
+    its end: memory grows with the runs, not the file; a record's line is then its number plus the
+    lines skipped before it, found by binary search."""
+    run_records, run_lengths = [np.empty(0, np.int64)], [np.zeros(1, np.int64)]
+    blank = 0
+    for batch in read_lines(path, max_bytes=max_decompressed_bytes):
+        lines = batch.frame.filter(pl.col("text").str.contains(r"^[ \t\r]*$"))["line"].to_numpy()
+        records, lengths = np.unique(lines - 1 - blank - np.arange(len(lines)), return_counts=True)
+        run_records.append(records)
+        run_lengths.append(lengths)
+        blank += len(lines)
+    records_before = np.concatenate(run_records)
+    skipped = np.cumsum(np.concatenate(run_lengths))  # [i]: lines skipped in the first i runs
+
+    def to_line(record: pl.Series) -> pl.Series:
+        number = record.to_numpy()
+        return pl.Series(record.name, number + skipped[np.searchsorted(records_before, number)])
+
+    return to_line
 
 
 def _read_error(path: Path, fmt: str, exc: Exception) -> InputError:
@@ -324,9 +350,12 @@ def ingest_canonical(
         stage, stage_params, keep, keep_params = _STAGE_INVENTORY, {}, _KEEP_INVENTORY, {}
     con.execute(_WORK_TABLES)
     events_before = count(con, "SELECT count(*) FROM events")
+    to_line = _jsonl_lines(path, max_decompressed_bytes) if fmt == "jsonl" else None
 
     def take(batch: pl.DataFrame) -> None:
         """Validate a batch, keep its new events (or valid inventory rows) and note its rejects."""
+        if to_line:
+            batch = batch.with_columns(to_line(batch[_ROW]))
         source = batch.select(pl.col(_ROW).alias("line"), *known).to_arrow()  # noqa: F841 (read by SQL)
         staged = con.sql(stage, params=stage_params).to_arrow_table()
         con.execute(keep, keep_params)

@@ -106,6 +106,45 @@ def test_blank_lines_keep_their_line_numbers(con, write, sql, variant):
     assert sql("SELECT cluster_id, line FROM events ORDER BY line") == [("c1", 2), ("c2", 6)]
 
 
+def _incident(timestamp: str, node: str) -> str:
+    return json.dumps({"timestamp": timestamp, "cluster_id": "c1", "node_id": node, "category": "nvlink"})
+
+
+@pytest.mark.parametrize("variant", ["plain", "crlf", "bom", "gz", "bom-crlf-gz"])
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ["ok", "", "bad", "bad"],
+        ["", "", "bad", "ok", "", "", "", "bad"],
+        ["bad", "  ", "\t", " \t ", "bad", "", "ok", " ", "bad"],
+        ["ok", "bad", "", "  ", ""],
+    ],
+    ids=["blank-between", "leading-and-runs", "whitespace-only", "trailing"],
+)
+def test_jsonl_rows_keep_their_line_numbers_after_blank_lines(con, write, sql, lines, variant):
+    """Polars skips lines of spaces, tabs and carriage returns; the rest keep their line in the file."""
+    records = {
+        n: _incident("2026-03-02T04:26:29Z" if kind == "ok" else f"day{n}", f"n{n}")
+        for n, kind in enumerate(lines, 1)
+        if kind in ("ok", "bad")
+    }
+    text = "\n".join(records.get(n, blank) for n, blank in enumerate(lines, 1)) + "\n"
+    if "crlf" in variant:
+        text = text.replace("\n", "\r\n")
+    if "bom" in variant:
+        text = "\ufeff" + text
+    name, data = ("i.jsonl.gz", gzip.compress(text.encode())) if "gz" in variant else ("i.jsonl", text)
+    [s] = ingest_files(con, [write(name, data)])
+    bad = [n for n, kind in enumerate(lines, 1) if kind == "bad"]
+    assert (s.rows_read, s.rows_rejected) == (len(records), len(bad))
+    assert sql("SELECT line, raw, reason FROM rejects ORDER BY line") == [
+        (n, records[n], f"timestamp day{n} is not ISO 8601") for n in bad
+    ]
+    assert sql("SELECT line, node_id FROM events ORDER BY line") == [
+        (n, f"n{n}") for n, kind in enumerate(lines, 1) if kind == "ok"
+    ]
+
+
 def _fixture_files(tmp_path: Path) -> list[Path]:
     """Incidents with duplicates near and far (within and across batches), bad rows and blank
     lines; the same as Parquet; inventory whose later rows replace earlier ones for a key."""
