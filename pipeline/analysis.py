@@ -204,7 +204,7 @@ def read_failures(
     return transform.node_interruptions(faults, window_minutes=window_minutes)
 
 
-FIT_RESOLUTION_HOURS = 1 / 60
+FIT_RELATIVE_RESOLUTION = 1e-3
 
 
 def analyze(
@@ -212,7 +212,7 @@ def analyze(
     *,
     observed_until: datetime | None = None,
     first_gap: str = "drop",
-    resolution_hours: float | None = FIT_RESOLUTION_HOURS,
+    relative_resolution: float | None = FIT_RELATIVE_RESOLUTION,
     interruption_window_minutes: float | None = transform.INTERRUPTION_WINDOW_MINUTES,
 ) -> FleetAnalysis:
     """Run every transform and fit on the warehouse behind ``con``.
@@ -220,9 +220,10 @@ def analyze(
     Failures are node interruptions: a node's interrupting incidents closer than
     ``interruption_window_minutes`` count once (None: every incident counts).
 
-    Gaps are aggregated on a ``resolution_hours`` grid (1 minute: at most 30 s off per gap) before
-    fitting, which bounds the rows lifelines sees; ``None`` fits the exact durations. See
-    bench/RESULTS.md for the speed-up and the shift in estimates per grid.
+    Gaps are rounded to a relative grid (``relative_resolution`` 1e-3: each gap at most 0.05% off,
+    a minute or a month, see :mod:`pipeline.transform.durations`) and aggregated before fitting,
+    which bounds the rows lifelines sees whatever the fleet's size; ``None`` fits the exact
+    durations. See bench/RESULTS.md "Fitting" for the speed-up and the shift in estimates.
     """
     incidents = warehouse.scan_incidents(con)
     inventory = warehouse.table(con, "inventory")
@@ -242,7 +243,7 @@ def analyze(
         # no node failed twice in one window: first gaps are all there is to fit
         first_gap = "keep"
         gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap)
-    durations = transform.aggregate_durations(gaps, resolution_hours=resolution_hours)
+    durations = transform.aggregate_durations(gaps, relative_resolution=relative_resolution)
     args = (durations["duration_hours"], durations["observed"], durations["count"])
     fits = models.fit_families(*args)
 
@@ -251,7 +252,7 @@ def analyze(
     cluster_durations = transform.aggregate_durations(
         transform.times_between_failures(failures, exposure, level="cluster", first_gap=first_gap),
         by=["cluster_id", "instances"],
-        resolution_hours=resolution_hours,
+        relative_resolution=relative_resolution,
     )
     dispersion = transform.count_dispersion(failures, exposure)
     scaling, projection, regression, regression_projection = None, pl.DataFrame(), None, pl.DataFrame()

@@ -2,16 +2,17 @@
 
 ``fleet`` holds the node and fleet statistics (exposure from service intervals, rates with exact
 Poisson intervals, node interruptions, times between failures, category shares, operating
-times); ``jobs`` compares Slurm job interruptions with the node rate. Callers use this package's
+times); ``durations`` rounds gaps to a relative grid and aggregates them into weighted rows for
+the fits; ``jobs`` compares Slurm job interruptions with the node rate. Callers use this package's
 names (``from pipeline import transform; transform.failure_rates``), not the modules.
 """
 
+from pipeline.transform.durations import FLOOR_HOURS, aggregate_durations, relative_grid
 from pipeline.transform.fleet import (
     EXPOSURE_KEYS,
     FIRST_GAP_CHOICES,
     INTERRUPTION_WINDOW_MINUTES,
     PERIODS,
-    aggregate_durations,
     category_shares,
     count_dispersion,
     exposure_estimated,
@@ -29,6 +30,7 @@ from pipeline.transform.jobs import job_interruption_rates
 
 __all__ = [
     "EXPOSURE_KEYS",
+    "FLOOR_HOURS",
     "FIRST_GAP_CHOICES",
     "INTERRUPTION_WINDOW_MINUTES",
     "PERIODS",
@@ -44,6 +46,7 @@ __all__ = [
     "node_interruptions",
     "observation_end",
     "poisson_interval",
+    "relative_grid",
     "size_bucket",
     "times_between_failures",
 ]

@@ -393,29 +393,6 @@ def times_between_failures(
     return durations.select(*keys, "instances", "duration_hours", "observed", "first_gap").collect()
 
 
-def aggregate_durations(
-    durations: pl.DataFrame, by: Sequence[str] = (), *, resolution_hours: float | None = None
-) -> pl.DataFrame:
-    """Unique (duration, observed) pairs with their counts: what the fitters take as weights.
-
-    The fit on these is the fit on the raw rows (same likelihood). ``resolution_hours`` first
-    rounds durations to that grid (at least one step), which bounds the number of unique values
-    for very large inputs at a bias of at most half a step per duration.
-    """
-    if resolution_hours is not None:
-        if resolution_hours <= 0:
-            raise ValueError("resolution_hours must be positive")
-        step = float(resolution_hours)
-        durations = durations.with_columns(
-            duration_hours=(pl.col("duration_hours") / step).round().clip(lower_bound=1) * step
-        )
-    return (
-        durations.group_by([*by, "duration_hours", "observed"])
-        .agg(count=pl.len())
-        .sort([*by, "duration_hours", "observed"])
-    )
-
-
 def category_shares(
     incidents: pl.DataFrame, exposure: pl.DataFrame, by: Sequence[str] = ("cluster_id",), *, confidence=0.95
 ) -> pl.DataFrame:

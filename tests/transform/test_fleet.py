@@ -165,15 +165,6 @@ def test_exposure_estimated_flag(estimated, expected):
     assert transform.exposure_estimated(inventory) is expected
 
 
-def test_aggregate_durations_counts_and_resolution():
-    d = pl.DataFrame({"duration_hours": [1.0, 1.0, 2.04, 1.96, 0.01], "observed": [True] * 4 + [False]})
-    exact = transform.aggregate_durations(d)
-    assert exact["count"].sum() == 5 and exact.height == 4
-    gridded = transform.aggregate_durations(d, resolution_hours=0.1)
-    assert gridded["duration_hours"].to_list() == pytest.approx([0.1, 1.0, 2.0])
-    assert gridded["count"].to_list() == [1, 2, 2]
-
-
 def test_category_shares_with_exact_intervals(exposure):
     shares = transform.category_shares(INCIDENTS, exposure)
     sums = shares.group_by("cluster_id").agg(pl.col("share").sum())
