@@ -198,9 +198,10 @@ def ingest_sacct(
         summary.rows_read += batch.frame.height
         if header is None:
             header = _header(path, batch.frame)
-        staged = _parse_batch(batch.frame, header[0], header[1], header[0].endswith("|"))
-        with registered(con, "jobs_batch", staged):
-            con.execute("INSERT INTO jobs_lines SELECT * FROM jobs_batch")
+        # read by SQL as a local variable (replacement scan), freed with the batch; a registered
+        # frame would stay alive until the file's transaction commits
+        jobs_batch = _parse_batch(batch.frame, header[0], header[1], header[0].endswith("|"))  # noqa: F841
+        con.execute("INSERT INTO jobs_lines SELECT * FROM jobs_batch")
         if progress:
             progress(batch.bytes_done - done)
         done = batch.bytes_done
