@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import pytest
 from click.testing import CliRunner
 
@@ -130,3 +131,34 @@ def test_every_command_has_help() -> None:
     for command in main.commands:
         result = invoke(command, "--help")
         assert result.exit_code == 0 and "Usage:" in result.output
+
+
+def _real_out_of_memory() -> Exception:
+    con = duckdb.connect()
+    con.execute("SET memory_limit = '16MB'")
+    try:
+        con.sql(
+            "SELECT x, string_agg(x::VARCHAR, ',') FROM range(3000000) t(x) GROUP BY x ORDER BY 2"
+        ).fetchall()
+    except duckdb.OutOfMemoryException as exc:
+        return exc
+    raise AssertionError("DuckDB did not run out of memory under a 16 MB limit")
+
+
+@pytest.mark.parametrize(
+    ("cap", "advice"), [("128", "raise FAILCAST_DUCKDB_MEMORY_MB (now 128)"), ("", "more RAM")]
+)
+def test_out_of_memory_is_one_line_with_the_setting_to_change(tmp_path, monkeypatch, cap, advice) -> None:
+    """DuckDB's message is many lines of SQL advice; failcast names its own knob instead."""
+    error = _real_out_of_memory()
+
+    def ingest_files(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr("pipeline.cli.ingest.ingest_mod.ingest_files", ingest_files)
+    monkeypatch.setenv("FAILCAST_DUCKDB_MEMORY_MB", cap)
+    (tmp_path / "x.log").write_text("Mar  2 04:26:29 node-017 kernel: NVRM: Xid (PCI:0000:18:00): 79\n")
+    result = CliRunner().invoke(main, ["ingest", str(tmp_path / "x.log"), "--db", str(tmp_path / "w.duckdb")])
+    assert result.exit_code == 1
+    assert result.output.startswith("failcast: DuckDB ran out of memory (Out of Memory Error")
+    assert advice in result.output and len(result.output.strip().splitlines()) == 1

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from datetime import date, datetime
 from pathlib import Path
 
 import click
+import duckdb
 import polars as pl
 
 from pipeline import config as config_mod
@@ -87,6 +89,14 @@ until_option = click.option(
 )
 
 
+def out_of_memory(exc: duckdb.OutOfMemoryException) -> str:
+    """DuckDB's own advice names SQL settings a failcast user cannot reach; say what to change."""
+    reason = str(exc).strip().splitlines()[0]
+    if cap := os.environ.get("FAILCAST_DUCKDB_MEMORY_MB", "").strip():
+        return f"DuckDB ran out of memory ({reason}): raise FAILCAST_DUCKDB_MEMORY_MB (now {cap}) or unset it"
+    return f"DuckDB ran out of memory ({reason}): free memory, or run on a machine with more RAM"
+
+
 class FailcastGroup(click.Group):
     """Turns expected errors into one line and exit code 2, anything else into exit code 1."""
 
@@ -97,6 +107,8 @@ class FailcastGroup(click.Group):
             fail(safe_text(str(exc)))
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
+        except duckdb.OutOfMemoryException as exc:
+            fail(out_of_memory(exc), EXIT_UNEXPECTED)
         except Exception as exc:
             if ctx.params.get("debug"):
                 raise
