@@ -226,6 +226,10 @@ SELECT DISTINCT node_id FROM events WHERE file_id > $through_file_id OR cluster_
 """
 
 
+MEMORY_ENV = "FAILCAST_DUCKDB_MEMORY_MB"
+"""Environment variable that caps DuckDB's memory in every connection (see :func:`connect`)."""
+
+
 def connect(
     db_path: Path | str = DEFAULT_DB_PATH, *, read_only: bool = False, memory_limit_mb: int | None = None
 ):
@@ -236,8 +240,8 @@ def connect(
     RAM, and a cap slows big jobs (a 10 M-row CSV ingest ran 4x slower under 2 GB).
     """
     source = "memory_limit_mb"
-    if memory_limit_mb is None and (text := os.environ.get("FAILCAST_DUCKDB_MEMORY_MB", "").strip()):
-        source = f"FAILCAST_DUCKDB_MEMORY_MB={text!r}"
+    if memory_limit_mb is None and (text := os.environ.get(MEMORY_ENV, "").strip()):
+        source = f"{MEMORY_ENV}={text!r}"
         memory_limit_mb = int(text) if text.isascii() and text.isdigit() else 0
     if memory_limit_mb is not None and memory_limit_mb < 64:
         raise ValueError(f"{source}: expected whole megabytes, at least 64 (e.g. 4096), or unset for no cap")

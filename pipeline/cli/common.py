@@ -92,8 +92,8 @@ until_option = click.option(
 def out_of_memory(exc: duckdb.OutOfMemoryException) -> str:
     """DuckDB's own advice names SQL settings a failcast user cannot reach; say what to change."""
     reason = str(exc).strip().splitlines()[0]
-    if cap := os.environ.get("FAILCAST_DUCKDB_MEMORY_MB", "").strip():
-        return f"DuckDB ran out of memory ({reason}): raise FAILCAST_DUCKDB_MEMORY_MB (now {cap}) or unset it"
+    if cap := os.environ.get(warehouse.MEMORY_ENV, "").strip():
+        return f"DuckDB ran out of memory ({reason}): raise {warehouse.MEMORY_ENV} (now {cap}) or unset it"
     return f"DuckDB ran out of memory ({reason}): free memory, or run on a machine with more RAM"
 
 
