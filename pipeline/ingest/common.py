@@ -104,7 +104,11 @@ def insert_rejects(con, file_id: int | None, path: Path, rejects: pl.DataFrame) 
 @contextmanager
 def registered(con, name: str, frame: pl.DataFrame) -> Iterator[None]:
     """A Polars frame visible to SQL as ``name`` for the block. If the block failed, the file's
-    transaction is aborted and its rollback drops the view, so unregistering may fail harmlessly."""
+    transaction is aborted and its rollback drops the view, so unregistering may fail harmlessly.
+
+    Inside a transaction DuckDB keeps a registered frame alive until commit, even after
+    ``unregister``: use this for one small frame per file (a catalog, the rejects); per-batch frames
+    are read by SQL as local variables instead (a replacement scan), which frees each with its batch."""
     con.register(name, frame)
     try:
         yield
