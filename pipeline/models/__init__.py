@@ -1,0 +1,40 @@
+"""Models: reliability estimators in the style of lifelines fitters.
+
+Every model's ``fit(...)`` returns ``self``; fitted values end in ``_``; models never print or plot.
+One module per family of statistics, re-exported here so callers write ``models.PoissonRate``:
+
+* :mod:`pipeline.models.survival` — rates, parametric and non-parametric survival of times between
+  failures, MTBF scaling with cluster size, trend tests (formulas and sources in its docstring).
+"""
+
+from pipeline.models.survival import (
+    FAMILIES,
+    TREND_VERDICTS,
+    KaplanMeier,
+    MTBFScaling,
+    NelsonAalen,
+    ParametricTBF,
+    PoissonRate,
+    TrendTest,
+    WeibullSizeRegression,
+    best_by_aic,
+    cluster_mtbf_hours,
+    fit_families,
+    interruptions_per_day,
+)
+
+__all__ = [
+    "FAMILIES",
+    "TREND_VERDICTS",
+    "KaplanMeier",
+    "MTBFScaling",
+    "NelsonAalen",
+    "ParametricTBF",
+    "PoissonRate",
+    "TrendTest",
+    "WeibullSizeRegression",
+    "best_by_aic",
+    "cluster_mtbf_hours",
+    "fit_families",
+    "interruptions_per_day",
+]
