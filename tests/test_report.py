@@ -336,7 +336,7 @@ def test_unfinishable_sweep_points_are_not_drawn_but_listed(pages):
     spec = pages[True].specs["projection-vs-cluster-size"]
     drawn = [r for rows in spec["datasets"].values() for r in rows if "expected_days" in r]
     assert drawn and all(r["instances"] != 512 for r in drawn)
-    assert "<td class='num'>inf</td>" in html_text
+    assert "<td class='num'>∞</td>" in html_text
 
 
 def test_write_report_writes_html_png_and_svg(tmp_path, hostile_analysis, hostile_strings):

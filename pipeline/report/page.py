@@ -23,6 +23,7 @@ import polars as pl
 import vl_convert
 
 from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis
+from pipeline.report.format import column_label, format_value
 from pipeline.report.outlook import JobOutlook
 from pipeline.report.sections import Section, sections
 
@@ -31,32 +32,17 @@ CHARTS_DIR = "charts"
 VERSIONED_PACKAGES = ("failcast", "polars", "duckdb", "lifelines", "altair", "vl-convert-python")
 
 
-def _fmt(column: str, value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        if math.isinf(value) or math.isnan(value):
-            return str(value)
-        if column.endswith("_usd") or column == "usd":
-            return f"${value:,.0f}"
-        if column in ("share", "goodput"):
-            return f"{value:.1%}"
-        if abs(value) >= 1000:
-            return f"{value:,.0f}"
-        return f"{value:,.6g}" if abs(value) < 1e-2 else f"{value:,.4g}"
-    return str(value)
-
-
 _NUMERIC = " class='num'"
 
 
 def table_html(frame: pl.DataFrame, limit: int = 50) -> str:
-    """An escaped HTML table of at most ``limit`` rows (every cell is treated as hostile text)."""
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in frame.columns)
+    """An escaped HTML table of at most ``limit`` rows (every cell is treated as hostile text), headers
+    and numbers for people (:mod:`pipeline.report.format`)."""
+    head = "".join(f"<th>{html.escape(column_label(c))}</th>" for c in frame.columns)
     rows = "".join(
         "<tr>"
         + "".join(
-            f"<td{_NUMERIC if isinstance(v, int | float) else ''}>{html.escape(_fmt(c, v))}</td>"
+            f"<td{_NUMERIC if isinstance(v, int | float) else ''}>{html.escape(format_value(c, v))}</td>"
             for c, v in zip(frame.columns, row, strict=True)
         )
         + "</tr>"

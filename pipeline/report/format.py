@@ -1,0 +1,138 @@
+"""Numbers and column names for people: one place decides how every report table reads.
+
+Tables are built from analysis frames whose columns carry their unit in the name
+(``mtbf_hours``, ``rate_per_node_hour``, ``cost_usd``); this module turns such a name into a header
+in words with its unit, and a value into text with sensible digits:
+
+* rates per node-hour or GPU-hour are shown in percent per instance-hour (GPU-hour), the unit of
+  the published figures (Llama 3.1: 0.0161%), with 3 significant digits;
+* shares, goodput, availability and ratios in percent; money in dollars with thousands
+  separators; hours and days with thousands separators and 3-4 significant digits;
+* counts as integers with separators; time-averaged instance counts rounded to whole instances;
+* p-values with 3 digits, below 0.001 as "< 0.001".
+
+A column this module does not know keeps a readable form of its name and the generic number
+format, so a new table is never unreadable, only less polished.
+"""
+
+from __future__ import annotations
+
+import math
+
+LABELS: dict[str, str] = {
+    "cluster_id": "Cluster",
+    "node_id": "Node",
+    "category": "Category",
+    "failure_class": "Class",
+    "instance_type": "Instance type",
+    "size_bucket": "Size bucket (instances)",
+    "instances": "Instances",
+    "failures": "Failures",
+    "expected_failures": "Expected failures",
+    "expected_interruptions": "Expected interruptions",
+    "exposure_node_hours": "Exposure (instance-hours)",
+    "exposure_gpu_hours": "Exposure (GPU-hours)",
+    "exposure_cluster_hours": "Observed (cluster-hours)",
+    "rate_per_node_hour": "Rate (% per instance-hour)",
+    "rate_ci_low": "95% CI low (% per instance-hour)",
+    "rate_ci_high": "95% CI high (% per instance-hour)",
+    "rate_per_gpu_hour": "Rate (% per GPU-hour)",
+    "rate_per_gpu_hour_ci_low": "95% CI low (% per GPU-hour)",
+    "rate_per_gpu_hour_ci_high": "95% CI high (% per GPU-hour)",
+    "mtbf_hours": "MTBF (h)",
+    "mtbf_ci_low_hours": "MTBF 95% CI low (h)",
+    "mtbf_ci_high_hours": "MTBF 95% CI high (h)",
+    "aic": "AIC",
+    "family": "Model",
+    "share": "Share",
+    "goodput": "Goodput",
+    "cost_usd": "Cost ($)",
+    "usd": "Saving ($)",
+    "crow_beta": "Crow-AMSAA β",
+    "crow_beta_ci_low": "β 95% CI low",
+    "crow_beta_ci_high": "β 95% CI high",
+    "crow_statistic": "Crow-AMSAA statistic",
+    "crow_p_value": "Crow-AMSAA p",
+    "crow_verdict": "Crow-AMSAA verdict",
+    "laplace_statistic": "Laplace U",
+    "laplace_p_value": "Laplace p",
+    "laplace_verdict": "Laplace verdict",
+    "p10_days": "P10 (days)",
+    "p50_days": "P50 (days)",
+    "p90_days": "P90 (days)",
+    "rows_read": "Rows read",
+    "rows_ingested": "Stored",
+    "rows_duplicate": "Duplicates",
+    "rows_rejected": "Rejected",
+    "ingested_at_utc": "Ingested (UTC)",
+    "sha256": "SHA-256",
+}
+
+# unit suffixes of column names, longest first: (suffix, words appended to the label)
+_UNITS = (
+    ("_ci_low_hours", " 95% CI low (h)"),
+    ("_ci_high_hours", " 95% CI high (h)"),
+    ("_hours", " (h)"),
+    ("_days", " (days)"),
+    ("_usd", " ($)"),
+    ("_utc", " (UTC)"),
+    ("_ci_low", " 95% CI low"),
+    ("_ci_high", " 95% CI high"),
+)
+_WORDS = {"mtbf": "MTBF", "mttr": "MTTR", "aft": "AFT", "gpu": "GPU", "ci": "CI", "p": "p", "id": "id"}
+
+_RATE_PREFIXES = ("rate_per_node_hour", "rate_per_gpu_hour", "rate_ci_")
+_PERCENT = ("share", "goodput", "availability", "percent_of", "_ratio", "_share", "_probability")
+_INTEGERS = ("instances", "size_bucket")
+
+
+def column_label(column: str) -> str:
+    """A header in words with its unit: ``mtbf_ci_low_hours`` -> ``MTBF 95% CI low (h)``."""
+    if column in LABELS:
+        return LABELS[column]
+    stem, unit = column, ""
+    for suffix, words in _UNITS:
+        if column.endswith(suffix) and column != suffix.lstrip("_"):
+            stem, unit = column[: -len(suffix)], words
+            break
+    words = [_WORDS.get(w, w) for w in stem.split("_") if w]
+    text = " ".join(words) or column
+    return text[:1].upper() + text[1:] + unit
+
+
+def _significant(value: float, digits: int) -> str:
+    """``digits`` significant digits with thousands separators, no exponent for ordinary sizes."""
+    if value == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(value)))
+    decimals = max(digits - 1 - magnitude, 0)
+    return f"{value:,.{decimals}f}"
+
+
+def format_value(column: str, value) -> str:
+    """``value`` of ``column`` as text for a table cell (see the module docstring)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if not isinstance(value, float):
+        return str(value)
+    if math.isnan(value):
+        return "–"
+    if math.isinf(value):
+        return "∞" if value > 0 else "-∞"
+    if column.startswith(_RATE_PREFIXES):
+        return f"{_significant(value * 100, 3)}%"
+    if column.endswith("_usd") or column == "usd":
+        return f"${value:,.0f}"
+    if column in ("share", "goodput", "availability") or any(p in column for p in _PERCENT):
+        return f"{value:.1%}"
+    if column.endswith("p_value"):
+        return "< 0.001" if value < 0.001 else f"{value:.3f}"
+    if column in _INTEGERS:
+        return f"{value:,.0f}"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return _significant(value, 4 if abs(value) >= 1 else 3)

@@ -1,0 +1,58 @@
+"""Report tables read as words and numbers for people, whatever columns a section adds."""
+
+import math
+
+import pytest
+
+from pipeline.report.format import column_label, format_value
+
+
+@pytest.mark.parametrize(
+    ("column", "label"),
+    [
+        ("rate_per_node_hour", "Rate (% per instance-hour)"),
+        ("mtbf_ci_low_hours", "MTBF 95% CI low (h)"),
+        ("count_mtbf_ci_high_hours", "Count MTBF 95% CI high (h)"),
+        ("optimal_interval_hours", "Optimal interval (h)"),
+        ("expected_days", "Expected (days)"),
+        ("downtime_hours", "Downtime (h)"),
+        ("mttr_hours", "MTTR (h)"),
+        ("cost_usd", "Cost ($)"),
+        ("last_event_utc", "Last event (UTC)"),
+        ("cluster_id", "Cluster"),
+        ("hours", "Hours"),
+        ("level", "Level"),
+    ],
+)
+def test_headers_are_words_with_units(column, label):
+    assert column_label(column) == label
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "text"),
+    [
+        ("rate_per_node_hour", 7.32477e-05, "0.00732%"),
+        ("rate_ci_high", 0.000764578488389367, "0.0765%"),
+        ("rate_per_gpu_hour", 0.0005, "0.0500%"),
+        ("instances", 127.9, "128"),
+        ("failures", 1423, "1,423"),
+        ("exposure_node_hours", 92153.11111111111, "92,153"),
+        ("mtbf_hours", 53.33, "53.33"),
+        ("mtbf_hours", 2.0244, "2.024"),
+        ("expected_days", 223.86, "223.9"),
+        ("cost_usd", 49517559.4, "$49,517,559"),
+        ("goodput", 0.591, "59.1%"),
+        ("availability", 0.99731, "99.7%"),
+        ("laplace_p_value", 0.2601, "0.260"),
+        ("crow_p_value", 1e-9, "< 0.001"),
+        ("crow_beta", 0.000123456, "0.000123"),
+        ("expected_days", math.inf, "∞"),
+        ("mtbf_hours", math.nan, "–"),
+        ("mtbf_hours", None, ""),
+        ("estimated", True, "yes"),
+        ("node_id", "gpu-01", "gpu-01"),
+        ("mtbf_hours", 0.0, "0"),
+    ],
+)
+def test_values_have_sensible_digits(column, value, text):
+    assert format_value(column, value) == text
