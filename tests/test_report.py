@@ -627,3 +627,25 @@ def test_trend_card_names_the_strongest_trends_only(rich_analysis, moving):
     named = [f"c{i} rising" for i in range(moving)]
     assert all((name in note) is (i < page.TREND_CARD_CLUSTERS) for i, name in enumerate(named))
     assert ("more" in note) is (moving > page.TREND_CARD_CLUSTERS)
+
+
+def test_contents_link_every_shown_section_and_list_the_empty_ones(hostile_analysis, rich_analysis):
+    text = report.render_html(hostile_analysis)
+    nav = text[text.index("<nav class='toc'>") : text.index("</nav>")]
+    shown = [s for s in report.sections(hostile_analysis) if s.chart is not None or s.table is not None]
+    for s in shown:
+        assert f"href='#{s.slug}'" in nav and f"<section id='{s.slug}'>" in text
+    # no Slurm jobs: the job section is not a section of the page, only a line saying what fills it
+    assert "<section id='job-interruptions'>" not in text
+    assert "href='#job-interruptions'" not in nav and "Not shown, no data" in nav
+    assert "failcast ingest --format sacct" in nav
+    rich = report.render_html(rich_analysis)
+    assert "<section id='job-interruptions'>" in rich and "Not shown, no data" not in rich
+
+
+def test_biggest_cause_card_names_the_top_category_and_its_share(rich_analysis):
+    card = next(c for c in report.summary_cards(rich_analysis) if c[0] == "Biggest cause of interruptions")
+    top = rich_analysis.rates_by_category.sort("failures", descending=True).row(0, named=True)
+    total = rich_analysis.rates_by_category["failures"].sum()
+    assert card[1] == top["category"]
+    assert f"{top['failures']:,} of {total:,} interruptions" in card[2]

@@ -94,6 +94,7 @@ def summary_cards(
             analysis.node_fits["weibull"].hazard_message_ or "",
         ),
     ]
+    cards += _cause_card(analysis)
     cards += _scaling_cards(analysis)
     cards += _trend_card(analysis)
     if projection is not None:
@@ -119,6 +120,22 @@ def summary_cards(
                 )
             )
     return cards
+
+
+def _cause_card(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
+    """The root cause with the most interruptions, and its share."""
+    causes = analysis.rates_by_category.sort("failures", descending=True)
+    total = int(causes["failures"].sum()) if causes.height else 0
+    if total == 0:
+        return []
+    top = causes.row(0, named=True)
+    return [
+        (
+            "Biggest cause of interruptions",
+            str(top["category"]),
+            f"{top['failures']:,} of {total:,} interruptions ({top['failures'] / total:.0%})",
+        )
+    ]
 
 
 def _scaling_cards(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
@@ -201,7 +218,8 @@ td,th{border:1px solid #d8dde6;padding:.2rem .45rem;text-align:left}
 th{background:#f3f5f9}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .banner{border:2px solid #b8860b;background:#fff4d6;border-radius:8px;padding:.7rem 1rem;
 margin:1rem 0;font-weight:500}
-.more,.note{font-size:.8rem;color:#5b6475}pre{white-space:pre-wrap;font-size:.8rem}
+.more,.note{font-size:.8rem;color:#5b6475}.toc ol{columns:2;font-size:.9rem}
+pre{white-space:pre-wrap;font-size:.8rem}
 """
 
 _EMBED = (
@@ -325,9 +343,26 @@ def render_html(
     return _page(analysis, projection, sections(analysis, projection, baselines), title)
 
 
+def _contents(shown: list[Section], omitted: list[Section]) -> str:
+    """A table of contents of the sections with data, then one line per section left out for lack
+    of data, with its note (which says what input would fill it)."""
+    links = "".join(f"<li><a href='#{s.slug}'>{html.escape(s.title)}</a></li>" for s in shown)
+    parts = [f"<nav class='toc'><h2>Contents</h2><ol>{links}<li><a href='#provenance'>Provenance"
+             "</a></li></ol>"]  # fmt: skip
+    if omitted:
+        items = "".join(
+            f"<li>{html.escape(s.title)}: {html.escape(s.note or 'no data')}</li>" for s in omitted
+        )
+        parts.append(f"<p class='note'>Not shown, no data:</p><ul class='note omitted'>{items}</ul>")
+    parts.append("</nav>")
+    return "".join(parts)
+
+
 def _page(analysis: FleetAnalysis, projection: JobOutlook | None, parts: list[Section], title: str) -> str:
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    body = "".join(_section_html(s) for s in parts)
+    shown = [s for s in parts if s.chart is not None or s.table is not None]
+    omitted = [s for s in parts if s.chart is None and s.table is None]
+    body = "".join(_section_html(s) for s in shown)
     bundle = vl_convert.javascript_bundle().replace("</script", "<\\/script")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -337,6 +372,7 @@ def _page(analysis: FleetAnalysis, projection: JobOutlook | None, parts: list[Se
 <h1>{html.escape(title)}</h1>
 <p class="sub">Observed until {html.escape(str(analysis.observed_until))} UTC · generated {generated}</p>
 {_banner(analysis)}{_headline(analysis, projection)}
+{_contents(shown, omitted)}
 {body}
 {_provenance(analysis, projection, generated)}
 <script>{_EMBED}</script>
