@@ -44,9 +44,13 @@ def hostlists(lemons: pl.DataFrame) -> dict[str, str]:
     }
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def _text(test, observed_until) -> str:
     table, lemons = test.table_, test.lemons_
-    pct = f"{test.fdr:.0%}" if test.fdr * 100 == round(test.fdr * 100) else f"{test.fdr:.2%}"
+    pct = f"{test.fdr * 100:.3g}%"
     if lemons.is_empty():
         return (
             f"No lemon nodes: none of {table.height:,} nodes fails more often than the rest of its "
@@ -54,7 +58,9 @@ def _text(test, observed_until) -> str:
         )
     clusters = test.cluster_rate_without_lemons_.filter(pl.col("lemons") > 0)
     evidence = lemons.select(list(EVIDENCE_HEADERS)).with_columns(
-        pl.col("exposure_node_hours").round(0), pl.col("expected_failures", "ratio").round(2)
+        pl.col("exposure_node_hours").round(0).cast(pl.Int64),
+        pl.col("expected_failures", "ratio").round(2),
+        *(pl.col(c).map_elements("{:.2g}".format, return_dtype=pl.String) for c in ("p_value", "q_value")),
     )
     rates = clusters.select(list(CLUSTER_HEADERS)).with_columns(
         pl.col(c) * 1000 for c in list(CLUSTER_HEADERS)[4:]
@@ -70,8 +76,9 @@ def _text(test, observed_until) -> str:
     ):
         return "\n".join(
             [
-                f"{lemons.height:,} lemon nodes of {table.height:,} in {clusters.height} clusters: they fail "
-                f"more often than the rest of their cluster (exact test, Benjamini–Hochberg q ≤ {pct}; "
+                f"{_count(lemons.height, 'lemon node')} of {table.height:,} in "
+                f"{_count(clusters.height, 'cluster')}: more failures than the rest of their cluster "
+                f"(exact test, Benjamini–Hochberg q ≤ {pct}; "
                 f"observed until {observed_until:%Y-%m-%d %H:%M} UTC).",
                 safe_lines(str(evidence.rename(EVIDENCE_HEADERS))),
                 "Failures per 1000 node-hours of each cluster with and without its lemons:",
