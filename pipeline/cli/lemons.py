@@ -13,27 +13,7 @@ from pipeline import transform, warehouse
 from pipeline.cli.common import db_option, echo_json, json_option, main, records, safe_lines, until_option
 from pipeline.cli.stats import fdr_option, interruption_window_option
 from pipeline.ingest.hostlist import compress, host_order
-
-EVIDENCE_HEADERS = {
-    "cluster_id": "cluster",
-    "node_id": "node",
-    "failures": "failures",
-    "exposure_node_hours": "node-hours",
-    "expected_failures": "expected at the rest's rate",
-    "ratio": "× expected",
-    "p_value": "p",
-    "q_value": "q (BH)",
-}
-CLUSTER_HEADERS = {
-    "cluster_id": "cluster",
-    "nodes": "nodes",
-    "lemons": "lemons",
-    "lemon_failures": "lemon failures",
-    "rate_per_node_hour": "rate per 1000 node-h",
-    "rate_without_lemons_per_node_hour": "without lemons",
-    "rate_without_lemons_ci_low": "95% CI low",
-    "rate_without_lemons_ci_high": "95% CI high",
-}
+from pipeline.report.lemons import lemon_note, lemon_table
 
 
 def hostlists(lemons: pl.DataFrame) -> dict[str, str]:
@@ -42,49 +22,6 @@ def hostlists(lemons: pl.DataFrame) -> dict[str, str]:
         cluster: compress(sorted(nodes["node_id"], key=host_order))
         for (cluster,), nodes in lemons.sort("cluster_id").group_by("cluster_id", maintain_order=True)
     }
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
-
-
-def _text(test, observed_until) -> str:
-    table, lemons = test.table_, test.lemons_
-    pct = f"{test.fdr * 100:.3g}%"
-    if lemons.is_empty():
-        return (
-            f"No lemon nodes: none of {table.height:,} nodes fails more often than the rest of its "
-            f"cluster at a {pct} false-discovery rate (observed until {observed_until:%Y-%m-%d %H:%M} UTC)."
-        )
-    clusters = test.cluster_rate_without_lemons_.filter(pl.col("lemons") > 0)
-    evidence = lemons.select(list(EVIDENCE_HEADERS)).with_columns(
-        pl.col("exposure_node_hours").round(0).cast(pl.Int64),
-        pl.col("expected_failures", "ratio").round(2),
-        *(pl.col(c).map_elements("{:.2g}".format, return_dtype=pl.String) for c in ("p_value", "q_value")),
-    )
-    rates = clusters.select(list(CLUSTER_HEADERS)).with_columns(
-        pl.col(c) * 1000 for c in list(CLUSTER_HEADERS)[4:]
-    )
-    with pl.Config(
-        tbl_rows=1000,
-        tbl_cols=20,
-        float_precision=3,
-        tbl_width_chars=200,
-        tbl_hide_column_data_types=True,
-        tbl_hide_dataframe_shape=True,
-        fmt_str_lengths=60,
-    ):
-        return "\n".join(
-            [
-                f"{_count(lemons.height, 'lemon node')} of {table.height:,} in "
-                f"{_count(clusters.height, 'cluster')}: more failures than the rest of their cluster "
-                f"(exact test, Benjamini–Hochberg q ≤ {pct}; "
-                f"observed until {observed_until:%Y-%m-%d %H:%M} UTC).",
-                safe_lines(str(evidence.rename(EVIDENCE_HEADERS))),
-                "Failures per 1000 node-hours of each cluster with and without its lemons:",
-                safe_lines(str(rates.rename(CLUSTER_HEADERS))),
-            ]
-        )
 
 
 @main.command()
@@ -136,4 +73,10 @@ def lemons(
             }
         )
     else:
-        click.echo(_text(test, end))
+        click.echo(f"{lemon_note(test)} Observed until {end:%Y-%m-%d %H:%M} UTC.")
+        if test.lemons_.height:
+            with pl.Config(
+                tbl_rows=-1, tbl_cols=-1, tbl_width_chars=250, tbl_hide_column_data_types=True,
+                tbl_hide_dataframe_shape=True, fmt_str_lengths=60,
+            ):  # fmt: skip
+                click.echo(safe_lines(str(lemon_table(test))))
