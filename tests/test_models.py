@@ -34,11 +34,30 @@ MODEL_CASES = [
         id="WeibullSizeRegression",
     ),
     pytest.param(lambda: models.TrendTest(), (TREND_TIMES, 1000.0), id="TrendTest"),
+    pytest.param(
+        lambda: models.LemonTest(),
+        (
+            pl.DataFrame(
+                {
+                    "cluster_id": ["a"] * 4 + ["b"] * 2,
+                    "node_id": [f"n{i}" for i in range(6)],
+                    "failures": [30, 2, 1, 0, 3, 0],
+                    "exposure_node_hours": [1000.0, 1000.0, 900.0, 500.0, 800.0, 0.5],
+                }
+            ),
+        ),
+        id="LemonTest",
+    ),
 ]
 
 
 def _fitted(model) -> dict:
-    return {k: v for k, v in vars(model).items() if k.endswith("_")}
+    """Fitted values, frames as plain lists (so two fits compare element by element)."""
+    return {
+        k: v.to_dict(as_series=False) if isinstance(v, pl.DataFrame) else v
+        for k, v in vars(model).items()
+        if k.endswith("_")
+    }
 
 
 @pytest.mark.parametrize(("factory", "args"), MODEL_CASES)

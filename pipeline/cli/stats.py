@@ -34,6 +34,37 @@ interruption_window_option = click.option(
     "first); 0 counts every incident.",
 )
 
+fdr_option = click.option(
+    "--fdr",
+    "fdr",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=analysis_mod.LEMON_FDR,
+    show_default=True,
+    help="False-discovery rate of the lemon-node test (Benjamini–Hochberg across nodes).",
+)
+interval_option = click.option(
+    "--interval",
+    type=click.Choice(transform.INTERVAL_METHODS),
+    default="auto",
+    show_default=True,
+    help="Rate intervals: exact (Garwood Poisson), overdispersed (quasi-Poisson, widened by the "
+    "Pearson dispersion of the non-lemon nodes' counts), auto (overdispersed when the dispersion "
+    "test rejects Poisson at 5%, else exact).",
+)
+
+
+def interval_line(check: transform.DispersionTest, method: str) -> str:
+    """One line saying which rate interval is shown and why."""
+    test = (
+        f"Pearson test of node counts against cluster rates: phi = {check.phi:.2f}, p = {check.p_value:.3g}"
+        f"{f', {check.nodes_excluded} lemon nodes left out' if check.nodes_excluded else ''}"
+    )
+    if method == "overdispersed":
+        return (
+            f"95% intervals: quasi-Poisson (overdispersed, widened x{max(check.phi, 1.0) ** 0.5:.2f}); {test}"
+        )
+    return f"95% intervals: exact Poisson (Garwood); {test}"
+
 
 @main.command()
 @db_option
@@ -50,12 +81,9 @@ interruption_window_option = click.option(
 @click.option(
     "--all-categories", is_flag=True, help="Count non-interrupting faults too (application XIDs, warnings)."
 )
-@click.option(
-    "--overdispersed",
-    is_flag=True,
-    help="Quasi-Poisson intervals widened by the node-count dispersion (when nodes' failures "
-    "cluster, e.g. Weibull shape < 1, the exact Poisson interval is too narrow).",
-)
+@interval_option
+@click.option("--overdispersed", is_flag=True, help="Same as --interval overdispersed.")
+@fdr_option
 @click.option(
     "--view",
     type=click.Choice(RATE_VIEWS),
@@ -73,13 +101,15 @@ def rates(
     by,
     period,
     all_categories: bool,
+    interval: str,
     overdispersed: bool,
+    fdr: float,
     view: str,
     interruption_window: float,
     observed_until,
     as_json: bool,
 ) -> None:
-    """Failure rates per instance-hour and GPU-hour with exact 95% Poisson intervals.
+    """Failure rates per instance-hour and GPU-hour with 95% intervals (see --interval).
 
     Interrupting failures are node interruptions (see --interruption-window); --all-categories
     counts every incident, interrupting or not."""
@@ -104,7 +134,11 @@ def rates(
                 "the warehouse has no Slurm jobs on clusters in the inventory; ingest sacct output first"
             )
     else:
-        dispersion = max(transform.count_dispersion(incidents, exposure), 1.0) if overdispersed else 1.0
+        _, _, check = analysis_mod.node_evidence(
+            incidents, exposure, lemon_fdr=fdr, interrupting_only=not all_categories
+        )
+        method = check.method("overdispersed" if overdispersed else interval)
+        dispersion = check.dispersion(method)
         frame = transform.failure_rates(
             incidents,
             exposure,
@@ -112,11 +146,13 @@ def rates(
             period=period,
             interrupting_only=not all_categories,
             dispersion=dispersion,
-        ).with_columns(dispersion=pl.lit(dispersion))
+        ).with_columns(interval=pl.lit(method), dispersion=pl.lit(dispersion))
     frame = frame.with_columns(exposure_estimated=pl.lit(transform.exposure_estimated(inventory)))
     if as_json:
         echo_json(records(frame))
     else:
+        if view == "rates":
+            click.echo(interval_line(check, method))
         with pl.Config(
             tbl_rows=100, tbl_cols=30, float_precision=6, tbl_width_chars=240, tbl_hide_column_data_types=True
         ):

@@ -5,8 +5,11 @@ One module per family of statistics, re-exported here so callers write ``models.
 
 * :mod:`pipeline.models.survival` — rates, parametric and non-parametric survival of times between
   failures, MTBF scaling with cluster size, trend tests (formulas and sources in its docstring).
+* :mod:`pipeline.models.lemons` — lemon nodes: the exact per-node test against the rest of the
+  cluster with Benjamini–Hochberg false-discovery control.
 """
 
+from pipeline.models.lemons import LemonTest, benjamini_hochberg
 from pipeline.models.survival import (
     FAMILIES,
     TREND_VERDICTS,
@@ -27,12 +30,14 @@ __all__ = [
     "FAMILIES",
     "TREND_VERDICTS",
     "KaplanMeier",
+    "LemonTest",
     "MTBFScaling",
     "NelsonAalen",
     "ParametricTBF",
     "PoissonRate",
     "TrendTest",
     "WeibullSizeRegression",
+    "benjamini_hochberg",
     "best_by_aic",
     "cluster_mtbf_hours",
     "fit_families",

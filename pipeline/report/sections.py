@@ -13,7 +13,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.analysis import FleetAnalysis
-from pipeline.report import charts, comparisons, drivers
+from pipeline.report import charts, comparisons, drivers, lemons
 from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_chart, size_sweep_chart
 
 
@@ -72,6 +72,7 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
                 "rate_ci_high",
                 "rate_per_gpu_hour",
             ),  # fmt: skip
+            note=lemons.interval_note(analysis),
         ),
         Section(
             "failure-rate-over-time",
@@ -109,6 +110,13 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             drivers.top_nodes(analysis),
             note=f"The {drivers.TOP_NODES} nodes with the most interrupting failures; the tick is what "
             "the node's cluster rate predicts for its hours in service.",
+        ),
+        Section(
+            "lemon-nodes",
+            "Lemon nodes: failing more often than the rest of their cluster",
+            None,
+            lemons.lemon_table(analysis.lemons) if analysis.lemons.lemons_.height else None,
+            note=lemons.lemon_note(analysis.lemons),
         ),
         Section(
             "time-between-failures",

@@ -1,0 +1,82 @@
+"""failcast lemons: nodes that fail more often than the rest of their cluster, with the evidence,
+and each cluster's rate without them; ``--format hostlist`` prints what a scheduler can drain."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import polars as pl
+
+from pipeline import analysis as analysis_mod
+from pipeline import transform, warehouse
+from pipeline.cli.common import db_option, echo_json, json_option, main, records, safe_lines, until_option
+from pipeline.cli.stats import fdr_option, interruption_window_option
+from pipeline.ingest.hostlist import compress, host_order
+from pipeline.report.lemons import lemon_note, lemon_table
+
+
+def hostlists(lemons: pl.DataFrame) -> dict[str, str]:
+    """One compressed Slurm hostlist of lemon nodes per cluster (each cluster drains its own)."""
+    return {
+        cluster: compress(sorted(nodes["node_id"], key=host_order))
+        for (cluster,), nodes in lemons.sort("cluster_id").group_by("cluster_id", maintain_order=True)
+    }
+
+
+@main.command()
+@db_option
+@until_option
+@fdr_option
+@interruption_window_option
+@click.option("--cluster", "clusters", multiple=True, help="Only these clusters (repeatable).")
+@click.option(
+    "--format",
+    "output",
+    type=click.Choice(["table", "hostlist"]),
+    default="table",
+    show_default=True,
+    help="hostlist: one compressed Slurm hostlist of lemon nodes per cluster per line, nothing when "
+    "there are none (scontrol update nodename=HOSTLIST state=drain reason=lemon).",
+)
+@json_option
+def lemons(
+    db: Path, observed_until, fdr: float, interruption_window: float, clusters, output, as_json
+) -> None:
+    """Lemon nodes: each node's exact test against the rest of its cluster, false discoveries
+    controlled across nodes (Benjamini–Hochberg), and the cluster rates without them."""
+    con = warehouse.connect(db, read_only=True)
+    inventory = warehouse.table(con, "inventory")
+    scan = warehouse.scan_incidents(con)
+    end = observed_until or transform.observation_end(scan, inventory)
+    failures = analysis_mod.read_failures(scan, window_minutes=interruption_window or None)
+    exposure = transform.exposure_intervals(inventory, end)
+    if clusters:
+        unknown = sorted(set(clusters) - set(exposure["cluster_id"]))
+        if unknown:
+            raise ValueError(f"no cluster {', '.join(unknown)} in the inventory within the window")
+        exposure = exposure.filter(pl.col("cluster_id").is_in(list(clusters)))
+    _, test, _ = analysis_mod.node_evidence(failures, exposure, lemon_fdr=fdr)
+    if output == "hostlist":
+        for expression in hostlists(test.lemons_).values():
+            click.echo(safe_lines(expression))
+    elif as_json:
+        echo_json(
+            {
+                "observed_until": end,
+                "fdr": fdr,
+                "nodes_tested": test.table_.height,
+                "exposure_estimated": transform.exposure_estimated(inventory),
+                "lemons": records(test.lemons_),
+                "clusters": records(test.cluster_rate_without_lemons_),
+                "hostlists": hostlists(test.lemons_),
+            }
+        )
+    else:
+        click.echo(f"{lemon_note(test)} Observed until {end:%Y-%m-%d %H:%M} UTC.")
+        if test.lemons_.height:
+            with pl.Config(
+                tbl_rows=-1, tbl_cols=-1, tbl_width_chars=250, tbl_hide_column_data_types=True,
+                tbl_hide_dataframe_shape=True, fmt_str_lengths=60,
+            ):  # fmt: skip
+                click.echo(safe_lines(str(lemon_table(test))))

@@ -1,0 +1,84 @@
+"""Lemon nodes in the report: the nodes that fail more often than the rest of their cluster
+(:class:`pipeline.models.LemonTest`, carried by the analysis so the CLI and the report agree), and
+the note saying which rate intervals the report shows and why."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from pipeline import models
+from pipeline.analysis import FleetAnalysis
+
+LEMON_HEADERS = {
+    "cluster_id": "Cluster",
+    "node_id": "Node",
+    "failures": "Failures",
+    "exposure_node_hours": "Node-hours in service",
+    "expected_failures": "Expected at the rest of the cluster's rate",
+    "ratio": "Times expected",
+    "p_value": "p (exact)",
+    "q_value": "q (Benjamini–Hochberg)",
+    "cluster_rate": "Cluster failures per 1000 node-hours",
+    "cluster_rate_without_lemons": "Without its lemons",
+}
+
+
+def _significant(column: str) -> pl.Expr:
+    return pl.col(column).map_elements("{:.2g}".format, return_dtype=pl.String)
+
+
+def lemon_table(test: models.LemonTest) -> pl.DataFrame:
+    """One row per lemon node, most significant first, with human headers and units: the
+    evidence and what its cluster's rate is with and without its lemons (also the text of
+    ``failcast lemons``)."""
+    clusters = test.cluster_rate_without_lemons_.select(
+        "cluster_id",
+        cluster_rate=pl.col("rate_per_node_hour") * 1000,
+        cluster_rate_without_lemons=pl.col("rate_without_lemons_per_node_hour") * 1000,
+    )
+    return (
+        test.lemons_.join(clusters, on="cluster_id", how="left", maintain_order="left")
+        .with_columns(
+            pl.col("exposure_node_hours").round(0).cast(pl.Int64),
+            pl.col("expected_failures", "ratio").round(2),
+            pl.col("cluster_rate", "cluster_rate_without_lemons").round(3),
+            _significant("p_value"),
+            _significant("q_value"),
+        )
+        .select(list(LEMON_HEADERS))
+        .rename(LEMON_HEADERS)
+    )
+
+
+def lemon_note(test: models.LemonTest) -> str:
+    """The verdict: how many lemons at which false-discovery rate, or one line saying none."""
+    nodes, fdr = test.table_.height, f"{test.fdr * 100:.3g}%"
+    if test.lemons_.is_empty():
+        return (
+            f"No lemon nodes: none of {nodes:,} nodes fails more often than the rest of its cluster "
+            f"at a {fdr} false-discovery rate."
+        )
+    flagged = test.lemons_.height
+    return (
+        f"{flagged:,} of {nodes:,} nodes fail more often than the rest of their cluster: exact test of "
+        f"each node's failures against the rest of its cluster's rate for its hours in service, "
+        f"Benjamini–Hochberg at a {fdr} false-discovery rate (about {fdr} of a list like this is "
+        "expected to be false alarms). 'failcast lemons --format hostlist' prints them for draining."
+    )
+
+
+def interval_note(analysis: FleetAnalysis) -> str:
+    """Which rate intervals the report shows (exact or quasi-Poisson) and the test behind it."""
+    check = analysis.dispersion_test
+    test = (
+        f"Pearson dispersion of node failure counts φ = {check.phi:.2f} (χ² test of Poisson counts "
+        f"p = {check.p_value:.2g}"
+        + (f", {check.nodes_excluded:,} lemon nodes left out" if check.nodes_excluded else "")
+        + ")"
+    )
+    if analysis.interval_method == "overdispersed":
+        return (
+            f"Intervals: quasi-Poisson 95% (overdispersed: widened ×{max(check.phi, 1.0) ** 0.5:.2f} over "
+            f"the exact Poisson interval), because failures are more variable than Poisson. {test}."
+        )
+    return f"Intervals: exact Poisson (Garwood) 95%. {test}."
