@@ -495,7 +495,7 @@ def test_root_causes_per_cluster_table_quotes_the_shares(rich_analysis):
     shares = rich_analysis.category_shares
     assert table["failures"].sum() == shares["failures"].sum() == rich_analysis.rates_overall["failures"][0]
     for row in shares.filter(pl.col("failures") > 0).iter_rows(named=True):
-        cell = table.filter(category=row["category"])[row["cluster_id"]][0]
+        cell = table.filter(failure_class=row["failure_class"])[row["cluster_id"]][0]
         assert cell.startswith(f"{round(row['share'] * 100, 1)}% [{round(row['share_ci_low'] * 100, 1)}–")
     assert table.columns[2:] == [c for c in charts.clusters_by_size(rich_analysis) if c in table.columns]
 
