@@ -60,7 +60,8 @@ INTERRUPTING_CATEGORIES: tuple[str, ...] = tuple(c.value for c in FailureCategor
 # FailureCategory value, found by (first match wins): the user's map, this synonym table, an
 # ``Xid N`` in the text (the Xid catalog's class, see pipeline.ingest.taxonomy), else ``other``.
 # Keys are compared in normal form (:func:`normal_form`: lower case, letters and digits only), so
-# "Link Down", "link-down" and "LINK_DOWN" are one key. Each FailureCategory value is its own class.
+# "Link Down", "link-down" and "LINK_DOWN" are one key. Each FailureCategory value is its own class
+# (so "GPU memory" is gpu_memory without an entry here).
 SYNONYMS: dict[str, FailureCategory] = {
     **{
         name: FailureCategory.GPU_FELL_OFF_BUS
@@ -68,7 +69,7 @@ SYNONYMS: dict[str, FailureCategory] = {
     },
     **{
         name: FailureCategory.GPU_MEMORY
-        for name in ("HBM", "GPU HBM", "HBM3", "ECC", "GPU memory", "GPU ECC", "Uncorrectable ECC")
+        for name in ("HBM", "GPU HBM", "HBM3", "ECC", "GPU ECC", "Uncorrectable ECC")
     },
     "NVLink": FailureCategory.NVLINK,
     "NVSwitch": FailureCategory.NVLINK,
@@ -101,7 +102,7 @@ SYNONYMS: dict[str, FailureCategory] = {
     **{name: FailureCategory.SOFTWARE for name in ("Driver", "Kernel", "Software Bug", "OS")},
     **{
         name: FailureCategory.UNDETERMINED
-        for name in ("unavailable", "unknown", "N/A", "NA", "none", "not determined")
+        for name in ("unavailable", "unknown", "N/A", "none", "not determined")
     },
 }
 
