@@ -71,7 +71,6 @@ SYNONYMS: dict[str, FailureCategory] = {
         name: FailureCategory.GPU_MEMORY
         for name in ("HBM", "GPU HBM", "HBM3", "ECC", "GPU ECC", "Uncorrectable ECC")
     },
-    "NVLink": FailureCategory.NVLINK,
     "NVSwitch": FailureCategory.NVLINK,
     "NCCL": FailureCategory.NCCL_TIMEOUT,
     **{
