@@ -6,6 +6,7 @@ re-implements the chain warehouse -> transform -> models.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -184,7 +185,7 @@ def job_interruptions(con, rates_by_cluster: pl.DataFrame) -> pl.DataFrame | Non
     return transform.job_interruption_rates(jobs, rates_by_cluster) if jobs.height else None
 
 
-FAILURE_COLUMNS = ("cluster_id", "node_id", "timestamp_utc", "category", "interrupting")
+FAILURE_COLUMNS = ("cluster_id", "node_id", "timestamp_utc", "category", "failure_class", "interrupting")
 
 
 def read_failures(
@@ -192,9 +193,11 @@ def read_failures(
     *,
     interrupting_only: bool = True,
     window_minutes: float | None = transform.INTERRUPTION_WINDOW_MINUTES,
+    attributes: Sequence[str] = (),
 ) -> pl.DataFrame:
     """The failures that rates, gaps, shares and trends count, read with only the columns they
-    use (``FAILURE_COLUMNS``) and only interrupting incidents (all with ``interrupting_only``
+    use (``FAILURE_COLUMNS``, plus one column per key of ``attributes``: the incidents' extra input
+    columns, text, null where absent) and only interrupting incidents (all with ``interrupting_only``
     False), then collapsed into node interruptions (:func:`pipeline.transform.node_interruptions`)
     unless ``window_minutes`` is None.
 
@@ -202,7 +205,10 @@ def read_failures(
     the transforms need five columns of about a third of the rows. With ``incidents`` from
     :func:`pipeline.warehouse.scan_incidents` the selection and filter run inside DuckDB.
     """
-    frame = incidents.lazy().select(FAILURE_COLUMNS)
+    frame = incidents.lazy().select(*FAILURE_COLUMNS, *(["attributes"] if attributes else []))
+    if attributes:
+        parsed = pl.col("attributes").str.json_decode(pl.Struct({k: pl.String for k in attributes}))
+        frame = frame.with_columns(parsed.struct.field(*attributes)).drop("attributes")
     if interrupting_only:
         frame = frame.filter(pl.col("interrupting"))
     faults = frame.collect()
@@ -322,7 +328,7 @@ def analyze(
         incidents=incidents,
         rates_overall=overall,
         rates_by_cluster=by_cluster,
-        rates_by_category=transform.failure_rates(failures, exposure, by=["category"], dispersion=phi),
+        rates_by_category=transform.failure_rates(failures, exposure, by=["failure_class"], dispersion=phi),
         rates_by_month=transform.failure_rates(
             failures, exposure, by=["cluster_id"], period="month", dispersion=phi
         ),

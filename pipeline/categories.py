@@ -19,6 +19,9 @@ record is a node that went down), so leaving any out would undercount outages, a
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -49,3 +52,107 @@ class FailureCategory(StrEnum):
 _NON_INTERRUPTING = frozenset({FailureCategory.APPLICATION, FailureCategory.GPU_MEMORY_WARNING})
 
 INTERRUPTING_CATEGORIES: tuple[str, ...] = tuple(c.value for c in FailureCategory if c.interrupting)
+
+
+# --- the user's taxonomy -----------------------------------------------------------------------
+# Fleets name their failure categories in their own words (a ticket system's "Faulty GPU", a fault
+# manager's "Parameter Plane Cable"). Every category is stored verbatim; its *class* is one
+# FailureCategory value, found by (first match wins): the user's map, this synonym table, an
+# ``Xid N`` in the text (the Xid catalog's class, see pipeline.ingest.taxonomy), else ``other``.
+# Keys are compared in normal form (:func:`normal_form`: lower case, letters and digits only), so
+# "Link Down", "link-down" and "LINK_DOWN" are one key. Each FailureCategory value is its own class
+# (so "GPU memory" is gpu_memory without an entry here).
+SYNONYMS: dict[str, FailureCategory] = {
+    **{
+        name: FailureCategory.GPU_FELL_OFF_BUS
+        for name in ("GPU", "Faulty GPU", "GPU failure", "GPU fault", "GPU error", "GPU lost")
+    },
+    **{
+        name: FailureCategory.GPU_MEMORY
+        for name in ("HBM", "GPU HBM", "HBM3", "ECC", "GPU ECC", "Uncorrectable ECC")
+    },
+    "NVSwitch": FailureCategory.NVLINK,
+    "NCCL": FailureCategory.NCCL_TIMEOUT,
+    **{
+        name: FailureCategory.NETWORK
+        for name in (
+            "NIC",
+            "Link Down",
+            "Link Flap",
+            "InfiniBand",
+            "IB",
+            "RoCE",
+            "Ethernet",
+            "Network Switch",
+            "Parameter Plane Cable",
+            "Optical Module",
+            "Transceiver",
+        )
+    },
+    **{
+        name: FailureCategory.HOST
+        for name in ("Power Supply", "PSU", "CPU", "DIMM", "Memory", "Host Memory", "BMC", "Motherboard")
+    },
+    # a burn-in or stress test that a node fails says the node's hardware is bad, not which part;
+    # in a GPU fleet that is the node's own hardware, LANL's bucket for node hardware
+    "Stress Test Failure": FailureCategory.HARDWARE,
+    **{name: FailureCategory.STORAGE for name in ("Disk", "SSD", "NVMe", "Filesystem", "Lustre")},
+    **{name: FailureCategory.FACILITIES for name in ("Power", "Cooling", "Power Outage", "UPS")},
+    **{name: FailureCategory.SOFTWARE for name in ("Driver", "Kernel", "Software Bug", "OS")},
+    **{
+        name: FailureCategory.UNDETERMINED
+        for name in ("unavailable", "unknown", "N/A", "none", "not determined")
+    },
+}
+
+
+def normal_form(text: str) -> str:
+    """Case- and punctuation-insensitive key: "Link-Down", "link down" -> "linkdown"."""
+    return "".join(ch for ch in text.casefold() if ch.isalnum())
+
+
+@dataclass(frozen=True)
+class CategoryMap:
+    """The user's taxonomy overrides (``[categories]`` in failcast.toml, ``--category-map``).
+
+    ``classes``: category (in :func:`normal_form`) -> class. ``interrupting``: category or class
+    (normal form) -> whether it stops a job; a category's own entry wins over its class's. The map
+    is part of what the warehouse's events and incidents were classified with (:attr:`fingerprint`):
+    a changed map reclassifies every stored event on the next ingest or run.
+    """
+
+    classes: Mapping[str, FailureCategory] = field(default_factory=dict)
+    interrupting: Mapping[str, bool] = field(default_factory=dict)
+
+    def merged(self, other: CategoryMap) -> CategoryMap:
+        """This map with ``other``'s entries on top (command-line flags over the config file)."""
+        return CategoryMap({**self.classes, **other.classes}, {**self.interrupting, **other.interrupting})
+
+    @property
+    def fingerprint(self) -> str:
+        """The map and the built-in synonyms as one string: equal strings classify alike."""
+        return json.dumps(
+            {
+                "classes": sorted((k, v.value) for k, v in self.classes.items()),
+                "interrupting": sorted(self.interrupting.items()),
+                "synonyms": sorted((normal_form(k), v.value) for k, v in SYNONYMS.items()),
+            },
+            separators=(",", ":"),
+        )
+
+    def to_document(self) -> dict[str, str | dict[str, str | bool]]:
+        """As a ``[categories]`` table (keys in normal form), for ``failcast run --print-config``."""
+        document: dict[str, str | dict[str, str | bool]] = {k: v.value for k, v in self.classes.items()}
+        for key, flag in self.interrupting.items():
+            entry = {"class": document[key]} if key in self.classes else {}
+            document[key] = {**entry, "interrupting": flag}
+        return document
+
+
+def class_named(name: str) -> FailureCategory:
+    """The class named ``name`` (a FailureCategory value, any case); ValueError naming the choices."""
+    try:
+        return FailureCategory(name.strip().lower())
+    except ValueError:
+        choices = ", ".join(c.value for c in FailureCategory)
+        raise ValueError(f"{name.strip()!r} is not a failure class; use one of {choices}") from None

@@ -28,6 +28,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+from pipeline.categories import CategoryMap, FailureCategory, class_named, normal_form
 from pipeline.ingest import FORMATS, MAX_DECOMPRESSED_BYTES, parse_bus_order
 
 SAMPLE_DIR = Path("data/sample")
@@ -71,10 +72,15 @@ class RunConfig:
     max_decompressed_mb: int = MAX_DECOMPRESSED_BYTES >> 20
     input_roots: tuple[str, ...] = ()  # resolved [inputs] roots; empty: no config file, no check
     allow_outside_roots: bool = False
+    category_map: CategoryMap = field(default_factory=CategoryMap)  # [categories]
 
     def with_overrides(self, **overrides: Any) -> RunConfig:
-        """CLI flags win over the file; ``None`` means "not given"."""
-        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        """CLI flags win over the file; ``None`` means "not given". A ``category_map`` given is
+        merged over the file's, entry by entry."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if "category_map" in given:
+            given["category_map"] = self.category_map.merged(given["category_map"])
+        return replace(self, **given)
 
     def to_document(self) -> dict[str, Any]:
         """The config as a TOML/JSON-shaped document (the inverse of :func:`load_config`)."""
@@ -95,6 +101,7 @@ class RunConfig:
             "retention": {"keep_reports": self.keep_reports, "keep_days": self.keep_days},
             "jobs": list(self.jobs),
             "recovery": self.recovery,
+            "categories": self.category_map.to_document(),
             "ingest": {
                 "year": self.year,
                 "cluster": self.cluster,
@@ -126,6 +133,7 @@ _SPEC: dict[str, Any] = {
     "retention": {"keep_reports": int, "keep_days": _NUMBER},
     "jobs": list,
     "recovery": dict,
+    "categories": dict,
     "ingest": {
         "year": int,
         "cluster": str,
@@ -246,6 +254,42 @@ def _check_values(raw: dict[str, Any], where: _Where) -> None:
                 raise where.error(("recovery", name), key, f"must be a non-negative number, got {value!r}")
 
 
+def _category_map(raw: dict[str, Any], where: _Where) -> CategoryMap:
+    """``[categories]``: ``"Faulty GPU" = "gpu_fell_off_bus"`` or ``Maintenance = { class =
+    "other", interrupting = false }`` (``class`` optional: a class name as the key sets only that
+    class's flag). Keys are compared case- and punctuation-insensitively, so two keys that differ
+    only so are an error."""
+    classes: dict[str, FailureCategory] = {}
+    flags: dict[str, bool] = {}
+    seen: dict[str, str] = {}
+    table = ("categories",)
+    for key, value in raw.items():
+        norm = normal_form(key)
+        if not norm:
+            raise where.error(table, key, "names no category (letters or digits needed)")
+        if norm in seen:
+            raise where.error(table, key, f"names the same category as {seen[norm]!r} (case and punctuation)")
+        seen[norm] = key
+        entry = value if isinstance(value, dict) else {"class": value}
+        unknown = set(entry) - {"class", "interrupting"}
+        if unknown or not entry:
+            shape = 'must be a class name or { class = "...", interrupting = true|false }'
+            raise where.error(table, key, shape)
+        if "class" in entry:
+            if not isinstance(entry["class"], str):
+                raise where.error(table, key, f"class must be a string, got {entry['class']!r}")
+            try:
+                classes[norm] = class_named(entry["class"])
+            except ValueError as exc:
+                raise where.error(table, key, str(exc)) from None
+        if "interrupting" in entry:
+            flag = entry["interrupting"]
+            if not isinstance(flag, bool):
+                raise where.error(table, key, f"interrupting must be true or false, got {flag!r}")
+            flags[norm] = flag
+    return CategoryMap(classes, flags)
+
+
 def _utc_naive(value: str | datetime, where: _Where) -> datetime:
     if isinstance(value, str):
         try:
@@ -300,6 +344,8 @@ def load_config(path: Path | str | None) -> RunConfig:
         values["jobs"] = tuple(_job(job, roots, where) for job in raw["jobs"])
     if "recovery" in raw:
         values["recovery"] = {n: {k: float(v) for k, v in p.items()} for n, p in raw["recovery"].items()}
+    if "categories" in raw:
+        values["category_map"] = _category_map(raw["categories"], where)
     options = dict(raw.get("ingest", {}))
     if "gpu_bus_order" in options:
         options["gpu_bus_order"] = parse_bus_order(options["gpu_bus_order"])

@@ -15,14 +15,20 @@ events          every accepted raw event (a canonical incident row, one XID line
                 ``pci_bus_id`` (``0000:18:00``: identifies the GPU when no gpu_index mapping is
                 known), ``source_format`` (canonical, kernel-log). XID lines whose node's cluster is
                 not known at ingest carry cluster_id ``UNKNOWN_CLUSTER``; the rebuild resolves it
-                from the inventory.
+                from the inventory. ``category`` is the source's text; ``failure_class`` (a
+                FailureCategory value) and ``interrupting`` come from the taxonomy
+                (:mod:`pipeline.ingest.taxonomy`), ``source_interrupting`` is the source's own flag
+                (an Xid's catalog entry; NULL: none); ``attributes`` (JSON) holds a canonical row's
+                extra columns.
 incidents       events collapsed per node and fault (category + GPU, the GPU being gpu_index or
                 else pci_bus_id) within a window; rates are computed on these. ``incident_id`` is
                 derived from the incident's content (node, fault, first event time), so it does not
                 change when other incidents are added; it is unique with overwhelming probability
-                (63 bits of an md5), not by construction.
-incidents_built one row: the window and the last events file_id the incidents were built with, so
-                :func:`rebuild_incidents` recomputes only the nodes that received events since.
+                (63 bits of an md5), not by construction. ``failure_class`` is its category's,
+                ``attributes`` its first event's.
+incidents_built one row: the window, the category map (fingerprint) and the last events file_id
+                the incidents were built with, so :func:`rebuild_incidents` recomputes only the
+                nodes that received events since.
 inventory       node service intervals; exposure (node-hours) comes from these. ``estimated`` rows
                 are NOT a real inventory: with no inventory at all they are inferred from the nodes
                 seen in events and jobs (see :func:`estimate_inventory`), and every output using
@@ -49,6 +55,8 @@ from pathlib import Path
 
 import duckdb
 import polars as pl
+
+from pipeline.categories import CategoryMap
 
 DEFAULT_DB_PATH = Path("data/failcast.duckdb")
 
@@ -117,6 +125,15 @@ ALTER TABLE inventory ADD COLUMN IF NOT EXISTS estimated BOOLEAN DEFAULT false;
 ALTER TABLE events ADD COLUMN IF NOT EXISTS xid INTEGER;
 ALTER TABLE events ADD COLUMN IF NOT EXISTS pci_bus_id VARCHAR;
 ALTER TABLE events ADD COLUMN IF NOT EXISTS source_format VARCHAR DEFAULT 'canonical';
+ALTER TABLE events ADD COLUMN IF NOT EXISTS source_interrupting BOOLEAN;
+ALTER TABLE events ADD COLUMN IF NOT EXISTS failure_class VARCHAR;
+ALTER TABLE events ADD COLUMN IF NOT EXISTS attributes JSON;
+ALTER TABLE incidents ADD COLUMN IF NOT EXISTS failure_class VARCHAR;
+ALTER TABLE incidents ADD COLUMN IF NOT EXISTS attributes JSON;
+ALTER TABLE incidents_built ADD COLUMN IF NOT EXISTS category_map VARCHAR;
+-- rows from before failure classes: their categories were class names, their flags the source's
+UPDATE events SET failure_class = category, source_interrupting = interrupting WHERE failure_class IS NULL;
+UPDATE incidents SET failure_class = category WHERE failure_class IS NULL;
 CREATE TABLE IF NOT EXISTS jobs (
     job_id         VARCHAR NOT NULL,
     cluster_id     VARCHAR,
@@ -212,7 +229,9 @@ SELECT CAST(md5_number(concat_ws(chr(31), any_value(cluster_id), any_value(node_
        arg_min(job_id, position) AS job_id,
        arg_min(message, position) AS message,
        min(pci_bus_id) AS pci_bus_id,
-       arg_min(xid, position) AS xid
+       arg_min(xid, position) AS xid,
+       any_value(failure_class) AS failure_class,
+       arg_min(attributes, position) AS attributes
 FROM numbered
 GROUP BY fault, incident_seq
 """
@@ -262,7 +281,16 @@ def connect(
         con.execute("SET memory_limit = $limit", {"limit": f"{memory_limit_mb}MB"})
     if not read_only:
         con.execute(_SCHEMA)
+        if _not_null(con, "events", "interrupting"):  # readers may leave it to the taxonomy step
+            con.execute("ALTER TABLE events ALTER COLUMN interrupting DROP NOT NULL")
     return con
+
+
+def _not_null(con, table: str, column: str) -> bool:
+    return con.sql(
+        "SELECT is_nullable = 'NO' FROM information_schema.columns WHERE table_name = ? AND column_name = ?",
+        params=[table, column],
+    ).fetchall() == [(True,)]
 
 
 @contextmanager
@@ -277,17 +305,21 @@ def transaction(con) -> Iterator[None]:
     con.execute("COMMIT")
 
 
-def rebuild_incidents(con, *, window_seconds: float = 600.0, full: bool = False) -> None:
+def rebuild_incidents(
+    con, *, window_seconds: float = 600.0, category_map: str | None = None, full: bool = False
+) -> None:
     """Bring ``incidents`` up to date with ``events`` (call inside a transaction).
 
     Incremental by default: only the nodes that received events since the last build (and nodes
     with events of unknown cluster) are recomputed, which gives the same table as a full rebuild
     because an incident never spans two nodes. A full rebuild runs when asked (``full``), when the
-    window changed, or when the warehouse has no record of a previous build.
+    window or the category map (``CategoryMap.fingerprint``, default: no user entries) changed, or
+    when the warehouse has no record of a previous build.
     """
-    built = con.sql("SELECT window_seconds, through_file_id FROM incidents_built").fetchall()
+    category_map = CategoryMap().fingerprint if category_map is None else category_map
+    built = con.sql("SELECT window_seconds, through_file_id, category_map FROM incidents_built").fetchall()
     through = con.sql("SELECT coalesce(max(file_id), 0) FROM events").fetchall()[0][0]
-    full = full or not built or built[0][0] != window_seconds
+    full = full or not built or built[0][0] != window_seconds or built[0][2] != category_map
     con.execute(_REBUILD_NODES, {"through_file_id": -1 if full else built[0][1], "unknown": UNKNOWN_CLUSTER})
     if full:
         con.execute("DELETE FROM incidents")
@@ -297,8 +329,8 @@ def rebuild_incidents(con, *, window_seconds: float = 600.0, full: bool = False)
     con.execute("DROP TABLE rebuild_nodes")
     con.execute("DELETE FROM incidents_built")
     con.execute(
-        "INSERT INTO incidents_built VALUES ($window_seconds, $through)",
-        {"window_seconds": window_seconds, "through": through},
+        "INSERT INTO incidents_built VALUES ($window_seconds, $through, $category_map)",
+        {"window_seconds": window_seconds, "through": through, "category_map": category_map},
     )
 
 
@@ -349,5 +381,21 @@ TABLES = ("ingested_files", "events", "incidents", "inventory", "jobs", "rejects
 def scan_incidents(con) -> pl.LazyFrame:
     """The ``incidents`` table as a lazy frame: Polars pushes the columns and filters a query
     uses into DuckDB, so reading a few columns of the interrupting incidents of a 10 M-row table
-    never loads it whole. Valid while ``con`` is open."""
-    return con.sql("SELECT * FROM incidents").pl(lazy=True)
+    never loads it whole. Valid while ``con`` is open. A warehouse from before failure classes,
+    opened read-only (not upgraded), reads with each category as its class (those categories were
+    class names) and no attributes."""
+    columns = {c for (c,) in con.sql("SELECT column_name FROM (DESCRIBE incidents)").fetchall()}
+    if "failure_class" in columns:
+        return con.sql("SELECT * FROM incidents").pl(lazy=True)
+    return con.sql("SELECT *, category AS failure_class, CAST(NULL AS JSON) AS attributes FROM incidents").pl(
+        lazy=True
+    )
+
+
+def attribute_keys(con) -> list[str]:
+    """The keys of the incidents' ``attributes`` (extra input columns), sorted; [] before there were any."""
+    columns = {c for (c,) in con.sql("SELECT column_name FROM (DESCRIBE incidents)").fetchall()}
+    if "attributes" not in columns:
+        return []
+    query = "SELECT DISTINCT unnest(json_keys(attributes)) AS k FROM incidents WHERE attributes IS NOT NULL"
+    return sorted(k for (k,) in con.sql(query).fetchall())

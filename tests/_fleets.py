@@ -11,15 +11,22 @@ from datetime import datetime
 import polars as pl
 
 from pipeline import sample, transform
-from pipeline.categories import INTERRUPTING_CATEGORIES
+from pipeline.categories import CategoryMap
+from pipeline.ingest import taxonomy
 
 
 def warehouse_frames(fleet: sample.Fleet) -> tuple[pl.DataFrame, pl.DataFrame, datetime]:
     """(incidents, inventory, observed_until) with warehouse column names and naive UTC times."""
     naive = pl.col(pl.Datetime).dt.replace_time_zone(None)
-    incidents = fleet.incidents.rename(
-        {"timestamp": "timestamp_utc", "resolved_at": "resolved_at_utc"}
-    ).with_columns(naive, interrupting=pl.col("category").is_in(INTERRUPTING_CATEGORIES))
+    categories = fleet.incidents["category"].unique().sort().to_list()
+    classes = taxonomy.classes_frame(categories, CategoryMap()).select(
+        "category", "failure_class", "interrupting"
+    )
+    incidents = (
+        fleet.incidents.rename({"timestamp": "timestamp_utc", "resolved_at": "resolved_at_utc"})
+        .with_columns(naive)
+        .join(classes, on="category", how="left", maintain_order="left")
+    )
     inventory = fleet.inventory.rename(
         {"in_service_from": "in_service_from_utc", "in_service_to": "in_service_to_utc"}
     ).with_columns(naive)

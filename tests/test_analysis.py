@@ -103,7 +103,7 @@ EXISTING_RATE_KEYS = {
         (["--by", "size_bucket", "--period", "week"], {"size_bucket", "period", "failures"}),
         (["--overdispersed"], EXISTING_RATE_KEYS | {"dispersion"}),
         (["--interruption-window", "0"], EXISTING_RATE_KEYS),
-        (["--view", "shares"], {"cluster_id", "category", "share", "share_ci_low", "share_ci_high"}),
+        (["--view", "shares"], {"cluster_id", "failure_class", "share", "share_ci_low", "share_ci_high"}),
         (["--view", "trend"], {"cluster_id", "laplace_p_value", "crow_beta", "crow_verdict"}),
     ],
 )
@@ -233,8 +233,10 @@ def test_rates_count_interruptions_by_root_cause(tmp_path):
 
     incidents, inventory, _ = warehouse_frames(fleet)  # the truth: no echoes
     exposure = transform.exposure_intervals(inventory, default.observed_until)
-    truth = transform.failure_rates(incidents, exposure, by=["category"]).select("category", "failures")
-    assert default.rates_by_category.select("category", "failures").equals(truth)
+    truth = transform.failure_rates(incidents, exposure, by=["failure_class"]).select(
+        "failure_class", "failures"
+    )
+    assert default.rates_by_category.select("failure_class", "failures").equals(truth)
     assert default.rates_overall["failures"][0] == truth["failures"].sum()
     # an echo after its node left service has no exposure behind it: at most one per XID 79
     assert (

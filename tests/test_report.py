@@ -495,7 +495,7 @@ def test_root_causes_per_cluster_table_quotes_the_shares(rich_analysis):
     shares = rich_analysis.category_shares
     assert table["failures"].sum() == shares["failures"].sum() == rich_analysis.rates_overall["failures"][0]
     for row in shares.filter(pl.col("failures") > 0).iter_rows(named=True):
-        cell = table.filter(category=row["category"])[row["cluster_id"]][0]
+        cell = table.filter(failure_class=row["failure_class"])[row["cluster_id"]][0]
         assert cell.startswith(f"{round(row['share'] * 100, 1)}% [{round(row['share_ci_low'] * 100, 1)}–")
     assert table.columns[2:] == [c for c in charts.clusters_by_size(rich_analysis) if c in table.columns]
 
@@ -648,5 +648,5 @@ def test_biggest_cause_card_names_the_top_category_and_its_share(rich_analysis):
     card = next(c for c in report.summary_cards(rich_analysis) if c[0] == "Biggest cause of interruptions")
     top = rich_analysis.rates_by_category.sort("failures", descending=True).row(0, named=True)
     total = rich_analysis.rates_by_category["failures"].sum()
-    assert card[1] == top["category"]
+    assert card[1] == top["failure_class"]
     assert f"{top['failures']:,} of {total:,} interruptions" in card[2]

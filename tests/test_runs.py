@@ -91,7 +91,7 @@ def manifest(db: Path) -> list[dict]:
 def test_two_incremental_runs_equal_one_run_over_the_final_folder(tmp_path, fleet):
     incidents = fleet.incidents.sort("timestamp")
     first, appended, later = incidents[:40], incidents[40:60], incidents[60:]
-    bad_row = "2026-03-02T00:00:00Z,c0008,c0008-n0001,cosmic_rays,,,,\n"
+    bad_row = "2026-03-02T00:00:00Z,c0008,c0008-n0001,,,,,\n"  # empty category
     final_csv = csv_text(first) + bad_row + csv_text(appended, header=False)
 
     # Final folder, ingested in one run.

@@ -128,7 +128,7 @@ def test_hostile_values_are_stored_verbatim_and_the_tables_survive(tmp_path):
         f"2026-03-02T04:26:{i:02d}Z,{quote(h)},{quote(h)},host,,{quote(h)},{quote(h)},\n"
         for i, h in enumerate(hostile)
     ]
-    rows.append(f"2026-03-02T05:00:00Z,c1,n1,{quote(SQL_INJECTION)},,,,\n")  # an unknown category: rejected
+    rows.append(f"2026-03-02T05:00:00Z,c1,n1,{quote(SQL_INJECTION)},,,,\n")  # an unknown category: kept
     (tmp_path / "incidents.csv").write_text(INCIDENT_HEADER + "".join(rows))
     (tmp_path / "kernel.log").write_text(
         f"2026-03-02T04:26:29+00:00 {SQL_INJECTION.replace(' ', '')} kernel: NVRM: Xid (PCI:0000:18:00): 79,"
@@ -141,15 +141,19 @@ def test_hostile_values_are_stored_verbatim_and_the_tables_survive(tmp_path):
     con = warehouse.connect(tmp_path / "w.duckdb")
     files = ["inventory.csv", "incidents.csv", "kernel.log", "sacct.txt"]
     summaries = ingest_files(con, [tmp_path / f for f in files], cluster="c1")
-    assert [s.rows_ingested for s in summaries] == [5, 5, 1, 1]
+    assert [s.rows_ingested for s in summaries] == [5, 6, 1, 1]
     stored = con.sql(
         "SELECT cluster_id, node_id, job_id, message FROM events WHERE source_format = 'canonical'"
+        " AND category = 'host'"
     ).fetchall()
     assert sorted(stored) == sorted((h, h, h, h) for h in hostile)
-    assert con.sql("SELECT count(*) FROM events").fetchall() == [(6,)]  # every table is still there
+    assert con.sql("SELECT count(*) FROM events").fetchall() == [(7,)]  # every table is still there
     assert con.sql("SELECT count(*) > 0 FROM incidents").fetchall() == [(True,)]
-    [(reason,)] = con.sql("SELECT reason FROM rejects").fetchall()
-    assert reason.startswith(f"unknown category {SQL_INJECTION.lower()}")
+    assert con.sql("SELECT count(*) FROM rejects").fetchall() == [(0,)]
+    assert con.sql(
+        "SELECT failure_class FROM events WHERE category = ?", params=[SQL_INJECTION]
+    ).fetchall() == [("other",)]
+    assert repr(SQL_INJECTION) in summaries[1].notes[0]
     assert con.sql("SELECT job_name, nodes FROM jobs").fetchall() == [
         (SQL_INJECTION, [SQL_INJECTION.replace(" ", "")])
     ]

@@ -69,6 +69,15 @@ stored count as duplicates, so a log that grew adds only its new lines.
     help="Read a differently named column, e.g. --map node_id=hostname (repeatable).",
 )
 @click.option(
+    "--category-map",
+    "category_map",
+    multiple=True,
+    metavar="SOURCE=CLASS",
+    help="Class of a category the built-in synonyms do not know, e.g. --category-map 'Burn-in=hardware'; "
+    "add :noninterrupting (or :interrupting) after the class to override that flag (repeatable; "
+    "see docs/ingest.md). A changed map reclassifies every stored event.",
+)
+@click.option(
     "--timezone", default="UTC", show_default=True, help="Time zone of timestamps that carry no offset."
 )
 @click.option(
@@ -113,6 +122,7 @@ def ingest(
     db: Path,
     fmt,
     mapping,
+    category_map,
     timezone: str,
     year: int | None,
     cluster: str | None,
@@ -126,6 +136,7 @@ def ingest(
 ) -> None:
     files = _expand(paths)
     column_map = ingest_mod.parse_column_map(mapping)
+    categories = ingest_mod.parse_category_map(category_map)
     bus_order = ingest_mod.parse_bus_order(gpu_bus_order)
     con = warehouse.connect(db)
     show_bar = not quiet and not as_json and sys.stderr.isatty()
@@ -147,10 +158,14 @@ def ingest(
             progress=bar.update,
             estimate_exposure=estimate_exposure,
             max_decompressed_bytes=max_decompressed_mb << 20,
+            category_map=categories,
         )
     check = ingest_mod.inventory_check(con)
-    if as_json:  # a list of per-file summaries; inventory warnings go to stderr
+    if as_json:  # a list of per-file summaries; notes and inventory warnings go to stderr too
         echo_json([{**s.to_dict(), "timezone": timezone} for s in summaries])
+        for s in summaries:
+            for note in s.notes:
+                click.echo(f"{safe_text(s.path)}: note: {safe_text(note)}", err=True)
         _echo_inventory_check(check, err=True)
         return
     click.echo(f"timestamps without an offset read as {timezone}")
@@ -162,10 +177,12 @@ def ingest(
             f"{safe_text(s.path)}: {s.kind} ({s.format}), read {s.rows_read}, ingested {s.rows_ingested}, "
             f"duplicate {s.rows_duplicate}, rejected {s.rows_rejected}, ignored {s.rows_ignored}"
         )
+        if s.attribute_columns:
+            click.echo(f"  extra columns kept as attributes: {safe_text(', '.join(s.attribute_columns))}")
         if s.ignored_columns:
             click.echo(f"  ignored columns: {safe_text(', '.join(s.ignored_columns))}")
         for note in s.notes:
-            click.echo(f"  note: {safe_text(note)}")
+            click.echo(f"  note: {safe_text(note)}", err=True)
         if s.rows_rejected:
             first = con.sql(
                 "SELECT line, reason FROM rejects WHERE file_id = ? ORDER BY line LIMIT 3", params=[s.file_id]

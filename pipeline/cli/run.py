@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from pipeline import config as config_mod
+from pipeline import ingest as ingest_mod
 from pipeline import runs as runs_mod
 from pipeline.cli.common import (
     echo_json,
@@ -43,6 +44,12 @@ warehouse lock; 130/143 interrupted by SIGINT/SIGTERM (the run is recorded as fa
 @click.option("--timezone", help="Time zone of timestamps without an offset.")
 @click.option("--window-minutes", "dedup_window_minutes", type=float, help="Incident collapse window.")
 @click.option("--until", "observed_until", type=click.DateTime(), help="End of the observed window (UTC).")
+@click.option(
+    "--category-map",
+    multiple=True,
+    metavar="SOURCE=CLASS",
+    help="Class of a category, over the config's [categories] (repeatable; as failcast ingest's).",
+)
 @click.option("--keep-reports", type=click.IntRange(min=1), help="Dated reports to keep (config default 30).")
 @click.option(
     "--keep-days",
@@ -63,8 +70,9 @@ warehouse lock; 130/143 interrupted by SIGINT/SIGTERM (the run is recorded as fa
     flag_value="toml",
     help="Print the merged config (file + flags) and exit.",
 )
-def run(config_path: Path | None, print_config: str | None, **overrides) -> None:
-    cfg = config_mod.load_config(config_path).with_overrides(**overrides)
+def run(config_path: Path | None, print_config: str | None, category_map, **overrides) -> None:
+    categories = ingest_mod.parse_category_map(category_map) if category_map else None
+    cfg = config_mod.load_config(config_path).with_overrides(category_map=categories, **overrides)
     if print_config:
         document = cfg.to_document()
         render = config_mod.render_json if print_config == "json" else config_mod.render_toml

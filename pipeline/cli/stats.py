@@ -74,8 +74,9 @@ def interval_line(check: transform.DispersionTest, method: str) -> str:
     multiple=True,
     default=["cluster_id"],
     show_default=True,
-    type=click.Choice([*transform.EXPOSURE_KEYS, "category"]),
-    help="Group key (repeatable).",
+    metavar="KEY",
+    help=f"Group key (repeatable): {', '.join(transform.EXPOSURE_KEYS)}, category (as recorded), class "
+    "(failure class), or an extra input column kept as an attribute (e.g. level).",
 )
 @click.option("--period", type=click.Choice(list(transform.PERIODS)))
 @click.option(
@@ -114,6 +115,7 @@ def rates(
     Interrupting failures are node interruptions (see --interruption-window); --all-categories
     counts every incident, interrupting or not."""
     con = warehouse.connect(db, read_only=True)
+    by, attributes = _group_keys(con, by)
     inventory = warehouse.table(con, "inventory")
     scan = warehouse.scan_incidents(con)
     end = observed_until or transform.observation_end(scan, inventory)
@@ -121,10 +123,17 @@ def rates(
         scan,
         interrupting_only=not all_categories,
         window_minutes=None if all_categories or not interruption_window else interruption_window,
+        attributes=attributes,
     )
     exposure = transform.exposure_intervals(inventory, end)
     if view == "shares":
-        frame = transform.category_shares(incidents, exposure, by=[k for k in by if k != "category"])
+        incident_keys = [k for k in by if k not in transform.EXPOSURE_KEYS]
+        frame = transform.category_shares(
+            incidents,
+            exposure,
+            by=[k for k in by if k in transform.EXPOSURE_KEYS],
+            key=incident_keys[0] if len(incident_keys) == 1 else "failure_class",
+        )
     elif view == "trend":
         frame = analysis_mod.trend_tests(transform.failure_operating_times(incidents, exposure), exposure)
     elif view == "jobs":
@@ -157,6 +166,19 @@ def rates(
             tbl_rows=100, tbl_cols=30, float_precision=6, tbl_width_chars=240, tbl_hide_column_data_types=True
         ):
             click.echo(safe_lines(str(frame)))
+
+
+def _group_keys(con, by: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """``--by`` keys as columns (``class`` is ``failure_class``) and the attribute keys among them;
+    a key that is none of these is a usage error listing the keys this warehouse has."""
+    attributes = warehouse.attribute_keys(con)
+    builtin = (*transform.EXPOSURE_KEYS, "category", "class")
+    unknown = [k for k in by if k not in builtin and k not in attributes]
+    if unknown:
+        extra = f"; attributes: {', '.join(attributes)}" if attributes else " (no extra input columns stored)"
+        raise ValueError(f"--by {unknown[0]!r}: not a group key; use {', '.join(builtin)}{extra}")
+    columns = ["failure_class" if k == "class" else k for k in by]
+    return columns, [k for k in by if k not in builtin]
 
 
 # --- fit -----------------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ Rules that every reader follows:
 * **UTC.** Times with an offset are converted; naive times are read in ``timezone`` (default UTC).
 * **Streaming.** Text logs are read in blocks of lines (:mod:`.lines`); only relevant lines are kept
   (kernel logs: in a Parquet file in the temp folder until the file is done).
+* **Their own words.** Readers store the source's category text; :mod:`.taxonomy` gives each new
+  event its failure class and ``interrupting`` flag after the file, one note naming unknown ones.
 * **Bounded.** A ``.gz`` may expand to at most ``max_decompressed_bytes`` (a gzip bomb is an error).
 """
 
@@ -29,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import warehouse
+from pipeline.categories import CategoryMap
+from pipeline.ingest import taxonomy
 from pipeline.ingest.canonical import (
     INCIDENT_COLUMNS,
     INCIDENT_OPTIONAL,
@@ -41,6 +45,7 @@ from pipeline.ingest.common import FileSummary, InputError, checked_timezone, sh
 from pipeline.ingest.kernel_log import ingest_kernel_log
 from pipeline.ingest.lines import BOM, MAX_DECOMPRESSED_BYTES, head_text, is_gzip
 from pipeline.ingest.sacct import ingest_sacct
+from pipeline.ingest.taxonomy import parse_category_map
 
 DATASET_FORMATS = ("lanl", "titan", "bgl")
 FORMATS = (*TABLE_FORMATS, "kernel-log", "sacct", *DATASET_FORMATS)
@@ -61,7 +66,9 @@ __all__ = [
     "ingest_files",
     "inventory_check",
     "parse_bus_order",
+    "parse_category_map",
     "parse_column_map",
+    "refresh_incidents",
     "sha256_of",
 ]
 
@@ -169,6 +176,8 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
                     max_decompressed_bytes=options["max_decompressed_bytes"],
                     block_bytes=options["block_bytes"],
                 )
+            if note := taxonomy.classify_new_events(con, options["category_map"]):
+                summary.notes.append(note)
     finally:
         con.execute("SET TimeZone = 'UTC'")
     return summary
@@ -190,6 +199,7 @@ def ingest_files(
     estimate_exposure: int | None = None,
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
     block_bytes: int | None = None,
+    category_map: CategoryMap | None = None,
 ) -> list[FileSummary]:
     """Ingest each file in its own transaction, then rebuild ``incidents`` from ``events``.
 
@@ -199,7 +209,8 @@ def ingest_files(
     with the number of bytes just read (compressed bytes for ``.gz``). A ``.gz`` that expands past
     ``max_decompressed_bytes`` stops the ingest with an :class:`InputError` (a gzip bomb).
     ``block_bytes``: size of the blocks text logs are read in (default ``lines.BLOCK_BYTES``, 8 MiB);
-    memory per batch scales with it.
+    memory per batch scales with it. ``category_map``: the user's taxonomy (:mod:`.taxonomy`); a map
+    other than the one the warehouse was built with reclassifies every stored event.
     """
     if fmt is not None and fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -213,6 +224,7 @@ def ingest_files(
         "progress": progress,
         "max_decompressed_bytes": max_decompressed_bytes,
         "block_bytes": block_bytes,
+        "category_map": category_map or CategoryMap(),
     }
     summaries: list[FileSummary] = []
     try:
@@ -220,16 +232,26 @@ def ingest_files(
             summaries.append(_ingest_one(con, Path(path), fmt=fmt, options=options))
     except InputError:
         if summaries:  # the files before the bad one are committed: keep incidents in step
-            _rebuild(con, window_seconds, estimate_exposure)
+            _rebuild(con, window_seconds, estimate_exposure, options["category_map"])
         raise
-    _rebuild(con, window_seconds, estimate_exposure)
+    _rebuild(con, window_seconds, estimate_exposure, options["category_map"])
     return summaries
 
 
-def _rebuild(con, window_seconds: float, estimate_exposure: int | None) -> None:
+def _rebuild(con, window_seconds: float, estimate_exposure: int | None, category_map: CategoryMap) -> None:
     with warehouse.transaction(con):
-        warehouse.rebuild_incidents(con, window_seconds=window_seconds)
+        refresh_incidents(con, window_seconds=window_seconds, category_map=category_map)
         warehouse.estimate_inventory(con, gpus_per_node=estimate_exposure)
+
+
+def refresh_incidents(con, *, window_seconds: float, category_map: CategoryMap | None = None) -> None:
+    """Reclassify the stored events if the category map changed, then rebuild ``incidents`` (in
+    full after a reclassification, else only what changed). Call inside a transaction."""
+    category_map = category_map or CategoryMap()
+    changed = taxonomy.apply_category_map(con, category_map)
+    warehouse.rebuild_incidents(
+        con, window_seconds=window_seconds, category_map=category_map.fingerprint, full=changed
+    )
 
 
 @dataclass(frozen=True)

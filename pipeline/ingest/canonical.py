@@ -4,8 +4,11 @@ Streamed with Polars as strings in batches of :data:`BATCH_ROWS` rows, so memory
 for GB-sized files; each batch is validated in SQL so that every bad row gets one reason. SQL
 reads a batch by its Python variable name (a DuckDB replacement scan), so it is freed with the
 batch; ``con.register`` would hold every batch until the file's transaction commits. An
-incident's content key is (time, cluster, node, category, GPU, message): a row already stored, by
-an earlier file or an earlier batch of this one, is a duplicate. Inventory rows are keyed by
+incident's content key is (time, cluster, node, category, GPU, message), the category compared
+in lower case (as it was stored before categories were free text): a row already stored, by
+an earlier file or an earlier batch of this one, is a duplicate. The category is stored as written
+(trimmed) and classified after the file (:mod:`.taxonomy`); columns beyond the canonical ones are
+kept as JSON ``attributes``. Inventory rows are keyed by
 (cluster, node, in_service_from); a later file may close an interval an earlier one left open, so
 the newest row for that key wins.
 """
@@ -22,7 +25,6 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from pipeline.categories import FailureCategory
 from pipeline.ingest.common import (
     FileSummary,
     InputError,
@@ -185,13 +187,14 @@ WITH parsed AS (
            TRY_CAST(trim(timestamp) AS TIMESTAMPTZ) AS ts,
            nullif(trim(cluster_id), '') AS cluster_id,
            nullif(trim(node_id), '') AS node_id,
-           lower(trim(category)) AS category,
+           trim(category) AS category,
            nullif(trim(gpu_index), '') AS gpu_text,
            TRY_CAST(nullif(trim(gpu_index), '') AS INTEGER) AS gpu_index,
            nullif(trim(job_id), '') AS job_id,
            message,
            nullif(trim(resolved_at), '') AS resolved_text,
-           TRY_CAST(nullif(trim(resolved_at), '') AS TIMESTAMPTZ) AS resolved_at
+           TRY_CAST(nullif(trim(resolved_at), '') AS TIMESTAMPTZ) AS resolved_at,
+           CAST(attributes AS JSON) AS attributes
     FROM source
 )
 SELECT *,
@@ -200,16 +203,15 @@ SELECT *,
          WHEN ts IS NULL THEN 'timestamp ' || ts_text || ' is not ISO 8601'
          WHEN cluster_id IS NULL THEN 'cluster_id is empty'
          WHEN node_id IS NULL THEN 'node_id is empty'
-         WHEN category IS NULL OR NOT list_contains($categories, category)
-           THEN 'unknown category ' || coalesce(category, '(empty)') || '; expected one of '
-                || array_to_string($categories, ', ')
+         WHEN category IS NULL OR category = ''
+           THEN 'category is empty; write undetermined when the cause is not known'
          WHEN gpu_text IS NOT NULL AND (gpu_index IS NULL OR gpu_index < 0)
            THEN 'gpu_index ' || gpu_text || ' is not a non-negative integer'
          WHEN resolved_text IS NOT NULL AND resolved_at IS NULL
            THEN 'resolved_at ' || resolved_text || ' is not ISO 8601'
          WHEN resolved_at < ts THEN 'resolved_at is before timestamp'
        END AS reason,
-       md5(concat_ws(chr(31), CAST(ts AS VARCHAR), cluster_id, node_id, category,
+       md5(concat_ws(chr(31), CAST(ts AS VARCHAR), cluster_id, node_id, lower(category),
                      CAST(gpu_index AS VARCHAR), coalesce(message, ''))) AS event_key
 FROM parsed
 """
@@ -249,10 +251,9 @@ FROM parsed
 # outside the batch's time range (most of them when files come in time order).
 _INSERT_EVENTS = """
 INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category,
-                    interrupting, gpu_index, job_id, message, resolved_at_utc, source_format)
+                    interrupting, gpu_index, job_id, message, resolved_at_utc, source_format, attributes)
 SELECT event_key, $file_id, line, timezone('UTC', ts), cluster_id, node_id, category,
-       list_contains($interrupting, category), gpu_index, job_id, message,
-       timezone('UTC', resolved_at), 'canonical'
+       NULL, gpu_index, job_id, message, timezone('UTC', resolved_at), 'canonical', attributes
 FROM staged s
 SEMI JOIN (SELECT event_key, min(line) AS line FROM staged WHERE reason IS NULL GROUP BY event_key) first
     USING (event_key, line)
@@ -323,6 +324,16 @@ def _keep_raw_lines(con, path: Path, max_decompressed_bytes: int) -> None:
             return
 
 
+def _attributes(kind: str, extra: Sequence[str]) -> list[pl.Expr]:
+    """An incidents file's extra columns as one JSON object per row (``attributes``; NULL without
+    extra columns). Values stay text, as read."""
+    if kind != "incidents":
+        return []
+    if not extra:
+        return [pl.lit(None, pl.String).alias("attributes")]
+    return [pl.struct(*extra).struct.json_encode().alias("attributes")]
+
+
 def ingest_canonical(
     con,
     path: Path,
@@ -335,17 +346,13 @@ def ingest_canonical(
 ) -> FileSummary:
     """One canonical incidents or inventory file; the caller holds the transaction and time zone."""
     check_decompressed_size(path, max_decompressed_bytes)  # Polars decompresses a .gz whole, in memory
-    frame, kind, columns, ignored = _source(path, fmt, column_map)
+    frame, kind, columns, extra = _source(path, fmt, column_map)
     known = _COLUMNS[kind]
-    summary = FileSummary(str(path), kind, fmt, ignored_columns=ignored)
+    summary = FileSummary(str(path), kind, fmt, ignored_columns=extra)
     file_id = summary.file_id = register_file(con, path, sha, kind, fmt)
     if kind == "incidents":
-        stage, stage_params = _STAGE_INCIDENTS, {"categories": [c.value for c in FailureCategory]}
-        keep = _INSERT_EVENTS
-        keep_params = {
-            "file_id": file_id,
-            "interrupting": [c.value for c in FailureCategory if c.interrupting],
-        }
+        stage, stage_params, keep, keep_params = _STAGE_INCIDENTS, {}, _INSERT_EVENTS, {"file_id": file_id}
+        summary.attribute_columns, summary.ignored_columns = extra, []
     else:
         stage, stage_params, keep, keep_params = _STAGE_INVENTORY, {}, _KEEP_INVENTORY, {}
     con.execute(_WORK_TABLES)
@@ -356,7 +363,9 @@ def ingest_canonical(
         """Validate a batch, keep its new events (or valid inventory rows) and note its rejects."""
         if to_line:
             batch = batch.with_columns(to_line(batch[_ROW]))
-        source = batch.select(pl.col(_ROW).alias("line"), *known).to_arrow()  # noqa: F841 (read by SQL)
+        source = batch.select(  # noqa: F841 (read by SQL)
+            pl.col(_ROW).alias("line"), *known, *_attributes(kind, extra)
+        ).to_arrow()
         staged = con.sql(stage, params=stage_params).to_arrow_table()
         con.execute(keep, keep_params)
         con.execute("INSERT INTO rejected SELECT line, reason FROM staged WHERE reason IS NOT NULL")

@@ -23,6 +23,8 @@ class FileSummary:
 
     ``ignored`` counts lines that carry no fault by design (ordinary kernel messages around the XID
     lines, job steps and repeated headers in sacct output); they are not errors, so not rejects.
+    ``attribute_columns``: an incidents file's extra columns, kept as ``attributes``;
+    ``ignored_columns``: an inventory file's extra columns (not stored).
     """
 
     path: str
@@ -36,6 +38,7 @@ class FileSummary:
     skipped: bool = False
     file_id: int | None = None
     ignored_columns: list[str] = field(default_factory=list)
+    attribute_columns: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:

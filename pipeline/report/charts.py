@@ -135,21 +135,38 @@ def category_table(analysis: FleetAnalysis) -> pl.DataFrame:
     """Root causes like Llama 3's table: count, share of interruptions, rate with interval."""
     return (
         analysis.rates_by_category.with_columns(share=pl.col("failures") / pl.col("failures").sum())
-        .select("category", "failures", "share", "rate_per_node_hour", "rate_ci_low", "rate_ci_high")
+        .select("failure_class", "failures", "share", "rate_per_node_hour", "rate_ci_low", "rate_ci_high")
         .sort("failures", descending=True)
     )
 
 
+def recorded_categories_note(analysis: FleetAnalysis, limit: int = 12) -> str:
+    """Root causes are grouped by failure class (a short list, comparable across fleets and with
+    published tables); this names the fleet's own categories behind each class, most frequent
+    first, with their interruptions, so a mapping can be checked (and fixed with [categories])."""
+    renamed = (
+        analysis.interruptions.filter(pl.col("category") != pl.col("failure_class"))
+        .group_by("category", "failure_class")
+        .len()
+        .sort("len", "category", descending=[True, False])
+    )
+    if renamed.is_empty():
+        return "Grouped by failure class; every category was recorded under its class name."
+    listed = "; ".join(f"{c} → {k} ({n:,})" for c, k, n in renamed.head(limit).iter_rows())
+    more = f"; {renamed.height - limit} more" if renamed.height > limit else ""
+    return f"Grouped by failure class. The fleet's own categories behind the classes: {listed}{more}."
+
+
 def category_chart(analysis: FleetAnalysis) -> alt.Chart:
-    data = category_table(analysis).select("category", "failures", "share")
+    data = category_table(analysis).select("failure_class", "failures", "share")
     return (
         alt.Chart(data)
         .mark_bar(color=PALETTE[0])
         .encode(
             x=alt.X("share:Q", axis=alt.Axis(format="%"), title="share of interruptions"),
-            y=alt.Y("category:N", sort="-x", title="root cause"),
+            y=alt.Y("failure_class:N", sort="-x", title="root cause"),
             tooltip=[
-                alt.Tooltip("category:N", title="root cause"),
+                alt.Tooltip("failure_class:N", title="root cause"),
                 "failures:Q",
                 alt.Tooltip("share:Q", format=".1%"),
             ],

@@ -70,13 +70,15 @@ def category_share_chart(analysis: FleetAnalysis) -> alt.Chart:
     row per category, one dot per cluster (offset within the row, coloured per cluster)."""
     clusters = clusters_by_size(analysis)
     data = analysis.category_shares.filter(pl.col("share").is_not_null()).select(
-        "cluster_id", "category", "failures", "group_failures", "share", "share_ci_low", "share_ci_high"
+        "cluster_id", "failure_class", "failures", "group_failures", "share", "share_ci_low", "share_ci_high"
     )
     categories = (
-        data.group_by("category").agg(pl.col("failures").sum()).sort("failures", descending=True)["category"]
+        data.group_by("failure_class")
+        .agg(pl.col("failures").sum())
+        .sort("failures", descending=True)["failure_class"]
     )
     color = alt.Color("cluster_id:N", title="cluster", scale=cluster_color(clusters))
-    y = alt.Y("category:N", sort=categories.to_list(), title="root cause")
+    y = alt.Y("failure_class:N", sort=categories.to_list(), title="root cause")
     offset = alt.YOffset("cluster_id:N", sort=clusters)
     base = alt.Chart(data).encode(y=y, yOffset=offset, color=color)
     return (
@@ -92,7 +94,7 @@ def category_share_chart(analysis: FleetAnalysis) -> alt.Chart:
             x="share:Q",
             tooltip=[
                 alt.Tooltip("cluster_id:N", title="cluster"),
-                alt.Tooltip("category:N", title="root cause"),
+                alt.Tooltip("failure_class:N", title="root cause"),
                 "failures:Q",
                 alt.Tooltip("group_failures:Q", title="cluster failures"),
                 alt.Tooltip("share:Q", format=".1%"),
@@ -113,14 +115,14 @@ def category_share_table(analysis: FleetAnalysis) -> pl.DataFrame:
     wide = (
         analysis.category_shares.filter(pl.col("share").is_not_null())
         .with_columns(cell=cell)
-        .pivot("cluster_id", index="category", values="cell")
+        .pivot("cluster_id", index="failure_class", values="cell")
     )
-    totals = analysis.category_shares.group_by("category").agg(pl.col("failures").sum())
+    totals = analysis.category_shares.group_by("failure_class").agg(pl.col("failures").sum())
     columns = [c for c in clusters_by_size(analysis) if c in wide.columns]
     return (
-        totals.join(wide, on="category", how="left")
+        totals.join(wide, on="failure_class", how="left")
         .sort("failures", descending=True)
-        .select("category", "failures", *columns)
+        .select("failure_class", "failures", *columns)
     )
 
 

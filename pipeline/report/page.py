@@ -132,7 +132,7 @@ def _cause_card(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
     return [
         (
             "Biggest cause of interruptions",
-            str(top["category"]),
+            str(top["failure_class"]),
             f"{top['failures']:,} of {total:,} interruptions ({top['failures'] / total:.0%})",
         )
     ]

@@ -94,6 +94,7 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             "Root causes of interruptions",
             charts.category_chart(analysis),
             charts.category_table(analysis),
+            note=charts.recorded_categories_note(analysis),
         ),
         Section(
             "root-causes-by-cluster",

@@ -111,7 +111,9 @@ def _stages(con, cfg: RunConfig, record: RunRecord, progress: bool) -> None:
         counts.update(_ingest(con, cfg, record, progress))
     with record.stage("transform") as counts:
         with warehouse.transaction(con):
-            warehouse.rebuild_incidents(con, window_seconds=cfg.dedup_window_minutes * 60)
+            ingest.refresh_incidents(
+                con, window_seconds=cfg.dedup_window_minutes * 60, category_map=cfg.category_map
+            )
         for name in ("events", "incidents", "inventory", "rejects"):
             counts[name] = con.sql(f"SELECT count(*) FROM {name}").fetchall()[0][0]  # noqa: S608
     with record.stage("analyze") as counts:
@@ -182,6 +184,7 @@ def _ingest(con, cfg: RunConfig, record: RunRecord, progress: bool) -> dict[str,
                 estimate_exposure=cfg.estimate_exposure,
                 progress=bar.update if progress else None,
                 max_decompressed_bytes=cfg.max_decompressed_mb << 20,
+                category_map=cfg.category_map,
             )
             for item, summary in zip(batch, summaries, strict=True):
                 entry = {"status": item.status, **summary.to_dict()}
@@ -198,4 +201,6 @@ def _ingest(con, cfg: RunConfig, record: RunRecord, progress: bool) -> dict[str,
                     rows_ingested=summary.rows_ingested,
                     rows_rejected=summary.rows_rejected,
                 )
+                for note in summary.notes:
+                    log("ingest", note, path=str(item.path))
     return counts

@@ -178,26 +178,29 @@ def failure_rates(
     """Failures, exposure and rate per node-hour and per GPU-hour, with exact intervals
     (quasi-Poisson ones with ``dispersion`` > 1, see :func:`poisson_interval`).
 
-    ``by`` may name exposure keys (cluster_id, node_id, instance_type, size_bucket) and
-    ``category``; ``period`` ("day", "week", "month") adds a calendar ``period`` column.
-    Category is not a property of exposure: each category's rate uses the whole exposure of
-    its group, so category rates add up to the total rate; every category seen in the input
-    gets a row in every group, with 0 failures where the group had none. Only failures while
-    the node was in service and observed count (:func:`failures_in_service`).
+    ``by`` may name exposure keys (cluster_id, node_id, instance_type, size_bucket) and columns of
+    the incidents (``category``, ``failure_class``, an attribute read into a column); ``period``
+    ("day", "week", "month") adds a calendar ``period`` column. An incident key is not a property
+    of exposure: each of its values' rate uses the whole exposure of its group, so they add up to
+    the total rate; every value seen in the input gets a row in every group, with 0 failures where
+    the group had none. Only failures while the node was in service and observed count
+    (:func:`failures_in_service`).
     """
-    unknown = [k for k in by if k not in (*EXPOSURE_KEYS, "category")]
+    incident_keys = [k for k in by if k not in EXPOSURE_KEYS]
+    unknown = [k for k in incident_keys if k not in incidents.columns]
     if unknown:
-        raise ValueError(
-            f"cannot group rates by {unknown}; use any of {', '.join((*EXPOSURE_KEYS, 'category'))}"
+        known = ", ".join(
+            (*EXPOSURE_KEYS, *(c for c in ("category", "failure_class") if c in incidents.columns))
         )
+        raise ValueError(f"cannot group rates by {unknown}; use any of {known}")
     if period is not None and period not in PERIODS:
         raise ValueError(f"unknown period {period!r}; use one of {', '.join(PERIODS)}")
-    exposure_keys = [k for k in by if k != "category"]
+    exposure_keys = [k for k in by if k in EXPOSURE_KEYS]
     base_exposure = exposure
     if period:
         exposure = _periodic_exposure(exposure, PERIODS[period])
         exposure_keys.append("period")
-    keys = [*exposure_keys, *(["category"] if "category" in by else [])]
+    keys = [*exposure_keys, *incident_keys]
 
     counted = incidents.filter(pl.col("interrupting")) if interrupting_only else incidents
     events = failures_in_service(counted, base_exposure)
@@ -209,11 +212,11 @@ def failure_rates(
         exposure_gpu_hours=pl.col("gpu_hours").sum(),
     )
     counts = events.group_by(keys or pl.lit(0).alias("_all")).agg(failures=pl.len())
-    if "category" in by:
-        # every category seen in the input appears in every group (and period), with zero
-        # failures where that group had none
-        cats = counted.select("category").unique().sort("category")
-        exposure_sums = exposure_sums.join(cats, how="cross")
+    if incident_keys:
+        # every value seen in the input appears in every group (and period), with zero failures
+        # where that group had none
+        values = counted.select(incident_keys).unique().sort(incident_keys, nulls_last=True)
+        exposure_sums = exposure_sums.join(values, how="cross")
     join_on = keys or ["_all"]
     rates = (
         exposure_sums.join(counts, on=join_on, how="left")
@@ -395,13 +398,19 @@ def times_between_failures(
 
 
 def category_shares(
-    incidents: pl.DataFrame, exposure: pl.DataFrame, by: Sequence[str] = ("cluster_id",), *, confidence=0.95
+    incidents: pl.DataFrame,
+    exposure: pl.DataFrame,
+    by: Sequence[str] = ("cluster_id",),
+    *,
+    key: str = "failure_class",
+    confidence=0.95,
 ) -> pl.DataFrame:
-    """Share of interrupting failures by root cause within each group, with the exact
-    Clopper–Pearson interval (Clopper & Pearson 1934): for k of n,
+    """Share of interrupting failures by root cause (``key``: the failure class by default, a
+    bounded list comparable across fleets; ``category`` for the fleet's own names) within each
+    group, with the exact Clopper–Pearson interval (Clopper & Pearson 1934): for k of n,
     low = Beta.ppf(a/2; k, n - k + 1), high = Beta.ppf(1 - a/2; k + 1, n - k)."""
-    rates = failure_rates(incidents, exposure, by=[*by, "category"], confidence=confidence)
-    shares = rates.select(*by, "category", "failures").with_columns(
+    rates = failure_rates(incidents, exposure, by=[*by, key], confidence=confidence)
+    shares = rates.select(*by, key, "failures").with_columns(
         group_failures=pl.col("failures").sum().over(list(by)) if by else pl.col("failures").sum()
     )
     k = shares["failures"].to_numpy().astype(float)

@@ -25,7 +25,7 @@ GOOD = "2026-03-02T04:26:29Z,c1,n1,gpu_memory,0,j1,ecc,2026-03-02T06:00:00Z\n"
         ("yesterday,c1,n1,gpu_memory,0,j1,m,", "timestamp yesterday is not ISO 8601"),
         (",c1,n1,gpu_memory,0,j1,m,", "timestamp is empty"),
         ("2026-03-02T04:26:29Z,,n1,gpu_memory,0,j1,m,", "cluster_id is empty"),
-        ("2026-03-02T04:26:29Z,c1,n1,cosmic_rays,0,j1,m,", "unknown category cosmic_rays"),
+        ("2026-03-02T04:26:29Z,c1,n1, ,0,j1,m,", "category is empty"),
         ("2026-03-02T04:26:29Z,c1,n1,gpu_memory,-1,j1,m,", "gpu_index -1 is not a non-negative integer"),
         (
             "2026-03-02T04:26:29Z,c1,n1,gpu_memory,0,j1,m,2026-03-01T00:00:00Z",
@@ -64,7 +64,7 @@ def test_jsonl_parquet_and_column_map(con, write, tmp_path, sql):
     mapping = parse_column_map(["timestamp=ts", "node_id=hostname"])
     summaries = ingest_files(con, [jsonl, parquet], column_map=mapping)
     assert [(s.format, s.rows_ingested) for s in summaries] == [("jsonl", 1), ("parquet", 1)]
-    assert summaries[1].ignored_columns == ["extra"]
+    assert summaries[1].attribute_columns == ["extra"]
     assert sql("SELECT node_id, hour(timestamp_utc) FROM events ORDER BY node_id") == [
         ("n1", 2),
         ("n2", 2),
@@ -153,7 +153,7 @@ def _fixture_files(tmp_path: Path) -> list[Path]:
         minute = i % 60  # every key comes back once or twice, 60 rows apart
         rows.append(f"2026-03-02T04:{minute:02d}:00Z,c1,n{minute % 7},gpu_memory,{i % 2},j{i},m{minute}")
         if i % 37 == 0:
-            rows += ["", f"2026-03-02T04:{minute:02d}:00Z,c1,n1,cosmic_rays,0,j,m"]
+            rows += ["", f"2026-03-02T04:{minute:02d}:00Z,c1,n1,,0,j,m"]
     incidents = tmp_path / "incidents.csv"
     incidents.write_text(
         "timestamp,cluster_id,node_id,category,gpu_index,job_id,message\n" + "\n".join(rows) + "\n"

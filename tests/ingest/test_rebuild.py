@@ -164,7 +164,7 @@ def reference_incident(fault: tuple, run: list[tuple]) -> tuple:
     incident_id = int.from_bytes(hashlib.md5(content.encode()).digest(), "little") >> 65
     return (incident_id, cluster, node, category, any(known[7]), first[8], run[0][3], run[-1][3],
             max(known[11], default=None), len(run), first[9], first[10], min(known[13], default=None),
-            first[12])  # fmt: skip
+            first[12], category, None)  # fmt: skip
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -181,8 +181,11 @@ def test_rebuild_follows_the_collapse_rule_on_random_events(con, seed):
         with warehouse.transaction(con):
             con.execute("DELETE FROM inventory")
             con.executemany("INSERT INTO inventory VALUES (?, ?, ?, ?, ?, ?, ?, ?, false)", inventory)
-            con.executemany(
-                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'test')", batch
+            con.executemany(  # failure_class: the category (these are class names)
+                "INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category,"
+                " interrupting, gpu_index, job_id, message, resolved_at_utc, xid, pci_bus_id, source_format,"
+                " failure_class) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'test', ?)",
+                [(*row, row[6]) for row in batch],
             )
             warehouse.rebuild_incidents(con, window_seconds=window_seconds)  # incremental after the first
         expected = reference_incidents(events, inventory, window_seconds)

@@ -40,12 +40,13 @@ def _inventory(rows) -> pl.DataFrame:
 def _incidents(rows) -> pl.DataFrame:
     """rows: (cluster, node, hour, category)."""
     return pl.DataFrame(
-        [(c, n, T0 + timedelta(hours=h), cat, cat in INTERRUPTING_CATEGORIES) for c, n, h, cat in rows],
+        [(c, n, T0 + timedelta(hours=h), cat, cat, cat in INTERRUPTING_CATEGORIES) for c, n, h, cat in rows],
         schema={
             "cluster_id": pl.String,
             "node_id": pl.String,
             "timestamp_utc": pl.Datetime("us"),
             "category": pl.String,
+            "failure_class": pl.String,
             "interrupting": pl.Boolean,
         },
         orient="row",
@@ -169,7 +170,7 @@ def test_category_shares_with_exact_intervals(exposure):
     shares = transform.category_shares(INCIDENTS, exposure)
     sums = shares.group_by("cluster_id").agg(pl.col("share").sum())
     assert sums["share"].to_list() == pytest.approx([1.0, 1.0])
-    a_memory = shares.filter(cluster_id="a", category="gpu_memory").row(0, named=True)
+    a_memory = shares.filter(cluster_id="a", failure_class="gpu_memory").row(0, named=True)
     assert a_memory["share"] == pytest.approx(2 / 3)
     assert a_memory["share_ci_low"] < 2 / 3 < a_memory["share_ci_high"] < 1
     assert (shares["share_ci_low"] <= shares["share"]).all()
@@ -272,9 +273,10 @@ def test_category_shares_recover_the_simulated_mix():
     incidents, exposure = fleet_exposure(spec)
     shares = transform.category_shares(incidents, exposure, by=[])
     truth = {c.value: w for c, w in spec.category_mix.items()}
-    assert set(shares["category"]) == set(truth)  # noise categories are not interruptions
+    assert set(shares["failure_class"]) == set(truth)  # noise categories are not interruptions
     covered = [
-        r["share_ci_low"] <= truth[r["category"]] <= r["share_ci_high"] for r in shares.iter_rows(named=True)
+        r["share_ci_low"] <= truth[r["failure_class"]] <= r["share_ci_high"]
+        for r in shares.iter_rows(named=True)
     ]
     assert sum(covered) >= len(truth) - 1
 
