@@ -454,6 +454,14 @@ def test_titan_through_the_warehouse(titan, tmp_path):
     # failures end their GPU's period: they must still count as failures in service
     incidents = fleet.incidents.collect()
     assert transform.failures_in_service(incidents, fleet.exposure).height > 0.99 * incidents.height
+    # at `remove` itself (no 1-second shift): only failures of slots out of service are left out
+    after, no_interval, _ = transform.LEFT_OUT_REASONS
+    left_out = dict(fleet.failures_left_out.iter_rows())
+    assert left_out[after] == left_out[no_interval] == 0
+    assert (
+        titan.incidents["timestamp"]
+        == titan.extras["periods"].filter(pl.col("event").is_in(["DBE", "OTB"]))["remove_utc"].sort()
+    ).all()
     con.close()
 
 
