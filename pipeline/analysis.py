@@ -26,7 +26,8 @@ class FleetAnalysis:
     ``cluster_durations``, ``size_regression``) follow ``first_gap`` (see
     :func:`pipeline.transform.times_between_failures`): by default the span from a window's start
     to its first failure is left out because it is a forward-recurrence time, not a full gap;
-    when no node failed twice that leaves nothing to fit, and ``first_gap`` says "keep".
+    when fewer than two gaps start at a failure that leaves too little to fit, and ``first_gap``
+    says "keep".
     ``cluster_kaplan_meier`` holds, per cluster with a failure, the survival of the time to the
     cluster's next interrupting failure (what a job on the whole cluster sees).
     ``count_dispersion`` is the Pearson dispersion of node failure counts (1 for Poisson; > 1
@@ -267,8 +268,9 @@ def analyze(
     overall = transform.failure_rates(failures, exposure, by=[])
 
     gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap)
-    if first_gap == "drop" and not gaps["observed"].any():
-        # no node failed twice in one window: first gaps are all there is to fit
+    if first_gap == "drop" and gaps["observed"].sum() < 2:
+        # at most one node failed twice in one window: too few full gaps to fit two parameters,
+        # the first gaps are all there is
         first_gap = "keep"
         gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap)
     durations = transform.aggregate_durations(gaps, relative_resolution=relative_resolution)
