@@ -27,7 +27,8 @@ class FleetAnalysis:
     ``cluster_durations``, ``size_regression``) follow ``first_gap`` (see
     :func:`pipeline.transform.times_between_failures`): by default the span from a window's start
     to its first failure is left out because it is a forward-recurrence time, not a full gap;
-    when no node failed twice that leaves nothing to fit, and ``first_gap`` says "keep".
+    when fewer than two gaps start at a failure that leaves too little to fit, and ``first_gap``
+    says "keep".
     ``cluster_kaplan_meier`` holds, per cluster with a failure, the survival of the time to the
     cluster's next interrupting failure (what a job on the whole cluster sees).
     ``count_dispersion`` is the Pearson dispersion of node failure counts (1 for Poisson; > 1
@@ -40,6 +41,12 @@ class FleetAnalysis:
     they are. ``incidents`` is the warehouse's whole table, one row per fault, as a lazy frame
     (:func:`pipeline.warehouse.scan_incidents`: collect what you need while the connection is
     open); nothing in the analysis loads it.
+    ``failures_left_out`` counts the failures no statistic counts, by reason
+    (:func:`pipeline.transform.failures_left_out`: after the window end, node without a service
+    interval, node out of service); :func:`left_out_note` says it in one line.
+    A fleet with no failures in service yet (``has_failures`` False) has exposure, rates (0
+    failures, with the one-sided ``rate_upper_bound``) and trend rows but nothing to fit:
+    ``node_fits`` is empty and ``best_family``, ``kaplan_meier``, ``nelson_aalen`` are None.
     ``job_interruptions`` is None without Slurm jobs; jobs on clusters without inventory are left
     out of it. ``rates_by_node`` has one row per node (the report shows only the nodes with the
     most failures), with exact intervals; ``lemons`` tests each against the rest of its cluster
@@ -58,8 +65,8 @@ class FleetAnalysis:
     rates_by_month: pl.DataFrame
     rates_by_node: pl.DataFrame
     node_fits: dict[str, models.ParametricTBF]
-    best_family: str
-    kaplan_meier: models.KaplanMeier
+    best_family: str | None
+    kaplan_meier: models.KaplanMeier | None
     cluster_mtbf: pl.DataFrame
     scaling: models.MTBFScaling | None
     scaling_projection: pl.DataFrame
@@ -70,7 +77,7 @@ class FleetAnalysis:
     trend_tests: pl.DataFrame
     first_gap: str
     node_durations: pl.DataFrame
-    nelson_aalen: models.NelsonAalen
+    nelson_aalen: models.NelsonAalen | None
     cluster_durations: pl.DataFrame
     size_regression: models.WeibullSizeRegression | None
     size_regression_projection: pl.DataFrame
@@ -83,11 +90,30 @@ class FleetAnalysis:
     lemons: models.LemonTest
     dispersion_test: transform.DispersionTest
     interval_method: str
+    failures_left_out: pl.DataFrame
 
     @property
     def fleet_rate(self) -> models.PoissonRate:
         row = self.rates_overall.row(0, named=True)
         return models.PoissonRate().fit(row["failures"], row["exposure_node_hours"])
+
+    @property
+    def has_failures(self) -> bool:
+        """True when at least one failure counts (in service, in the window): else nothing to fit."""
+        return bool(self.rates_overall["failures"].sum())
+
+
+def left_out_note(left_out: pl.DataFrame) -> str | None:
+    """One line saying how many failures the statistics leave out and why, or None when none
+    are (``left_out`` from :func:`pipeline.transform.failures_left_out`)."""
+    parts = [f"{n:,} {reason}" for reason, n in left_out.select("reason", "failures").iter_rows() if n]
+    if not parts:
+        return None
+    total = int(left_out["failures"].sum())
+    return (
+        f"{total:,} failure{'s' if total != 1 else ''} left out of rates and fits (no exposure behind "
+        f"them): {'; '.join(parts)}"
+    )
 
 
 def cluster_mtbf(rates_by_cluster: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
@@ -141,7 +167,10 @@ def trend_tests(operating_times: pl.DataFrame, exposure: pl.DataFrame) -> pl.Dat
     totals = exposure.group_by("cluster_id").agg(observed_node_hours=pl.col("node_hours").sum())
     rows = []
     for cluster, total in totals.sort("cluster_id").iter_rows():
-        times = operating_times.filter(pl.col("cluster_id") == cluster)["operating_node_hours"]
+        # a failure at the window end sits at the total, not past it by a float rounding
+        times = operating_times.filter(pl.col("cluster_id") == cluster)["operating_node_hours"].clip(
+            upper_bound=total
+        )
         row = dict.fromkeys(TREND_SCHEMA) | {
             "cluster_id": cluster,
             "failures": times.len(),
@@ -285,13 +314,15 @@ def analyze(
     overall = transform.failure_rates(failures, exposure, by=[], dispersion=phi)
 
     gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap)
-    if first_gap == "drop" and not gaps["observed"].any():
-        # no node failed twice in one window: first gaps are all there is to fit
+    if first_gap == "drop" and gaps["observed"].sum() < 2:
+        # at most one node failed twice in one window: too few full gaps to fit two parameters,
+        # the first gaps are all there is
         first_gap = "keep"
         gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap)
     durations = transform.aggregate_durations(gaps, relative_resolution=relative_resolution)
     args = (durations["duration_hours"], durations["observed"], durations["count"])
-    fits = models.fit_families(*args)
+    fitted = bool(overall["failures"].sum())  # no failure yet: exposure and bounds, nothing to fit
+    fits = models.fit_families(*args) if fitted else {}
 
     per_cluster = cluster_mtbf(by_cluster, exposure)
     sizes = np.array(sorted({*PROJECTED_SIZES, *per_cluster["instances"].round().to_list()}), dtype=float)
@@ -302,7 +333,7 @@ def analyze(
     )
     dispersion = transform.dispersion_test(by_node).phi  # every node: the scaling law's spread
     scaling, projection, regression, regression_projection = None, pl.DataFrame(), None, pl.DataFrame()
-    if per_cluster["instances"].n_unique() >= 2:
+    if fitted and per_cluster["instances"].n_unique() >= 2:
         scaling = models.MTBFScaling().fit(
             per_cluster["instances"],
             per_cluster["failures"],
@@ -334,8 +365,8 @@ def analyze(
         ),
         rates_by_node=by_node,
         node_fits=fits,
-        best_family=models.best_by_aic(fits),
-        kaplan_meier=models.KaplanMeier().fit(*args),
+        best_family=models.best_by_aic(fits) if fitted else None,
+        kaplan_meier=models.KaplanMeier().fit(*args) if fitted else None,
         cluster_mtbf=per_cluster,
         scaling=scaling,
         scaling_projection=projection,
@@ -346,7 +377,7 @@ def analyze(
         trend_tests=trend_tests(transform.failure_operating_times(failures, exposure), exposure),
         first_gap=first_gap,
         node_durations=durations,
-        nelson_aalen=models.NelsonAalen().fit(*args),
+        nelson_aalen=models.NelsonAalen().fit(*args) if fitted else None,
         cluster_durations=cluster_durations,
         size_regression=regression,
         size_regression_projection=regression_projection,
@@ -363,6 +394,7 @@ def analyze(
         lemons=lemons,
         dispersion_test=dispersion_check,
         interval_method=dispersion_check.method(interval),
+        failures_left_out=transform.failures_left_out(failures, exposure, end),
     )
 
 
@@ -377,7 +409,10 @@ def failure_model_for(
     2. else the scaling law MTBF(N) = MTBF_1 / N^alpha at N = ``instances``: per-instance rate
        1 / (N MTBF(N)), its interval from the law's 95% interval (wider the further N is from the
        observed sizes), e.g. a 16 384-instance job on a fleet of 32-1 024-instance clusters;
-    3. else (one cluster size only: no law) the rate of the whole fleet.
+    3. else (one cluster size only: no law) the rate of the whole fleet;
+    4. with no failure yet, the fleet's exact one-sided 95% upper bound (-ln 0.05 / T = 3.0 / T for
+       T instance-hours, :func:`pipeline.transform.poisson_upper_bound`): a worst case, labelled
+       as such in ``source``.
 
     Failures are the analysis' interruptions. ``instance_type`` restricts all three to nodes of
     that type (the law is refitted on their clusters). The model's ``source`` says which was used.
@@ -419,7 +454,11 @@ def failure_model_for(
         )
     total = transform.failure_rates(failures, exposure, by=[]).row(0, named=True)
     if not total["failures"]:
-        raise ValueError(f"{label}: no interrupting failures observed; no failure model can be fitted")
+        return projection.FailureModel.exponential(
+            total["rate_upper_bound"],
+            source=f"{label}: no failures yet in {total['exposure_node_hours']:,.0f} instance-hours; "
+            "UPPER BOUND (95% one-sided, -ln 0.05 / T), a worst case",
+        )
     return projection.FailureModel.from_counts(
         total["failures"], total["exposure_node_hours"], f"{label}: rate"
     )

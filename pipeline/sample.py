@@ -225,7 +225,11 @@ def simulate_fleet(spec: FleetSpec | None = None) -> Fleet:
     gpu = rng.integers(0, spec.gpus_per_node, size=owner.size)
     repair_hours = rng.lognormal(mean=np.log(3.0), sigma=0.8, size=owner.size)
     base = inventory.select("cluster_id", "node_id", "in_service_from")[owner]
-    offset = pl.Series(np.round(hours * 3600).astype(np.int64)) * 1_000_000
+    # whole seconds, never past the interval's end: every failure lies in its closed service
+    # interval [from, to] (pipeline.transform.in_service), also after the CSV's times are cut to
+    # whole seconds
+    span_us = np.array([(b - a) // timedelta(microseconds=1) for a, b in zip(starts, stops, strict=True)])
+    offset = pl.Series(np.minimum(np.round(hours * 3600).astype(np.int64) * 1_000_000, span_us[owner]))
     incidents = (
         base.with_columns(
             timestamp=pl.col("in_service_from") + pl.duration(microseconds=offset),

@@ -249,6 +249,26 @@ MEMORY_ENV = "FAILCAST_DUCKDB_MEMORY_MB"
 """Environment variable that caps DuckDB's memory in every connection (see :func:`connect`)."""
 
 
+DUCKDB_MAGIC = b"DUCK"  # bytes 8-11 of every DuckDB database file (its storage header)
+
+
+def _check_duckdb_file(db_path: Path) -> None:
+    """One clear error for a path that is not a warehouse (a CSV passed as ``--db`` by mistake, a
+    directory, a FIFO), before DuckDB's own message or, for a FIFO, a read that never returns."""
+    if db_path.is_dir():
+        raise ValueError(f"{db_path}: is a directory; --db takes a DuckDB warehouse file")
+    if db_path.exists() and not db_path.is_file():
+        raise ValueError(f"{db_path}: not a regular file; --db takes a DuckDB warehouse file")
+    if db_path.is_file() and db_path.stat().st_size:
+        with db_path.open("rb") as f:
+            magic = f.read(12)[8:]
+        if magic != DUCKDB_MAGIC:
+            raise ValueError(
+                f"{db_path}: not a DuckDB warehouse file; an input file is ingested with "
+                f"'failcast ingest {db_path} --db WAREHOUSE.duckdb'"
+            )
+
+
 def connect(
     db_path: Path | str = DEFAULT_DB_PATH, *, read_only: bool = False, memory_limit_mb: int | None = None
 ):
@@ -269,6 +289,7 @@ def connect(
         raise FileNotFoundError(
             f"{db_path}: no warehouse here; run 'failcast ingest ... --db {db_path}' first"
         )
+    _check_duckdb_file(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect(str(db_path), read_only=read_only)
     con.execute("SET TimeZone = 'UTC'")

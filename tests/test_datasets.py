@@ -363,8 +363,8 @@ def test_lanl_repair_times_are_lognormal(lanl):
 def test_lanl_hardware_is_the_largest_cause(lanl_warehouse):
     _, _, fleet = lanl_warehouse
     shares = fleet.rates_by_category.with_columns(share=pl.col("failures") / pl.col("failures").sum())
-    assert shares.sort("share", descending=True)["category"][0] == "hardware"
-    assert shares.filter(pl.col("category") == "hardware")["share"][0] > 0.55
+    assert shares.sort("share", descending=True)["failure_class"][0] == "hardware"
+    assert shares.filter(pl.col("failure_class") == "hardware")["share"][0] > 0.55
 
 
 def test_lanl_in_public_baselines(lanl_warehouse):
@@ -449,11 +449,19 @@ def test_titan_through_the_warehouse(titan, tmp_path):
     assert warehouse.table(con, "inventory").height == titan.inventory.height
     assert any("gc_summary_loc.csv.gz" in note for note in summary.notes)  # companion found
     fleet = analysis.analyze(con)
-    assert set(fleet.rates_by_category["category"]) == {"gpu_memory", "gpu_fell_off_bus"}
+    assert set(fleet.rates_by_category["failure_class"]) == {"gpu_memory", "gpu_fell_off_bus"}
     assert fleet.rates_overall["failures"][0] <= unique  # bursts collapse into one incident
     # failures end their GPU's period: they must still count as failures in service
     incidents = fleet.incidents.collect()
     assert transform.failures_in_service(incidents, fleet.exposure).height > 0.99 * incidents.height
+    # at `remove` itself (no 1-second shift): only failures of slots out of service are left out
+    after, no_interval, _ = transform.LEFT_OUT_REASONS
+    left_out = dict(fleet.failures_left_out.iter_rows())
+    assert left_out[after] == left_out[no_interval] == 0
+    assert (
+        titan.incidents["timestamp"]
+        == titan.extras["periods"].filter(pl.col("event").is_in(["DBE", "OTB"]))["remove_utc"].sort()
+    ).all()
     con.close()
 
 

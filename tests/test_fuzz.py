@@ -289,14 +289,21 @@ def test_unreadable_file_is_a_clean_error_naming_it(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("kind", ["directory", "fifo", "missing"])
-def test_paths_that_are_no_regular_file_are_refused_without_hanging(con, tmp_path, kind):
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("directory", "is a directory: pass files or a glob"),
+        ("fifo", "not a regular file"),
+        ("missing", "no such file"),
+    ],
+)
+def test_paths_that_are_no_regular_file_are_refused_without_hanging(con, tmp_path, kind, message):
     path = tmp_path / "input.csv"
     if kind == "directory":
         path.mkdir()
     elif kind == "fifo":
         os.mkfifo(path)  # opening it would block forever
-    with pytest.raises(InputError, match="no such file"):
+    with pytest.raises(InputError, match=message):
         ingest_files(con, [path])
 
 

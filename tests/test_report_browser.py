@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import analysis, report, warehouse
+from pipeline import analysis, ingest, report, warehouse
 from pipeline import projection as proj
 from tests.test_report import with_jobs
 
@@ -58,17 +58,40 @@ def sync_playwright():
     return entry()
 
 
-@pytest.fixture(scope="module", params=["sample", "hostile"])
+@pytest.fixture(scope="module")
+def new_fleet_warehouse(tmp_path_factory) -> Path:
+    """A fleet with an inventory (GPU and CPU nodes) and no failure yet."""
+    root = tmp_path_factory.mktemp("new-fleet")
+    inventory = root / "inventory.csv"
+    inventory.write_text(
+        "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n"
+        "c1,n1,p5.48xlarge,8,2026-01-01T00:00:00Z,\nc1,n2,p5.48xlarge,8,2026-01-01T00:00:00Z,\n"
+        "login,l1,m7i.large,0,2026-01-01T00:00:00Z,2026-03-01T00:00:00Z\n"
+    )
+    con = warehouse.connect(root / "failcast.duckdb")
+    ingest.ingest_files(con, [inventory])
+    con.close()
+    return root / "failcast.duckdb"
+
+
+@pytest.fixture(scope="module", params=["sample", "hostile", "new_fleet"])
 def report_file(request, tmp_path_factory) -> tuple[str, Path, int]:
-    """The report of a sample warehouse (clean, or with injected strings), with a job projection."""
+    """The report of a sample warehouse (clean, or with injected strings), with a job projection;
+    and of a fleet with no failure yet, its job projected at the rate's upper bound."""
     db = request.getfixturevalue(f"{request.param}_warehouse")
     con = warehouse.connect(db, read_only=True)
     try:
         fleet = analysis.analyze(con)
     finally:
         con.close()
-    fleet = with_jobs(fleet)  # so the Slurm section has a chart too
-    spec = proj.load_job_spec(REPO / "data" / "jobs" / "llama3-70b.toml")
+    if request.param == "new_fleet":
+        spec = proj.job_spec_for_fleet(
+            REPO / "data" / "jobs" / "fleet-llama3-70b.toml",
+            fleet_failure=lambda n: analysis.failure_model_for(fleet, n),
+        )
+    else:
+        fleet = with_jobs(fleet)  # so the Slurm section has a chart too
+        spec = proj.load_job_spec(REPO / "data" / "jobs" / "llama3-70b.toml")
     outlook = report.job_outlook(spec, monte_carlo_runs=2000)
     out = tmp_path_factory.mktemp(f"report-{request.param}")
     path = report.write_report(fleet, out, projection=outlook, images=False)

@@ -157,6 +157,9 @@ def rates(
             dispersion=dispersion,
         ).with_columns(interval=pl.lit(method), dispersion=pl.lit(dispersion))
     frame = frame.with_columns(exposure_estimated=pl.lit(transform.exposure_estimated(inventory)))
+    _echo_left_out(transform.failures_left_out(incidents, exposure, end))
+    if view == "rates" and not frame["failures"].sum():
+        click.echo(_no_failures_line(transform.failure_rates(incidents, exposure, by=[])), err=True)
     if as_json:
         echo_json(records(frame))
     else:
@@ -179,6 +182,22 @@ def _group_keys(con, by: tuple[str, ...]) -> tuple[list[str], list[str]]:
         raise ValueError(f"--by {unknown[0]!r}: not a group key; use {', '.join(builtin)}{extra}")
     columns = ["failure_class" if k == "class" else k for k in by]
     return columns, [k for k in by if k not in builtin]
+
+
+def _echo_left_out(left_out: pl.DataFrame) -> None:
+    """The failures no statistic counts, by reason, on stderr (stdout stays the table or JSON)."""
+    if note := analysis_mod.left_out_note(left_out):
+        click.echo(f"note: {note}", err=True)
+
+
+def _no_failures_line(overall: pl.DataFrame) -> str:
+    """What a fleet with no failure yet can say: its exposure and the exact one-sided bound."""
+    row = overall.row(0, named=True)
+    return (
+        f"no failures yet in {row['exposure_node_hours']:,.0f} node-hours: the rate is at most "
+        f"{row['rate_upper_bound']:.3g} per node-hour (95% one-sided upper bound, -ln(0.05) / T = "
+        f"3.0 / T; column rate_upper_bound)"
+    )
 
 
 # --- fit -----------------------------------------------------------------------------------------
@@ -204,10 +223,12 @@ def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
         "first_gap": result.first_gap,
         "interruption_window_minutes": result.interruption_window_minutes,
         "exposure_estimated": result.exposure_estimated,
+        "failures": int(result.rates_overall["failures"].sum()),
+        "failures_left_out": records(result.failures_left_out),
         "best_family": result.best_family,
-        "hazard_message": result.node_fits["weibull"].hazard_message_,
+        "hazard_message": result.node_fits["weibull"].hazard_message_ if result.has_failures else None,
         "node_time_between_failures": {family: _tbf_fit(m) for family, m in result.node_fits.items()},
-        "kaplan_meier_median_hours": result.kaplan_meier.median_hours_,
+        "kaplan_meier_median_hours": result.kaplan_meier.median_hours_ if result.has_failures else None,
         "cluster_mtbf": records(result.cluster_mtbf),
         "scaling": None
         if result.scaling is None
@@ -257,8 +278,12 @@ def fit(db: Path, observed_until, first_gap: str, interruption_window: float, as
         first_gap=first_gap,
         interruption_window_minutes=interruption_window or None,
     )
+    _echo_left_out(result.failures_left_out)
     if as_json:
         echo_json(fit_payload(result))
+        return
+    if not result.has_failures:
+        click.echo(f"nothing to fit: {_no_failures_line(result.rates_overall)}")
         return
     click.echo(f"best family by AIC: {result.best_family}")
     for family, m in result.node_fits.items():

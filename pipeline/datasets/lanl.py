@@ -18,8 +18,11 @@ One record = one node interruption with start, fix and root cause. Choices (docs
   its system's most common node set. ``current`` and later decommissions end at the last record of
   the data set (2005-09-09). ``before tracking`` starts at the month of the system's first record.
   System 17 has no metadata: its 126 incidents are kept, it has no inventory, so rates leave it out.
-* LANL counts no GPUs, but the warehouse requires ``gpus_per_node >= 1``: it is 1, so per-GPU-hour
-  rates equal per-node-hour rates for LANL. ``procs_per_node`` is kept as an extra column.
+* LANL counts no GPUs; ``gpus_per_node`` is 1 rather than 0 (which the warehouse accepts for CPU
+  nodes) so that per-GPU-hour rates exist and equal per-node-hour rates, the unit LANL baselines are
+  compared in. ``procs_per_node`` is kept as an extra column.
+* The data set's last record ends every ``current`` interval; under the closed-interval rule
+  (:func:`pipeline.transform.in_service`) that record counts as a failure in service.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@
 * node = slot location, one GPU per node (``gpu_index`` 0), cluster ``titan``, instance type
   ``XK7-K20X``. Exposure = union of the installation periods in each slot (577 periods overlap
   another in the same slot in the source; merging stops node-hours being counted twice).
-* DBE -> ``gpu_memory``, OTB -> ``gpu_fell_off_bus``; the incident time is one second before the
-  row's ``remove``: the removal ends the slot's service interval ``[insert, remove)``, and a failure
-  at its very end would have no exposure behind it (rates would miss ~90% of Titan's failures).
+* DBE -> ``gpu_memory``, OTB -> ``gpu_fell_off_bus``; the incident time is the row's ``remove``:
+  the failure ends the slot's service interval ``[insert, remove]`` and counts in it (failcast's
+  closed-interval rule, :func:`pipeline.transform.in_service`).
   1 158 rows have no ``insert``: they are further events during a period (e.g. a burst of DBEs
   minutes apart before the GPU was pulled), so they are incidents but not exposure; the warehouse's
   collapse window folds such bursts into one incident.
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import gzip
 import warnings
-from datetime import timedelta
 from pathlib import Path
 
 import lifelines
@@ -97,7 +96,7 @@ def read_titan(
     incidents = (
         periods.filter(pl.col("event").is_in(list(EVENT_CATEGORIES)))
         .select(
-            timestamp=pl.col("remove_utc") - timedelta(seconds=1),
+            timestamp=pl.col("remove_utc"),
             cluster_id=pl.lit("titan"),
             node_id="location",
             category=pl.col("event").replace_strict({k: v.value for k, v in EVENT_CATEGORIES.items()}),

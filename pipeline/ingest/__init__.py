@@ -115,6 +115,10 @@ def detect_format(path: Path) -> str:
 
 
 def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSummary:
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory: pass files or a glob (e.g. '{path}/*.csv')")
+    if path.exists() and not path.is_file():
+        raise InputError(f"{path}: not a regular file (a FIFO or device): pass files or a glob")
     if not path.is_file():
         raise InputError(f"{path}: no such file")
     try:

@@ -235,8 +235,9 @@ SELECT *,
          WHEN cluster_id IS NULL THEN 'cluster_id is empty'
          WHEN node_id IS NULL THEN 'node_id is empty'
          WHEN instance_type IS NULL THEN 'instance_type is empty'
-         WHEN gpus_per_node IS NULL OR gpus_per_node < 1
-           THEN 'gpus_per_node ' || coalesce(gpus_text, '(empty)') || ' is not a positive integer'
+         WHEN gpus_per_node IS NULL OR gpus_per_node < 0
+           THEN 'gpus_per_node ' || coalesce(gpus_text, '(empty)')
+                || ' is not a whole number >= 0 (0 for CPU, storage or login nodes)'
          WHEN from_ts IS NULL
            THEN 'in_service_from ' || coalesce(from_text, '(empty)') || ' is not ISO 8601'
          WHEN to_text IS NOT NULL AND to_ts IS NULL

@@ -22,7 +22,7 @@ import altair as alt
 import polars as pl
 import vl_convert
 
-from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis
+from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, left_out_note
 from pipeline.report.format import column_label, format_value
 from pipeline.report.outlook import JobOutlook
 from pipeline.report.sections import Section, sections
@@ -81,20 +81,32 @@ def summary_cards(
     """(title, value, note) of the headline cards: the numbers people quote."""
     rate = analysis.fleet_rate
     low, high = rate.confidence_interval_
-    cards = [
-        (
-            "Fleet interruption rate",
-            f"{rate.rate_ * 100:.4f}% per instance-hour",
-            f"95% CI {low * 100:.4f}–{high * 100:.4f}%, {rate.failures_:,} failures in "
-            f"{rate.exposure_hours_:,.0f} instance-hours",
-        ),
-        (
-            "Best time-between-failures model",
-            analysis.best_family,
-            analysis.node_fits["weibull"].hazard_message_ or "",
-        ),
-    ]
+    if analysis.has_failures:
+        cards = [
+            (
+                "Fleet interruption rate",
+                f"{rate.rate_ * 100:.4f}% per instance-hour",
+                f"95% CI {low * 100:.4f}–{high * 100:.4f}%, {rate.failures_:,} failures in "
+                f"{rate.exposure_hours_:,.0f} instance-hours",
+            ),
+            (
+                "Best time-between-failures model",
+                analysis.best_family,
+                analysis.node_fits["weibull"].hazard_message_ or "",
+            ),
+        ]
+    else:
+        bound = analysis.rates_overall["rate_upper_bound"][0]
+        cards = [
+            (
+                "Fleet interruption rate",
+                "no failures yet",
+                f"upper bound {bound * 100:.4f}% per instance-hour (95% one-sided, 3.0 / T) after "
+                f"{rate.exposure_hours_:,.0f} instance-hours; nothing to fit",
+            )
+        ]
     cards += _cause_card(analysis)
+    at = "" if analysis.has_failures else " at the upper-bound rate"
     cards += _scaling_cards(analysis)
     cards += _trend_card(analysis)
     if projection is not None:
@@ -106,7 +118,7 @@ def summary_cards(
             )
             cards.append(
                 (
-                    f"Projected job, {m['mode']} recovery",
+                    f"Projected job{at}, {m['mode']} recovery",
                     f"{m['expected_days']:,.1f} days · ${m['cost_usd'] / 1e6:,.2f}M",
                     f"{spread}goodput {m['goodput']:.1%}",
                 )
@@ -275,7 +287,10 @@ def _headline(analysis: FleetAnalysis, projection: JobOutlook | None) -> str:
         "mtbf_ci_low_hours",
         "mtbf_ci_high_hours",
     )
-    parts = [f"<div class='cards'>{cards}</div><h3>MTBF per cluster size</h3>{table_html(mtbf)}"]
+    parts = [f"<div class='cards'>{cards}</div>"]
+    if note := left_out_note(analysis.failures_left_out):
+        parts.append(f"<p class='note'>{html.escape(note)}.</p>")
+    parts.append(f"<h3>MTBF per cluster size</h3>{table_html(mtbf)}")
     if projection is None:
         parts.append(
             "<p class='note'>No job projection: run <code>failcast report --job JOB.toml</code> "
@@ -283,7 +298,8 @@ def _headline(analysis: FleetAnalysis, projection: JobOutlook | None) -> str:
         )
     else:
         parts.append(
-            f"<h3>Projection: {html.escape(projection.job)}</h3>"
+            f"<h3>Projection: {html.escape(projection.job)}"
+            f"{'' if analysis.has_failures else ' (at the upper-bound failure rate: a worst case)'}</h3>"
             + table_html(
                 projection.modes.select(
                     "mode",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import altair as alt
 import polars as pl
 
-from pipeline.analysis import FleetAnalysis
+from pipeline.analysis import FleetAnalysis, left_out_note
 from pipeline.report import charts, comparisons, drivers, lemons
 from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_chart, size_sweep_chart
 
@@ -55,25 +55,44 @@ def _scaling_note(analysis: FleetAnalysis) -> str:
     return note
 
 
+def _rates_section(analysis: FleetAnalysis) -> Section:
+    """Rates per cluster; without failures the exposure and the one-sided upper bound are the news."""
+    note = (
+        f"{lemons.interval_note(analysis)} Failures count while their node is in service (closed intervals)."
+    )
+    if not analysis.has_failures:
+        note = (
+            "No failures yet: each cluster's rate_upper_bound is the exact 95% one-sided UPPER BOUND "
+            "(-ln 0.05 / T = 3.0 / T for T instance-hours), not a measured rate."
+        )
+    if left_out := left_out_note(analysis.failures_left_out):
+        note += f" {left_out}."
+    return Section(
+        "failure-rate-by-cluster",
+        "Failure rate by cluster",
+        charts.rate_by_cluster_chart(analysis),
+        analysis.rates_by_cluster.select(
+            "cluster_id",
+            "failures",
+            "exposure_node_hours",
+            "exposure_gpu_hours",
+            "rate_per_node_hour",
+            "rate_ci_low",
+            "rate_ci_high",
+            "rate_upper_bound",
+            "rate_per_gpu_hour",
+        ),  # fmt: skip
+        note=note,
+    )
+
+
 def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
+    if not analysis.has_failures:  # nothing to fit, share or rank: exposure and bounds only
+        return [_rates_section(analysis), _job_section(analysis)]
     trends = drivers.trend_table(analysis)
     flat = (trends["crow_verdict"] == "flat").sum()
     return [
-        Section(
-            "failure-rate-by-cluster",
-            "Failure rate by cluster",
-            charts.rate_by_cluster_chart(analysis),
-            analysis.rates_by_cluster.select(
-                "cluster_id",
-                "failures",
-                "exposure_node_hours",
-                "rate_per_node_hour",
-                "rate_ci_low",
-                "rate_ci_high",
-                "rate_per_gpu_hour",
-            ),  # fmt: skip
-            note=lemons.interval_note(analysis),
-        ),
+        _rates_section(analysis),
         Section(
             "failure-rate-over-time",
             "Failure rate over time",
@@ -220,9 +239,10 @@ def sections(
     baselines: Mapping[str, FleetAnalysis] | None = None,
 ) -> list[Section]:
     """Every section in page order; ``baselines`` adds other analysed fleets (e.g. ``{"LANL":
-    ...}``) to the public-baselines section, which always holds the published GPU fleets."""
+    ...}``) to the public-baselines section, which always holds the published GPU fleets (and is
+    left out while the fleet has no failure: a rate of 0 has no place on its log axis)."""
     return (
         fleet_sections(analysis)
-        + [baseline_section(analysis, baselines)]
+        + ([baseline_section(analysis, baselines)] if analysis.has_failures else [])  # no rate to place
         + (projection_sections(projection) if projection else [])
     )

@@ -9,7 +9,21 @@ Rates with exact (Garwood 1936) Poisson intervals: for k failures in exposure T 
     low  = chi2.ppf(alpha/2,     2k)     / (2T)      (0 when k = 0)
     high = chi2.ppf(1 - alpha/2, 2k + 2) / (2T)
 
-Only failures while their node was in service and observed count. When node failures cluster
+Interval semantics (one rule, :func:`in_service`, used by rates, gaps, shares, dispersion and
+trend tests at node and cluster level): a node's service interval is *closed*, ``[start, end]``,
+after clipping to the observed window. A failure at ``t`` counts when ``start <= t <= end`` for
+one of its node's intervals, so a failure stamped at the moment its node leaves service
+(availability traces write ``in_service_to`` = failure time; a node removed for repair at its
+failure) counts, and so does a failure at the window end (``--until``, by default the latest time
+in the data). A failure that matches two adjacent intervals (``[a, b]`` and ``[b, c]``, ``t = b``)
+counts once, in the interval it ends (the earlier one); in calendar periods, a failure at a
+period boundary that ends its interval counts in the period it ends. Failures while the node was
+out of service (between intervals, before its first, after its last), of nodes with no interval
+in the window, or after the window end are kept as incidents but are not failures: they have no
+exposure behind them and would bias rates upwards. :func:`failures_left_out` counts them by
+reason so every output can say how many were left out and why.
+
+When node failures cluster
 (renewal with Weibull shape < 1) counts are over-dispersed and the exact interval is too narrow;
 the quasi-Poisson interval (McCullagh & Nelder 1989) takes the Garwood interval of k / phi
 failures in T / phi hours, phi the Pearson dispersion of per-node counts.
@@ -121,6 +135,23 @@ def poisson_interval(
     return low, high
 
 
+def poisson_upper_bound(
+    failures: np.ndarray, exposure: np.ndarray, confidence: float = 0.95, dispersion: float = 1.0
+) -> np.ndarray:
+    """Exact one-sided upper confidence bound of a Poisson rate: chi2.ppf(c, 2k + 2) / (2T).
+
+    The figure to quote when no failure has been seen yet: for k = 0 it is -ln(1 - c) / T, at
+    95% ``-ln 0.05 / T`` = 2.996 / T (the "rule of three"), tighter than the two-sided interval's
+    upper end (-ln 0.025 / T = 3.689 / T) because with k = 0 only an upper bound is in question.
+    ``dispersion`` as in :func:`poisson_interval`.
+    """
+    if dispersion <= 0:
+        raise ValueError("dispersion must be positive")
+    k = np.asarray(failures, dtype=float) / dispersion
+    t = np.asarray(exposure, dtype=float) / dispersion
+    return chi2.ppf(confidence, 2 * k + 2) / (2 * t)
+
+
 def _periodic_exposure(exposure: pl.DataFrame, every: str) -> pl.DataFrame:
     """Split each interval at period boundaries: one row per (interval, period) it overlaps.
 
@@ -148,20 +179,73 @@ def _periodic_exposure(exposure: pl.DataFrame, every: str) -> pl.DataFrame:
     )
 
 
-def failures_in_service(incidents: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
-    """Incidents that happened while their node was in service and observed, with the node's
-    exposure attributes; failures outside every interval (out for repair, after ``--until``) have
-    no exposure behind them and would bias rates upwards."""
-    return (
+def in_service(time: pl.Expr, start: pl.Expr, end: pl.Expr) -> pl.Expr:
+    """True where ``time`` lies in the closed service interval ``[start, end]``: the one interval
+    rule (module docstring). Ties between adjacent intervals are resolved by
+    :func:`failures_in_service`, which keeps the earliest match."""
+    return time.is_between(start, end, closed="both")
+
+
+def failures_in_service(
+    incidents: pl.DataFrame, exposure: pl.DataFrame, *, with_interval: bool = False
+) -> pl.DataFrame:
+    """Incidents that happened while their node was in service and observed (:func:`in_service`),
+    each once, with the node's exposure attributes; ``with_interval`` keeps the matched interval's
+    ``start_utc`` and ``end_utc``. An incident matching two intervals of its node (``t`` at the
+    end of one and the start of the next) belongs to the one it ends. Failures outside every
+    interval (out for repair, after ``--until``) have no exposure behind them and would bias
+    rates upwards; :func:`failures_left_out` counts them."""
+    matched = (
         incidents.lazy()
+        .with_row_index("_incident")
         .join(
             exposure.lazy().select(*EXPOSURE_KEYS, "start_utc", "end_utc"),
             on=["cluster_id", "node_id"],
             how="inner",
         )
-        .filter(pl.col("timestamp_utc").is_between("start_utc", "end_utc", closed="left"))
-        .drop("start_utc", "end_utc")
-        .collect()
+        .filter(in_service(pl.col("timestamp_utc"), pl.col("start_utc"), pl.col("end_utc")))
+        .sort("_incident", "start_utc")
+        .unique("_incident", keep="first", maintain_order=True)
+        .drop("_incident")
+    )
+    return (matched if with_interval else matched.drop("start_utc", "end_utc")).collect()
+
+
+LEFT_OUT_REASONS = (
+    "after the window end (--until)",
+    "node has no service interval in the window",
+    "node out of service",
+)
+
+
+def failures_left_out(
+    incidents: pl.DataFrame, exposure: pl.DataFrame, observed_until: datetime
+) -> pl.DataFrame:
+    """How many of ``incidents`` rates leave out, by reason (``LEFT_OUT_REASONS``, in that order
+    of precedence): after ``observed_until``; on a node with no service interval in the window
+    (not in the inventory, or only in service outside the window); at a time its node was out of
+    service (a repair gap, before its first interval). One row per reason, ``failures`` 0 included;
+    the counted ones are :func:`failures_in_service`."""
+    nodes = exposure.select("cluster_id", "node_id").unique().with_columns(_known=pl.lit(True))
+    counted = failures_in_service(incidents.select("cluster_id", "node_id", "timestamp_utc"), exposure)
+    outside = (
+        incidents.select("cluster_id", "node_id", "timestamp_utc")
+        .join(counted, on=["cluster_id", "node_id", "timestamp_utc"], how="anti")
+        .join(nodes, on=["cluster_id", "node_id"], how="left")
+        .select(
+            reason=pl.when(pl.col("timestamp_utc") > observed_until)
+            .then(pl.lit(LEFT_OUT_REASONS[0]))
+            .when(pl.col("_known").is_null())
+            .then(pl.lit(LEFT_OUT_REASONS[1]))
+            .otherwise(pl.lit(LEFT_OUT_REASONS[2]))
+        )
+        .group_by("reason")
+        .agg(failures=pl.len())
+    )
+    return (
+        pl.DataFrame({"reason": LEFT_OUT_REASONS})
+        .join(outside, on="reason", how="left")
+        .with_columns(pl.col("failures").fill_null(0).cast(pl.Int64))
     )
 
 
@@ -176,7 +260,9 @@ def failure_rates(
     dispersion: float = 1.0,
 ) -> pl.DataFrame:
     """Failures, exposure and rate per node-hour and per GPU-hour, with exact intervals
-    (quasi-Poisson ones with ``dispersion`` > 1, see :func:`poisson_interval`).
+    (quasi-Poisson ones with ``dispersion`` > 1, see :func:`poisson_interval`) and the one-sided
+    upper bound ``rate_upper_bound`` (:func:`poisson_upper_bound`; the figure for 0 failures).
+    A group with no GPU-hours (CPU, storage or login nodes) has null per-GPU-hour rates.
 
     ``by`` may name exposure keys (cluster_id, node_id, instance_type, size_bucket) and columns of
     the incidents (``category``, ``failure_class``, an attribute read into a column); ``period``
@@ -203,9 +289,12 @@ def failure_rates(
     keys = [*exposure_keys, *incident_keys]
 
     counted = incidents.filter(pl.col("interrupting")) if interrupting_only else incidents
-    events = failures_in_service(counted, base_exposure)
+    events = failures_in_service(counted, base_exposure, with_interval=bool(period))
     if period:
-        events = events.with_columns(period=pl.col("timestamp_utc").dt.truncate(PERIODS[period]))
+        # a failure that ends its interval at a period boundary counts in the period it ends
+        t = pl.col("timestamp_utc")
+        at = pl.when(t == pl.col("end_utc")).then(t - timedelta(microseconds=1)).otherwise(t)
+        events = events.with_columns(period=at.dt.truncate(PERIODS[period]))
 
     exposure_sums = exposure.group_by(exposure_keys or pl.lit(0).alias("_all")).agg(
         exposure_node_hours=pl.col("node_hours").sum(),
@@ -227,14 +316,21 @@ def failure_rates(
     low, high = poisson_interval(
         rates["failures"].to_numpy(), rates["exposure_node_hours"].to_numpy(), confidence, dispersion
     )
-    gpus = rates["exposure_gpu_hours"] / rates["exposure_node_hours"]
+    upper = poisson_upper_bound(
+        rates["failures"].to_numpy(), rates["exposure_node_hours"].to_numpy(), confidence, dispersion
+    )
+    # node-hours per GPU-hour; null for a group of GPU-less nodes (CPU, storage, login): no per-GPU rate
+    per_gpu = pl.col("exposure_node_hours") / pl.when(pl.col("exposure_gpu_hours") > 0).then(
+        pl.col("exposure_gpu_hours")
+    )
     return rates.select(*keys, "failures", "exposure_node_hours", "exposure_gpu_hours").with_columns(
         rate_per_node_hour=pl.col("failures") / pl.col("exposure_node_hours"),
         rate_ci_low=pl.Series(low),
         rate_ci_high=pl.Series(high),
-        rate_per_gpu_hour=pl.col("failures") / pl.col("exposure_gpu_hours"),
-        rate_per_gpu_hour_ci_low=pl.Series(low) / gpus,
-        rate_per_gpu_hour_ci_high=pl.Series(high) / gpus,
+        rate_upper_bound=pl.Series(upper),
+        rate_per_gpu_hour=pl.col("failures") / pl.col("exposure_node_hours") * per_gpu,
+        rate_per_gpu_hour_ci_low=pl.Series(low) * per_gpu,
+        rate_per_gpu_hour_ci_high=pl.Series(high) * per_gpu,
     )
 
 
@@ -351,7 +447,8 @@ def times_between_failures(
     past), at the price of the windows with no failure. "keep" uses every span, right for nodes
     observed from installation.
 
-    Only failures while the node was in service count (:func:`failures_in_service`).
+    Only failures while the node was in service count (:func:`failures_in_service`); a failure
+    at an interval's end closes that interval's last gap (the censored tail there is empty).
 
     Returns ``cluster_id`` (and ``node_id`` at node level), ``instances``, ``duration_hours``,
     ``observed`` (True for a failure, False for a censored tail) and ``first_gap``.
@@ -369,12 +466,11 @@ def times_between_failures(
         )
         keys = ["cluster_id"]
     windows = windows.with_row_index("window")
+    join_on = [*keys, "start_utc"] if level == "node" else keys
     failures = (
-        failures_in_service(incidents.filter(pl.col("interrupting")), exposure)
+        failures_in_service(incidents.filter(pl.col("interrupting")), exposure, with_interval=True)
         .lazy()
-        .select(*keys, "timestamp_utc")
-        .join(windows.lazy(), on=keys, how="inner")
-        .filter(pl.col("timestamp_utc").is_between("start_utc", "end_utc", closed="left"))
+        .join(windows.lazy().select("window", *join_on), on=join_on, how="inner")
         .select("window", time_utc=pl.col("timestamp_utc"), observed=pl.lit(True))
     )
     ends = windows.lazy().select("window", time_utc=pl.col("end_utc"), observed=pl.lit(False))
@@ -496,7 +592,7 @@ def dispersion_test(nodes: pl.DataFrame, exclude: pl.DataFrame | None = None) ->
 
 
 def _cumulative_exposure(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Node-hours accrued by ``at`` over intervals [starts, ends): a piecewise-linear clock whose
+    """Node-hours accrued by ``at`` over intervals [starts, ends]: a piecewise-linear clock whose
     slope is the number of nodes in service."""
     edges = np.concatenate([starts, ends])
     order = np.argsort(edges, kind="stable")

@@ -170,7 +170,7 @@ def _fixture_files(tmp_path: Path) -> list[Path]:
     inventory.write_text(
         "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n"
         + "".join(
-            f"c1,n{i % 9},p5,{8 if i % 11 else 0},2026-0{1 + i // 9 % 3}-01,2026-05-{1 + i % 28:02d}\n"
+            f"c1,n{i % 9},p5,{8 if i % 11 else -1},2026-0{1 + i // 9 % 3}-01,2026-05-{1 + i % 28:02d}\n"
             for i in range(60)
         )
     )
@@ -202,7 +202,7 @@ def test_batch_size_does_not_change_the_warehouse(tmp_path):
     assert one_batch == _warehouse_after(tmp_path / "c.duckdb", files, 1)
     counts = {row[0]: row[1:] for row in one_batch["files"]}
     assert counts[2] == (160, 59, 91, 10) and counts[3] == (160, 60, 90, 10)  # 60 keys, 1 stored
-    assert counts[4] == (60, 27, 27, 6)  # 9 nodes x 3 start dates; gpus_per_node 0 rejected
+    assert counts[4] == (60, 27, 27, 6)  # 9 nodes x 3 start dates; gpus_per_node -1 rejected
 
 
 _PEAK_RSS_CHILD = """
