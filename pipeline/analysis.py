@@ -318,6 +318,23 @@ def analyze(
 def failure_model_for(
     analysis: FleetAnalysis, instances: int, instance_type: str | None = None
 ) -> projection.FailureModel:
+    """The fleet's rate for a job of ``instances`` (:func:`rate_model_for`) with the node-level
+    Weibull fit's shape and the covariance of (log scale, log shape): the projection shows the
+    exponential (Poisson at that rate) and the fitted Weibull renewal model side by side."""
+    rate = rate_model_for(analysis, instances, instance_type)
+    fit = analysis.node_fits.get("weibull")
+    if fit is None or fit.shape_ is None:
+        return rate
+    scale, shape = fit.params_["lambda_"], fit.params_["rho_"]
+    jacobian = np.diag([1 / scale, 1 / shape])  # delta method: covariance of the logs
+    cov = jacobian @ fit.variance_matrix_ @ jacobian
+    log_cov = ((float(cov[0, 0]), float(cov[0, 1])), (float(cov[1, 0]), float(cov[1, 1])))
+    return rate.with_weibull_shape(shape, log_cov)
+
+
+def rate_model_for(
+    analysis: FleetAnalysis, instances: int, instance_type: str | None = None
+) -> projection.FailureModel:
     """The per-instance failure model of a job on ``instances`` instances of this fleet, for
     :func:`pipeline.projection.project`, from the most direct evidence there is:
 
