@@ -7,6 +7,7 @@ One module per family of statistics, re-exported here so callers write ``models.
   failures, MTBF scaling with cluster size, trend tests (formulas and sources in its docstring).
 """
 
+from pipeline.models.heterogeneity import ClusterHeterogeneity
 from pipeline.models.survival import (
     FAMILIES,
     TREND_VERDICTS,
@@ -24,6 +25,7 @@ from pipeline.models.survival import (
 )
 
 __all__ = [
+    "ClusterHeterogeneity",
     "FAMILIES",
     "TREND_VERDICTS",
     "KaplanMeier",
