@@ -130,7 +130,8 @@ def project(
     )
     for m in result.modes.values():
         days, goodput, fails = m.expected_days, m.goodput, m.expected_interruptions
-        click.echo(_mode_line(m.mode, "exponential", days, goodput, fails, m.cost_usd, m.monte_carlo))
+        spread = m.monte_carlo_with_rate_uncertainty or m.monte_carlo
+        click.echo(_mode_line(m.mode, "exponential", days, goodput, fails, m.cost_usd, spread))
         if m.renewal is not None:
             r, spread = m.renewal, m.renewal_with_parameter_uncertainty or m.renewal
             days, goodput = r.mean_days, result.failure_free_days / r.mean_days

@@ -42,6 +42,7 @@ from .model import _segments
 from .spec import NODE_AGES, RecoveryProfile, SpecError
 
 CHUNK_EVENTS = 4_000_000  # failures held in memory at once (a few 32 MB arrays)
+PILOT_RUNS = 100  # the first chunk, drawn with the generous first horizon
 MAX_EVENTS = 300_000_000  # beyond this a run of the renewal Monte Carlo takes minutes: refuse
 
 
@@ -154,7 +155,8 @@ def simulate_wall_hours(
     over the Weibull parameter draws (``shapes[i]``, ``scales[i]``; one pair for fixed parameters).
 
     Runs are drawn in chunks of about ``CHUNK_EVENTS`` failures. The horizon up to which failures
-    are drawn starts at ``first_horizon_hours``; after the first chunk it is 1.25 x the longest
+    are drawn starts at ``first_horizon_hours`` for a first chunk of at most ``PILOT_RUNS`` runs;
+    after it the horizon is 1.25 x the longest
     wall time seen, and a chunk with a run unfinished at the horizon is redrawn with twice it."""
     delay = profile.detect_hours + profile.replace_hours
     mean_gap = scales * gamma_fn(1 + 1 / shapes)
@@ -170,6 +172,7 @@ def simulate_wall_hours(
     for k, lam, lo, hi in zip(shapes, scales, bounds[:-1], bounds[1:], strict=True):
         while lo < hi:
             size = min(hi - lo, max(1, int(CHUNK_EVENTS / max(instances * horizon / mean_gap.min(), 1.0))))
+            size = size if lo > 0 else min(size, PILOT_RUNS)  # a small first chunk sets the horizon
             while True:
                 times = failure_times(size, instances, k, lam, horizon, delay, node_ages, rng)
                 w, f = wall_hours_from_failures(times, work_hours, profile)
