@@ -34,6 +34,16 @@ MODEL_CASES = [
         id="WeibullSizeRegression",
     ),
     pytest.param(lambda: models.TrendTest(), (TREND_TIMES, 1000.0), id="TrendTest"),
+    pytest.param(
+        lambda: models.ClusterHeterogeneity(),
+        (
+            [32, 64, 128],
+            [10, 21, 39],
+            [500.0, 500.0, 500.0],
+            models.MTBFScaling().fit([32, 64, 128], [10, 21, 39], [500.0, 500.0, 500.0]),
+        ),
+        id="ClusterHeterogeneity",
+    ),
 ]
 
 
