@@ -7,13 +7,21 @@ Budget (benchmark issue): under 10 s on 2 cores. Record the output in bench/RESU
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import time
 
 import numpy as np
 
-from pipeline.projection import FailureModel, JobSpec, days_histogram, monte_carlo, project
+from pipeline.projection import (
+    FailureModel,
+    JobSpec,
+    days_histogram,
+    monte_carlo,
+    project,
+    renewal_monte_carlo,
+)
 
 RUNS = 10_000
 INSTANCES = 16_384
@@ -56,6 +64,24 @@ def main() -> None:
         t0 = time.perf_counter()
         days_histogram(spec, runs=RUNS, seed=0)
         print(f"  days_histogram(): {time.perf_counter() - t0:.3f} s")
+
+    # the fitted Weibull (renewal) model: cost is O(failures), so rates where a 90-day job on
+    # 16 384 instances sees hundreds to a few thousand failures per run
+    cov = ((0.0025, -0.0004), (-0.0004, 0.0004))  # (log scale, log shape), like a fleet's fit
+    for rate in (1e-5, 3e-5):
+        for ages in ("stationary", "new"):
+            spec = dataclasses.replace(
+                _spec(FailureModel.exponential(rate).with_weibull_shape(0.7, cov)), node_ages=ages
+            )
+            for uncertain in (False, True):
+                t0 = time.perf_counter()
+                mc = renewal_monte_carlo(spec, "automatic", RUNS, seed=0, parameter_uncertainty=uncertain)
+                dt = time.perf_counter() - t0
+                print(
+                    f"  renewal k=0.7 {rate:.0e}/instance-hour {ages:10s} parameter_uncertainty="
+                    f"{uncertain!s:5s}: {dt:6.2f} s, {mc.mean_interruptions:,.0f} failures/run, "
+                    f"{RUNS * mc.mean_interruptions / dt / 1e6:.1f} M failures/s, P50 {mc.p50_days:,.1f} days"
+                )
 
 
 if __name__ == "__main__":

@@ -401,6 +401,23 @@ def analyze(
 def failure_model_for(
     analysis: FleetAnalysis, instances: int, instance_type: str | None = None
 ) -> projection.FailureModel:
+    """The fleet's rate for a job of ``instances`` (:func:`rate_model_for`) with the node-level
+    Weibull fit's shape and the covariance of (log scale, log shape): the projection shows the
+    exponential (Poisson at that rate) and the fitted Weibull renewal model side by side."""
+    rate = rate_model_for(analysis, instances, instance_type)
+    fit = analysis.node_fits.get("weibull")
+    if fit is None or fit.shape_ is None:
+        return rate
+    scale, shape = fit.params_["lambda_"], fit.params_["rho_"]
+    jacobian = np.diag([1 / scale, 1 / shape])  # delta method: covariance of the logs
+    cov = jacobian @ fit.variance_matrix_ @ jacobian
+    log_cov = ((float(cov[0, 0]), float(cov[0, 1])), (float(cov[1, 0]), float(cov[1, 1])))
+    return rate.with_weibull_shape(shape, log_cov)
+
+
+def rate_model_for(
+    analysis: FleetAnalysis, instances: int, instance_type: str | None = None
+) -> projection.FailureModel:
     """The per-instance failure model of a job on ``instances`` instances of this fleet, for
     :func:`pipeline.projection.project`, from the most direct evidence there is:
 
@@ -461,4 +478,37 @@ def failure_model_for(
         )
     return projection.FailureModel.from_counts(
         total["failures"], total["exposure_node_hours"], f"{label}: rate"
+    )
+
+
+def size_laws_agreement(analysis: FleetAnalysis) -> str:
+    """One paragraph on the two size laws: empty unless both are fitted; when their alpha
+    intervals do not overlap, that they disagree, the heterogeneity test behind it, and which
+    law the projection uses."""
+    count, gaps = analysis.scaling, analysis.size_regression
+    if count is None or gaps is None:
+        return ""
+    (a_lo, a_hi), (b_lo, b_hi) = count.alpha_confidence_interval_, gaps.alpha_confidence_interval_
+    if a_lo <= b_hi and b_lo <= a_hi:
+        return "The two size laws agree (their 95% intervals for alpha overlap)."
+    clusters = analysis.cluster_mtbf
+    test = models.ClusterHeterogeneity().fit(
+        clusters["instances"], clusters["failures"], clusters["exposure_cluster_hours"], count
+    )
+    if test.df_ > 0:
+        verdict = "rejects" if test.p_value_ < 0.05 else "does not reject"
+        shown = (
+            f"Pearson chi-square of the {clusters.height} clusters' failure counts around the count "
+            f"law: {test.statistic_:.1f} on {test.df_} df (dispersion {test.dispersion_:.2f}, "
+            f"p = {test.p_value_:.2g}) {verdict} 'clusters differ only by size'"
+        )
+    else:
+        shown = "with only two clusters the heterogeneity test has no degrees of freedom"
+    return (
+        f"The two size laws disagree: alpha = {count.alpha_:.2f} (95% CI {a_lo:.2f}–{a_hi:.2f}) from "
+        f"failure counts vs {gaps.alpha_:.2f} ({b_lo:.2f}–{b_hi:.2f}) from cluster-level gaps. "
+        f"Why: clusters differ in more than size (heterogeneity), and the count fit weighs each "
+        f"cluster by its exposure while the gap fit weighs it by its number of gaps; {shown}. "
+        "The projection uses the count law (Poisson regression) for job sizes without a measured "
+        "cluster of that size, and the measured rate where there is one."
     )

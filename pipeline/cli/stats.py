@@ -251,6 +251,7 @@ def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
             "mtbf_one_instance_hours": regression.mtbf_one_hours_,
             "projected": records(result.size_regression_projection),
         },
+        "size_laws_agreement": analysis_mod.size_laws_agreement(result) or None,
         "trend_tests": records(result.trend_tests),
         "category_shares": records(result.category_shares),
         "job_interruptions": None if result.job_interruptions is None else records(result.job_interruptions),
@@ -300,6 +301,9 @@ def fit(db: Path, observed_until, first_gap: str, interruption_window: float, as
                 f"(alpha 95% CI {s.alpha_confidence_interval_[0]:.3f}–"
                 f"{s.alpha_confidence_interval_[1]:.3f}; {name})"
             )
+    agreement = analysis_mod.size_laws_agreement(result)
+    if agreement:
+        click.echo(agreement)
     for row in result.trend_tests.iter_rows(named=True):
         if row["crow_verdict"] is not None:
             click.echo(

@@ -9,6 +9,7 @@ One module per family of statistics, re-exported here so callers write ``models.
   cluster with Benjamini–Hochberg false-discovery control.
 """
 
+from pipeline.models.heterogeneity import ClusterHeterogeneity
 from pipeline.models.lemons import LemonTest, benjamini_hochberg
 from pipeline.models.survival import (
     FAMILIES,
@@ -27,6 +28,7 @@ from pipeline.models.survival import (
 )
 
 __all__ = [
+    "ClusterHeterogeneity",
     "FAMILIES",
     "TREND_VERDICTS",
     "KaplanMeier",

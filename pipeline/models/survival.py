@@ -132,6 +132,7 @@ class ParametricTBF:
         }
         self.log_likelihood_ = float(fitter.log_likelihood_)
         self.aic_ = float(fitter.AIC_)
+        self.variance_matrix_ = fitter.variance_matrix_.loc[names, names].to_numpy(float)  # params_ order
         self.mtbf_hours_ = float(_mean(self.family, values))
         self.mtbf_confidence_interval_ = self._mean_interval(values, fitter.variance_matrix_.values)
         self.shape_ = self.params_.get("rho_")

@@ -18,11 +18,13 @@ Formulas and sources (details in docs/projection.md):
 - AWS HyperPod claim (256 instances, 0.05%/instance-hour): automatic recovery cuts training time
   ~32% and saves ~$25M on a 10M GPU-hour job; the default recovery profiles and price
   reproduce it (tests/test_projection.py, docs/projection.md).
+- Fitted Weibull model (renewal.py): every instance slot a Weibull renewal process (fresh node
+  after replacement, stationary or new node ages at start), failures drawn in bulk, O(failures).
 - Monte Carlo: renewal-reward sampling (negative-binomial failure counts, truncated-exponential
   lost work), vectorised over runs with numpy.random.default_rng(seed).
 """
 
-from .explain import explain
+from .explain import explain, weibull_difference
 from .model import (
     expected_wall_hours,
     first_order_ettr,
@@ -30,13 +32,16 @@ from .model import (
     young_daly_interval_hours,
 )
 from .results import (
+    CANNOT_FINISH,
     ModeProjection,
     MonteCarloSummary,
     Projection,
     Savings,
+    cannot_finish,
     days_histogram,
     monte_carlo,
     project,
+    renewal_monte_carlo,
     sensitivity_table,
     sweep_cluster_size,
     sweep_failure_rate,
@@ -44,6 +49,7 @@ from .results import (
 from .spec import (
     DEFAULT_RECOVERY,
     GPU_PEAK_BF16_FLOPS,
+    NODE_AGES,
     PRESETS,
     FailureModel,
     JobSpec,
@@ -56,6 +62,11 @@ from .spec import (
 )
 
 __all__ = [
+    "CANNOT_FINISH",
+    "NODE_AGES",
+    "cannot_finish",
+    "renewal_monte_carlo",
+    "weibull_difference",
     "DEFAULT_RECOVERY",
     "GPU_PEAK_BF16_FLOPS",
     "PRESETS",

@@ -2,12 +2,41 @@
 
 from __future__ import annotations
 
-from .results import Projection
-from .spec import GPU_PEAK_BF16_FLOPS
+from .results import ModeProjection, Projection
+from .spec import GPU_PEAK_BF16_FLOPS, JobSpec
 
 
 def _fmt_days(days: float) -> str:
     return f"{days:,.1f} days" if days < 1e7 else "never (the job cannot finish)"
+
+
+def weibull_difference(spec: JobSpec, m: ModeProjection) -> str:
+    """One sentence: how and why the fitted Weibull (renewal) figure differs from the exponential."""
+    f, fitted, poisson = spec.failure, m.renewal, m.monte_carlo
+    if fitted is None or poisson is None or f.weibull_shape is None:
+        return ""
+    diff = fitted.mean_days / poisson.mean_days - 1
+    more = fitted.mean_interruptions / poisson.mean_interruptions - 1
+    moves = "longer" if diff > 0.0005 else "shorter" if diff < -0.0005 else "the same to 0.05%"
+    if spec.node_ages == "new":
+        why = (
+            f"every node is new at job start and a Weibull shape {f.weibull_shape:.2f} "
+            + ("< 1 fails most often early in life, so the job sees more failures than the fleet's mean rate"
+               if f.weibull_shape < 1 else ">= 1 fails less often early in life")
+        )  # fmt: skip
+    elif f.weibull_shape < 1:
+        why = (
+            f"same mean rate, but with shape {f.weibull_shape:.2f} < 1 a replaced node often fails again "
+            "soon, so failures cluster: more short gaps (each loses little work but costs a full "
+            "restart) and longer quiet spells"
+        )
+    else:
+        why = f"same mean rate, but with shape {f.weibull_shape:.2f} >= 1 gaps are more regular than Poisson"
+    return (
+        f"fitted Weibull model: {fitted.mean_days:,.1f} days vs {poisson.mean_days:,.1f} exponential "
+        f"({moves}{f', {diff:+.1%}' if moves in ('longer', 'shorter') else ''}; "
+        f"{more:+.1%} interruptions): {why}."
+    )
 
 
 def explain(projection: Projection) -> str:
@@ -41,8 +70,10 @@ def explain(projection: Projection) -> str:
     out += ["", "FAILURES"]
     if f.kind == "weibull":
         out.append(
-            f"- Each instance fails with Weibull gaps (shape {f.weibull_shape:g}, scale "
-            f"{f.weibull_scale_hours:,.0f} h), mean {f.mean_tbf_hours:,.0f} h between failures."
+            f"- Each instance fails with Weibull gaps (shape {f.weibull_shape:.3g}, scale "
+            f"{f.weibull_scale_hours:,.0f} h), mean {f.mean_tbf_hours:,.0f} h between failures; "
+            f"source: {f.source}. The exponential figures use a Poisson process at that mean rate; "
+            f"the fitted Weibull figures simulate every slot (node ages at start: {s.node_ages})."
         )
     else:
         ci = ""
@@ -106,6 +137,20 @@ def explain(projection: Projection) -> str:
             out.append(
                 f"  with the failure-rate uncertainty (lognormal over the 95% interval): "
                 f"P10/P50/P90 {mu.p10_days:,.1f} / {mu.p50_days:,.1f} / {mu.p90_days:,.1f} days."
+            )
+        if m.renewal is not None:
+            r = m.renewal
+            out.append(
+                f"  fitted Weibull model ({r.runs:,} runs, every instance slot a renewal process, "
+                f"{s.node_ages} node ages): P10/P50/P90 {r.p10_days:,.1f} / {r.p50_days:,.1f} / "
+                f"{r.p90_days:,.1f} days, {r.mean_interruptions:,.0f} interruptions."
+            )
+            out.append(f"  {weibull_difference(s, m)}")
+        if m.renewal_with_parameter_uncertainty is not None:
+            ru = m.renewal_with_parameter_uncertainty
+            out.append(
+                f"  with the Weibull fit's parameter uncertainty (scale and shape drawn from its "
+                f"covariance): P10/P50/P90 {ru.p10_days:,.1f} / {ru.p50_days:,.1f} / {ru.p90_days:,.1f} days."
             )
         if m.note:
             out.append(f"  {m.note}")

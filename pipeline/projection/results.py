@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from . import model
+from . import model, renewal
 from .spec import HOURS_PER_DAY, JobSpec, RecoveryProfile, SpecError
 
 
@@ -52,6 +52,9 @@ class ModeProjection:
     monte_carlo: MonteCarloSummary | None = None
     monte_carlo_with_rate_uncertainty: MonteCarloSummary | None = None
     note: str = ""
+    # the fitted Weibull model, every instance slot a renewal process (pipeline.projection.renewal)
+    renewal: MonteCarloSummary | None = None
+    renewal_with_parameter_uncertainty: MonteCarloSummary | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,28 @@ def _baseline(modes: Sequence[str]) -> str:
     return "manual" if "manual" in modes else modes[0]
 
 
+def _summary(
+    spec: JobSpec, wall: np.ndarray, fails: np.ndarray, seed: int, uncertain: bool, keep_days: bool
+) -> MonteCarloSummary:
+    days = wall / HOURS_PER_DAY
+    usd_per_day = HOURS_PER_DAY * spec.gpus * spec.price_per_gpu_hour_usd
+    p10, p50, p90 = np.percentile(days, [10, 50, 90])
+    return MonteCarloSummary(
+        wall.size,
+        seed,
+        uncertain,
+        float(days.mean()),
+        float(p10),
+        float(p50),
+        float(p90),
+        float(p10 * usd_per_day),
+        float(p50 * usd_per_day),
+        float(p90 * usd_per_day),
+        float(fails.mean()),
+        days if keep_days else None,
+    )
+
+
 def monte_carlo(
     spec: JobSpec,
     mode: str,
@@ -129,23 +154,43 @@ def monte_carlo(
     rng = np.random.default_rng([seed, sorted(spec.recovery).index(mode), int(rate_uncertainty)])
     rates = model.sample_cluster_rates(spec.failure, spec.instances, runs, rng, rate_uncertainty)
     wall, fails = model.simulate_wall_hours(spec.failure_free_hours, rates, profile, rng)
-    days = wall / HOURS_PER_DAY
-    usd_per_day = HOURS_PER_DAY * spec.gpus * spec.price_per_gpu_hour_usd
-    p10, p50, p90 = np.percentile(days, [10, 50, 90])
-    return MonteCarloSummary(
-        runs,
-        seed,
-        rate_uncertainty,
-        float(days.mean()),
-        float(p10),
-        float(p50),
-        float(p90),
-        float(p10 * usd_per_day),
-        float(p50 * usd_per_day),
-        float(p90 * usd_per_day),
-        float(fails.mean()),
-        days if keep_days else None,
+    return _summary(spec, wall, fails, seed, rate_uncertainty, keep_days)
+
+
+PARAMETER_DRAWS = 200  # Weibull (scale, shape) draws; the runs are split evenly over them
+
+
+def renewal_monte_carlo(
+    spec: JobSpec,
+    mode: str,
+    runs: int = 10_000,
+    seed: int = 0,
+    parameter_uncertainty: bool = False,
+    keep_days: bool = False,
+) -> MonteCarloSummary:
+    """Simulate the job on N Weibull renewal slots (``spec.failure`` must be Weibull; node ages
+    from ``spec.node_ages``). With ``parameter_uncertainty`` the runs are split over
+    ``PARAMETER_DRAWS`` (log scale, log shape) draws from the fit's covariance."""
+    f = spec.failure
+    if f.kind != "weibull" or f.weibull_shape is None or f.weibull_scale_hours is None:
+        raise SpecError("the renewal simulation needs a Weibull failure model (shape and scale)")
+    if runs < 1:
+        raise SpecError(f"monte-carlo runs must be >= 1, got {runs}")
+    if parameter_uncertainty and f.weibull_log_covariance is None:
+        raise SpecError("parameter uncertainty needs the Weibull fit's covariance")
+    profile = _profile(spec, mode)
+    rng = np.random.default_rng([seed, sorted(spec.recovery).index(mode), 2 + int(parameter_uncertainty)])
+    centre = np.log([f.weibull_scale_hours, f.weibull_shape])
+    if parameter_uncertainty:
+        draws = np.exp(rng.multivariate_normal(centre, f.weibull_log_covariance, min(runs, PARAMETER_DRAWS)))
+    else:
+        draws = np.exp(centre)[None, :]
+    work = spec.failure_free_hours
+    horizon = 2 * model.expected_wall_hours(work, f.cluster_rate_per_hour(spec.instances), profile)
+    wall, fails = renewal.simulate_wall_hours(
+        work, spec.instances, draws[:, 1], draws[:, 0], runs, profile, spec.node_ages, horizon, rng
     )
+    return _summary(spec, wall, fails, seed, parameter_uncertainty, keep_days)
 
 
 def days_histogram(spec: JobSpec, runs: int = 10_000, seed: int = 0, bins: int = 40) -> pl.DataFrame:
@@ -170,6 +215,14 @@ def _profile(spec: JobSpec, mode: str) -> RecoveryProfile:
     return spec.recovery[mode]
 
 
+MIN_GOODPUT = 0.01  # below this the job "cannot finish": no days, costs or simulations are shown
+
+
+def cannot_finish(goodput: float) -> bool:
+    """True when the expected wall time is over 100x the failure-free time (goodput < 1%)."""
+    return not goodput >= MIN_GOODPUT
+
+
 def _mode(spec: JobSpec, mode: str, runs: int, seed: int) -> ModeProjection:
     profile = _profile(spec, mode)
     work, lam = spec.failure_free_hours, spec.failure.cluster_rate_per_hour(spec.instances)
@@ -177,7 +230,7 @@ def _mode(spec: JobSpec, mode: str, runs: int, seed: int) -> ModeProjection:
     wall = model.expected_wall_hours(work, lam, profile)
     best_tau = model.optimal_interval_hours(work, lam, profile)
     best_wall = model.expected_wall_hours(work, lam, profile.with_interval(best_tau))
-    mc = mc_unc = None
+    mc = mc_unc = fitted = fitted_unc = None
     note = ""
     if runs > 0:
         try:
@@ -186,6 +239,13 @@ def _mode(spec: JobSpec, mode: str, runs: int, seed: int) -> ModeProjection:
                 mc_unc = monte_carlo(spec, mode, runs, seed, rate_uncertainty=True)
         except SpecError as exc:
             note = f"not simulated: {exc}"
+    if runs > 0 and spec.failure.kind == "weibull" and work / wall >= MIN_GOODPUT:
+        try:
+            fitted = renewal_monte_carlo(spec, mode, runs, seed)
+            if spec.failure.weibull_log_covariance is not None:
+                fitted_unc = renewal_monte_carlo(spec, mode, runs, seed, parameter_uncertainty=True)
+        except SpecError as exc:
+            note = (note + "; " if note else "") + f"fitted Weibull model not simulated: {exc}"
     return ModeProjection(
         mode=mode,
         profile=profile,
@@ -202,6 +262,8 @@ def _mode(spec: JobSpec, mode: str, runs: int, seed: int) -> ModeProjection:
         monte_carlo=mc,
         monte_carlo_with_rate_uncertainty=mc_unc,
         note=note,
+        renewal=fitted,
+        renewal_with_parameter_uncertainty=fitted_unc,
     )
 
 
@@ -237,7 +299,13 @@ def project(
     )
 
 
+CANNOT_FINISH = "cannot finish: goodput < 1%"
+
+
 def _sweep_rows(specs: Sequence[JobSpec], key: str, values: Sequence[float]) -> pl.DataFrame:
+    """One row per spec. Per mode: the configured checkpoint interval and the one re-optimised for
+    that row's cluster MTBF, each with expected days, goodput, cost and a status; days, costs and
+    savings are null where the job cannot finish (goodput < 1%), instead of astronomical numbers."""
     rows = []
     for value, spec in zip(values, specs, strict=True):
         p = project(spec, monte_carlo_runs=0)
@@ -247,15 +315,30 @@ def _sweep_rows(specs: Sequence[JobSpec], key: str, values: Sequence[float]) -> 
             "cluster_mtbf_hours": p.cluster_mtbf_hours,
             "failure_free_days": p.failure_free_days,
         }
+        usd_per_day = HOURS_PER_DAY * spec.gpus * spec.price_per_gpu_hour_usd
         for m, r in p.modes.items():
-            row[f"{m}_expected_days"] = r.expected_days
-            row[f"{m}_goodput"] = r.goodput
-            row[f"{m}_cost_usd"] = r.cost_usd
-            row[f"{m}_optimal_interval_hours"] = r.optimal_interval_hours
-            row[f"{m}_optimal_expected_days"] = r.optimal_expected_days
+            best_goodput = p.failure_free_days / r.optimal_expected_days
+            hopeless, best_hopeless = cannot_finish(r.goodput), cannot_finish(best_goodput)
+            row |= {
+                f"{m}_checkpoint_interval_hours": r.profile.checkpoint_interval_hours,
+                f"{m}_status": CANNOT_FINISH if hopeless else "finishes",
+                f"{m}_expected_days": None if hopeless else r.expected_days,
+                f"{m}_goodput": r.goodput,
+                f"{m}_cost_usd": None if hopeless else r.cost_usd,
+                f"{m}_optimal_interval_hours": r.optimal_interval_hours,
+                f"{m}_optimal_status": CANNOT_FINISH if best_hopeless else "finishes",
+                f"{m}_optimal_expected_days": None if best_hopeless else r.optimal_expected_days,
+                f"{m}_optimal_goodput": best_goodput,
+                f"{m}_optimal_cost_usd": None if best_hopeless else r.optimal_expected_days * usd_per_day,
+            }
         if p.savings:
             s = p.savings[0]
-            row |= {"savings_days": s.days, "savings_pct": s.percent, "savings_usd": s.usd}
+            either = cannot_finish(p.modes[s.baseline].goodput) or cannot_finish(p.modes[s.mode].goodput)
+            row |= {
+                "savings_days": None if either else s.days,
+                "savings_pct": None if either else s.percent,
+                "savings_usd": None if either else s.usd,
+            }
         rows.append(row)
     return pl.DataFrame(rows)
 

@@ -11,6 +11,7 @@ H100 SXM5 989.4 TFLOP/s and H100 PCIe 756 TFLOP/s (NVIDIA H100 datasheet lists 1
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tomllib
 from collections.abc import Callable
@@ -30,6 +31,7 @@ GPU_PEAK_BF16_FLOPS: dict[str, float] = {
 }
 
 HOURS_PER_DAY = 24.0
+NODE_AGES = ("stationary", "new")
 
 
 class SpecError(ValueError):
@@ -109,9 +111,11 @@ class FailureModel:
     For the cluster, instances fail independently and a failed node is replaced (renewal), so the
     job sees the superposition of N renewal processes. By Drenick's theorem (1960) that
     superposition of N independent stationary renewal processes tends to a Poisson process of rate
-    N / mean time between failures as N grows; the job is therefore modelled with a Poisson process
-    of rate ``cluster_rate_per_hour(N)`` for both kinds. ``superposed_failure_times`` simulates
-    the superposition directly and the tests check the Poisson approximation (CV of gaps ~ 1).
+    N / mean time between failures as N grows; the analytic model and the first Monte Carlo use a
+    Poisson process of rate ``cluster_rate_per_hour(N)`` for both kinds. For a Weibull model the
+    projection adds the renewal Monte Carlo (:mod:`pipeline.projection.renewal`), which simulates
+    every instance slot, with fresh nodes after replacement. A Weibull model may carry the rate's
+    interval (kept from the measured rate) and ``weibull_log_covariance`` (from the fit).
     """
 
     kind: str  # "exponential" or "weibull"
@@ -121,6 +125,8 @@ class FailureModel:
     weibull_shape: float | None = None
     weibull_scale_hours: float | None = None
     source: str = "user"
+    # covariance of (log scale, log shape) of a fitted Weibull: the renewal Monte Carlo draws from it
+    weibull_log_covariance: tuple[tuple[float, float], tuple[float, float]] | None = None
 
     def __post_init__(self) -> None:
         _require(self.kind in ("exponential", "weibull"), f"unknown failure kind {self.kind!r}")
@@ -151,6 +157,25 @@ class FailureModel:
         _positive("weibull_scale_hours", scale_hours)
         mean_hours = scale_hours * math.gamma(1 + 1 / shape)
         return cls("weibull", 1 / mean_hours, None, None, shape, scale_hours, source)
+
+    def with_weibull_shape(
+        self,
+        shape: float,
+        log_covariance: tuple[tuple[float, float], tuple[float, float]] | None = None,
+        source: str | None = None,
+    ) -> FailureModel:
+        """The same mean rate (and rate interval) with Weibull gaps of ``shape``: scale = mean gap /
+        Gamma(1 + 1/shape). ``log_covariance`` of (log scale, log shape) is unchanged by rescaling."""
+        _positive("weibull_shape", shape)
+        scale = self.mean_tbf_hours / math.gamma(1 + 1 / shape)
+        return dataclasses.replace(
+            self,
+            kind="weibull",
+            weibull_shape=float(shape),
+            weibull_scale_hours=scale,
+            weibull_log_covariance=log_covariance,
+            source=source or self.source,
+        )
 
     @classmethod
     def from_counts(cls, failures: int, instance_hours: float, source: str) -> FailureModel:
@@ -215,6 +240,9 @@ class JobSpec:
     mfu: float | None = None
     recovery: dict[str, RecoveryProfile] = field(default_factory=lambda: dict(DEFAULT_RECOVERY))
     name: str = "job"
+    # ages of the nodes at job start, for the renewal Monte Carlo of a Weibull model: "stationary"
+    # (a fleet that has been running) or "new" (every node fresh: infant mortality at start)
+    node_ages: str = "stationary"
 
     def __post_init__(self) -> None:
         _require(
@@ -252,6 +280,10 @@ class JobSpec:
             "give either gpu_hours or mfu, not both (gpu_hours and params*tokens imply the mfu)",
         )
         _require(len(self.recovery) > 0, "at least one recovery mode is required")
+        _require(
+            self.node_ages in NODE_AGES,
+            f"node_ages must be one of {', '.join(NODE_AGES)}, got {self.node_ages!r}",
+        )
 
     @property
     def gpus(self) -> int:
@@ -301,6 +333,7 @@ _SECTIONS: dict[str, dict[str, tuple[type, ...]]] = {
         "gpus_per_instance": (int,),
         "price_per_gpu_hour_usd": (int, float),
         "price_per_instance_hour_usd": (int, float),
+        "node_ages": (str,),
     },
     "failures": {
         "preset": (str,),
@@ -438,6 +471,7 @@ def job_spec_from_mapping(doc: dict[str, Any], **overrides: Any) -> JobSpec:
         "tokens": work.get("tokens"),
         "mfu": work.get("mfu"),
         "price_per_gpu_hour_usd": cluster.get("price_per_gpu_hour_usd"),
+        "node_ages": cluster.get("node_ages", "stationary"),
         "recovery": recovery,
         "failure": failure_model_from_mapping(tables["failures"]) if tables["failures"] else None,
     }

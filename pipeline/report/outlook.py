@@ -6,8 +6,13 @@ projection into plain frames with documented columns, so the charts and the page
 
 - ``modes``: mode, expected_days, cost_usd, goodput, expected_interruptions, p10_days, p50_days,
   p90_days, checkpoint_interval_hours, optimal_interval_hours, optimal_expected_days
+- ``failure_models``: mode, model ("exponential" / "fitted Weibull model"), mean_days, p10_days,
+  p90_days, interruptions (Monte Carlo; the Weibull P10-P90 includes the fit's parameter
+  uncertainty when known); ``failure_model_note`` says in words why the two differ
 - ``savings``: baseline, mode, days, percent, usd
-- ``size_sweep``: instances, mode, expected_days, cost_usd, goodput (work held fixed)
+- ``size_sweep``: instances, mode, status, checkpoint_interval_hours, expected_days, cost_usd,
+  goodput, optimal_interval_hours, optimal_expected_days (work held fixed; days and costs null
+  where the job cannot finish)
 - ``days_histogram``: mode, bin_low_days, bin_high_days, runs (Monte Carlo, shared bin edges)
 - ``checkpoint_curve``: mode, checkpoint_interval_hours, expected_days
 - ``assumptions``: assumption, value (every input of the projection, as text)
@@ -42,6 +47,8 @@ class JobOutlook:
     checkpoint_curve: pl.DataFrame
     assumptions: pl.DataFrame
     explanation: str = ""
+    failure_models: pl.DataFrame | None = None
+    failure_model_note: str = ""
 
 
 def job_outlook(spec: proj.JobSpec, *, monte_carlo_runs: int = 10_000, seed: int = 0) -> JobOutlook:
@@ -76,12 +83,29 @@ def job_outlook(spec: proj.JobSpec, *, monte_carlo_runs: int = 10_000, seed: int
         sweep.select(
             "instances",
             mode=pl.lit(m),
+            status=pl.col(f"{m}_status"),
+            checkpoint_interval_hours=pl.col(f"{m}_checkpoint_interval_hours"),
             expected_days=pl.col(f"{m}_expected_days"),
             cost_usd=pl.col(f"{m}_cost_usd"),
             goodput=pl.col(f"{m}_goodput"),
+            optimal_interval_hours=pl.col(f"{m}_optimal_interval_hours"),
+            optimal_expected_days=pl.col(f"{m}_optimal_expected_days"),
         )
         for m in modes
     )
+    compare = [
+        {"mode": m.mode, "model": name, "mean_days": mc.mean_days, "p10_days": mc.p10_days,
+         "p90_days": mc.p90_days, "interruptions": mc.mean_interruptions}
+        for m in result.modes.values()
+        for name, mc in (
+            ("exponential", m.monte_carlo_with_rate_uncertainty or m.monte_carlo),
+            ("fitted Weibull model", m.renewal_with_parameter_uncertainty or m.renewal),
+        )
+        if mc is not None
+    ]  # fmt: skip
+    differences = [
+        f"{m.mode}: {proj.weibull_difference(spec, m)}" for m in result.modes.values() if m.renewal
+    ]
     histogram = (
         proj.days_histogram(spec, runs=monte_carlo_runs, seed=seed)
         if monte_carlo_runs > 0
@@ -101,6 +125,8 @@ def job_outlook(spec: proj.JobSpec, *, monte_carlo_runs: int = 10_000, seed: int
         checkpoint_curve=_checkpoint_curve(spec),
         assumptions=_assumptions(spec, result, monte_carlo_runs, seed),
         explanation=proj.explain(result),
+        failure_models=pl.DataFrame(compare) if differences else None,
+        failure_model_note=" ".join(differences),
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import altair as alt
 import polars as pl
 
-from pipeline.analysis import FleetAnalysis, left_out_note
+from pipeline.analysis import FleetAnalysis, left_out_note, size_laws_agreement
 from pipeline.report import charts, comparisons, drivers, lemons
 from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_chart, size_sweep_chart
 
@@ -50,9 +50,8 @@ def _scaling_note(analysis: FleetAnalysis) -> str:
         if model is not None:
             low, high = model.alpha_confidence_interval_
             note += f" {name} fitted on {how}: α = {model.alpha_:.3f} (95% CI {low:.3f}–{high:.3f})."
-    if analysis.scaling is not None and analysis.size_regression is not None:
-        note += " Overlapping bands mean the two views agree."
-    return note
+    agreement = size_laws_agreement(analysis)
+    return f"{note} {agreement}" if agreement else note
 
 
 def _rates_section(analysis: FleetAnalysis) -> Section:
@@ -208,14 +207,20 @@ def projection_sections(outlook: JobOutlook) -> list[Section]:
             "Projected training days and cost against cluster size",
             size_sweep_chart(outlook.size_sweep, outlook.instances),
             outlook.size_sweep,
-            note=f"Same work, more or fewer instances; dotted rule: the configured {outlook.instances}.",
+            note=f"Same work, more or fewer instances; dotted rule: the configured {outlook.instances}. "
+            "Each size shows the configured checkpoint interval and the one re-optimised for that "
+            "size's cluster MTBF; sizes where the job cannot finish (goodput < 1%) say so instead "
+            "of a number of days.",
         ),
         Section(
             "monte-carlo-days",
             "Monte Carlo distribution of training days",
             monte_carlo_chart(outlook.days_histogram, outlook.modes),
-            outlook.modes.select("mode", "p10_days", "p50_days", "p90_days", "expected_days"),
-            note="Dashed rules: P10, P50 and P90 of each mode.",
+            outlook.modes.select("mode", "p10_days", "p50_days", "p90_days", "expected_days")
+            if outlook.failure_models is None
+            else outlook.failure_models,
+            note="Dashed rules: P10, P50 and P90 of each mode (exponential failures). "
+            + outlook.failure_model_note,
         ),
         Section(
             "checkpoint-interval",
