@@ -5,8 +5,10 @@ One module per family of statistics, re-exported here so callers write ``models.
 
 * :mod:`pipeline.models.survival` — rates, parametric and non-parametric survival of times between
   failures, MTBF scaling with cluster size, trend tests (formulas and sources in its docstring).
+* :mod:`pipeline.models.backtest` — job interruption predictions against what happened.
 """
 
+from pipeline.models.backtest import JobBacktest
 from pipeline.models.survival import (
     FAMILIES,
     TREND_VERDICTS,
@@ -26,6 +28,7 @@ from pipeline.models.survival import (
 __all__ = [
     "FAMILIES",
     "TREND_VERDICTS",
+    "JobBacktest",
     "KaplanMeier",
     "MTBFScaling",
     "NelsonAalen",

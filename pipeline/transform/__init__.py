@@ -3,10 +3,19 @@
 ``fleet`` holds the node and fleet statistics (exposure from service intervals, rates with exact
 Poisson intervals, node interruptions, times between failures, category shares, operating
 times); ``durations`` rounds gaps to a relative grid and aggregates them into weighted rows for
-the fits; ``jobs`` compares Slurm job interruptions with the node rate. Callers use this package's
-names (``from pipeline import transform; transform.failure_rates``), not the modules.
+the fits; ``jobs`` compares Slurm job interruptions with the node rate; ``backtest`` predicts
+each job's interruptions from the data before it started. Callers use this package's names
+(``from pipeline import transform; transform.failure_rates``), not the modules.
 """
 
+from pipeline.transform.backtest import (
+    MIN_HISTORY_FAILURES,
+    RATE_SOURCES,
+    SCORED,
+    job_predictions,
+    rate_source_counts,
+    rates_as_of,
+)
 from pipeline.transform.durations import FLOOR_HOURS, aggregate_durations, relative_grid
 from pipeline.transform.fleet import (
     EXPOSURE_KEYS,
@@ -33,7 +42,10 @@ __all__ = [
     "FLOOR_HOURS",
     "FIRST_GAP_CHOICES",
     "INTERRUPTION_WINDOW_MINUTES",
+    "MIN_HISTORY_FAILURES",
     "PERIODS",
+    "RATE_SOURCES",
+    "SCORED",
     "aggregate_durations",
     "category_shares",
     "count_dispersion",
@@ -43,9 +55,12 @@ __all__ = [
     "failure_rates",
     "failures_in_service",
     "job_interruption_rates",
+    "job_predictions",
     "node_interruptions",
     "observation_end",
     "poisson_interval",
+    "rate_source_counts",
+    "rates_as_of",
     "relative_grid",
     "size_bucket",
     "times_between_failures",
