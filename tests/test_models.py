@@ -34,6 +34,11 @@ MODEL_CASES = [
         id="WeibullSizeRegression",
     ),
     pytest.param(lambda: models.TrendTest(), (TREND_TIMES, 1000.0), id="TrendTest"),
+    pytest.param(
+        lambda: models.JobBacktest(),
+        (RNG_DURATIONS / 1000, RNG_OBSERVED, RNG_DURATIONS / 5000),
+        id="JobBacktest",
+    ),
 ]
 
 

@@ -9,6 +9,9 @@ was interrupted, and its predicted interruption rate h (per job-hour, known when
   stopped martingale), so O/E is unbiased although interrupted jobs ran short. Interval: the
   exact Garwood interval of O, divided by E. Calibrated when it contains 1; "too optimistic by
   X" when jobs were interrupted more (X = O/E − 1), "too pessimistic" when less.
+  The interval counts the jobs' randomness only, not the error of the rates estimated from the
+  history: on simulated fleets whose jobs follow the true model, O/E averages 1.00 with sd 0.09
+  (0.06 from the jobs alone) and its interval covers 1 about 85% of the time (slow test).
 * **Calibration table**: jobs in up to ``bins`` quantile bins of h (known at the start; binning
   on Λ or on 1 − exp(−Λ) would sort interrupted jobs, which ran short, into the low bins and
   make any model look wrong), predicted share interrupted = mean Λ, observed share with the
