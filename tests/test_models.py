@@ -43,7 +43,12 @@ MODEL_CASES = [
 
 
 def _fitted(model) -> dict:
-    return {k: v for k, v in vars(model).items() if k.endswith("_")}
+    """Fitted values; frames (e.g. a calibration table) as plain columns so they compare."""
+    return {
+        k: v.to_dict(as_series=False) if isinstance(v, pl.DataFrame) else v
+        for k, v in vars(model).items()
+        if k.endswith("_")
+    }
 
 
 @pytest.mark.parametrize(("factory", "args"), MODEL_CASES)
