@@ -14,7 +14,9 @@ import polars as pl
 
 from pipeline.analysis import FleetAnalysis
 from pipeline.report import charts, comparisons, drivers
+from pipeline.report.backtest import backtest_section
 from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_chart, size_sweep_chart
+from pipeline.report.reliability import reliability_sections
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,8 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             note=_scaling_note(analysis),
         ),
         _job_section(analysis),
+        *reliability_sections(analysis),
+        *([backtest] if (backtest := backtest_section(analysis)) else []),
     ]
 
 

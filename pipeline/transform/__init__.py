@@ -4,7 +4,8 @@
 Poisson intervals, node interruptions, times between failures, category shares, operating
 times); ``durations`` rounds gaps to a relative grid and aggregates them into weighted rows for
 the fits; ``jobs`` compares Slurm job interruptions with the node rate; ``backtest`` predicts
-each job's interruptions from the data before it started. Callers use this package's names
+each job's interruptions from the data before it started; ``reliability`` gives the points of the
+Weibull, mean cumulative function and Duane plots. Callers use this package's names
 (``from pipeline import transform; transform.failure_rates``), not the modules.
 """
 
@@ -36,6 +37,12 @@ from pipeline.transform.fleet import (
     times_between_failures,
 )
 from pipeline.transform.jobs import job_interruption_rates
+from pipeline.transform.reliability import (
+    duane_points,
+    mean_cumulative_function,
+    weibull_plot_line,
+    weibull_plot_points,
+)
 
 __all__ = [
     "EXPOSURE_KEYS",
@@ -49,12 +56,14 @@ __all__ = [
     "aggregate_durations",
     "category_shares",
     "count_dispersion",
+    "duane_points",
     "exposure_estimated",
     "exposure_intervals",
     "failure_operating_times",
     "failure_rates",
     "failures_in_service",
     "job_interruption_rates",
+    "mean_cumulative_function",
     "job_predictions",
     "node_interruptions",
     "observation_end",
@@ -64,4 +73,6 @@ __all__ = [
     "relative_grid",
     "size_bucket",
     "times_between_failures",
+    "weibull_plot_line",
+    "weibull_plot_points",
 ]
