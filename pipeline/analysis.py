@@ -54,6 +54,8 @@ class FleetAnalysis:
     intervals: "overdispersed" (quasi-Poisson with ``dispersion_test.phi``) or "exact" (Garwood);
     by default "overdispersed" exactly when the Pearson test of the non-lemon nodes' counts
     rejects Poisson at 5% (:func:`node_evidence`).
+    ``job_backtest`` (None without jobs) holds each job's interruptions predicted
+    from the data before it started, against what happened.
     """
 
     observed_until: datetime
@@ -91,6 +93,7 @@ class FleetAnalysis:
     dispersion_test: transform.DispersionTest
     interval_method: str
     failures_left_out: pl.DataFrame
+    job_backtest: JobBacktestResult | None = None
 
     @property
     def fleet_rate(self) -> models.PoissonRate:
@@ -200,15 +203,55 @@ def _projection(predict, sizes: np.ndarray) -> pl.DataFrame:
     )
 
 
+def read_jobs(con) -> pl.DataFrame | None:
+    """The warehouse's Slurm jobs, or None for a warehouse file from before the jobs table."""
+    try:
+        return warehouse.table(con, "jobs")
+    except duckdb.CatalogException:  # opened read-only, so the schema could not be upgraded
+        return None
+
+
+@dataclass(frozen=True)
+class JobBacktestResult:
+    """Every job with its prediction from earlier data or the reason it has none
+    (:func:`pipeline.transform.job_predictions`), and the backtest of the scored ones (None when
+    no job could be scored)."""
+
+    predictions: pl.DataFrame
+    backtest: models.JobBacktest | None
+    min_history_failures: int
+
+
+def job_backtest(
+    con,
+    failures: pl.DataFrame,
+    exposure: pl.DataFrame,
+    *,
+    min_history_failures: int = transform.MIN_HISTORY_FAILURES,
+) -> JobBacktestResult | None:
+    """Each Slurm job's interruptions predicted from the failures and exposure before it started,
+    against what happened (:class:`pipeline.models.JobBacktest`); None without jobs."""
+    jobs = read_jobs(con)
+    if jobs is None or jobs.height == 0:
+        return None
+    predictions = transform.job_predictions(
+        jobs, failures, exposure, min_history_failures=min_history_failures
+    )
+    scored = predictions.filter(pl.col("rate_source").is_in(transform.SCORED))
+    fitted = None
+    if scored["expected_interruptions"].sum() > 0:
+        fitted = models.JobBacktest().fit(
+            scored["expected_interruptions"], scored["interrupted"], scored["hazard_per_hour"]
+        )
+    return JobBacktestResult(predictions, fitted, min_history_failures)
+
+
 def job_interruptions(con, rates_by_cluster: pl.DataFrame) -> pl.DataFrame | None:
     """Slurm job interruption rates against each job's cluster node rate
     (:func:`pipeline.transform.job_interruption_rates`), or None without jobs. Jobs on clusters
     with no inventory (or no cluster_id) have no node rate to compare with and are left out."""
-    if "jobs" not in warehouse.TABLES:
-        return None
-    try:
-        jobs = warehouse.table(con, "jobs")
-    except duckdb.CatalogException:  # a warehouse file from before the jobs table, opened read-only
+    jobs = read_jobs(con)
+    if jobs is None:
         return None
     jobs = jobs.filter(pl.col("cluster_id").is_in(rates_by_cluster["cluster_id"].implode()))
     return transform.job_interruption_rates(jobs, rates_by_cluster) if jobs.height else None
@@ -352,6 +395,7 @@ def analyze(
         regression_projection = _projection(regression.predict_mtbf_hours, sizes)
 
     jobs = job_interruptions(con, by_cluster)
+    backtest = job_backtest(con, failures, exposure)
 
     return FleetAnalysis(
         observed_until=end,
@@ -395,6 +439,7 @@ def analyze(
         dispersion_test=dispersion_check,
         interval_method=dispersion_check.method(interval),
         failures_left_out=transform.failures_left_out(failures, exposure, end),
+        job_backtest=backtest,
     )
 
 

@@ -58,11 +58,16 @@ MODEL_CASES = [
         ),
         id="ClusterHeterogeneity",
     ),
+    pytest.param(
+        lambda: models.JobBacktest(),
+        (RNG_DURATIONS / 1000, RNG_OBSERVED, RNG_DURATIONS / 5000),
+        id="JobBacktest",
+    ),
 ]
 
 
 def _fitted(model) -> dict:
-    """Fitted values, frames as plain lists (so two fits compare element by element)."""
+    """Fitted values; frames (e.g. a calibration table) as plain columns so they compare."""
     return {
         k: v.to_dict(as_series=False) if isinstance(v, pl.DataFrame) else v
         for k, v in vars(model).items()

@@ -16,9 +16,11 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from pipeline import analysis, datasets, report, transform, warehouse
+from pipeline import analysis, datasets, models, report, transform, warehouse
 from pipeline.cli import main
 from pipeline.report import charts, comparisons, drivers, page
+from tests._fleets import simulated_jobs
+from tests.conftest import SAMPLE_SPEC
 
 PAYLOADS = [
     "</script><img src=x onerror=alert(1)>",
@@ -71,7 +73,8 @@ def hostile_analysis(hostile_warehouse) -> analysis.FleetAnalysis:
 
 
 def with_jobs(fleet: analysis.FleetAnalysis) -> analysis.FleetAnalysis:
-    """``fleet`` with Slurm job interruptions of a few jobs on every cluster (1 to 16 nodes)."""
+    """``fleet`` with Slurm job interruptions of a few jobs on every cluster (1 to 16 nodes), and
+    a backtest of 300 jobs drawn from the sample fleet's true model."""
     clusters = fleet.rates_by_cluster["cluster_id"].to_list()
     jobs = pl.DataFrame(
         {
@@ -81,8 +84,17 @@ def with_jobs(fleet: analysis.FleetAnalysis) -> analysis.FleetAnalysis:
             "interrupted": [False, True, False, True, True] * len(clusters),
         }
     )
+    predictions = transform.job_predictions(
+        simulated_jobs(SAMPLE_SPEC, 300, seed=9), fleet.interruptions, fleet.exposure
+    )
+    scored = predictions.filter(pl.col("rate_source").is_in(transform.SCORED))
+    backtest = models.JobBacktest().fit(
+        scored["expected_interruptions"], scored["interrupted"], scored["hazard_per_hour"]
+    )
     return dataclasses.replace(
-        fleet, job_interruptions=transform.job_interruption_rates(jobs, fleet.rates_by_cluster)
+        fleet,
+        job_interruptions=transform.job_interruption_rates(jobs, fleet.rates_by_cluster),
+        job_backtest=analysis.JobBacktestResult(predictions, backtest, transform.MIN_HISTORY_FAILURES),
     )
 
 
@@ -650,3 +662,19 @@ def test_biggest_cause_card_names_the_top_category_and_its_share(rich_analysis):
     total = rich_analysis.rates_by_category["failures"].sum()
     assert card[1] == top["failure_class"]
     assert f"{top['failures']:,} of {total:,} interruptions" in card[2]
+
+
+NEW_SECTIONS = ("weibull-probability-plot", "mean-cumulative-function", "duane-crow-amsaa", "job-backtest")
+
+
+def test_reliability_and_backtest_sections_render_with_bounded_data(pages, rich_analysis, hostile_analysis):
+    for slug in NEW_SECTIONS:
+        spec = pages[False].specs[slug]
+        rows = [len(v) for v in spec.get("datasets", {}).values()]
+        assert rows and max(rows) <= 300, (slug, rows)
+    table = next(s for s in report.sections(rich_analysis) if s.slug == "job-backtest").table
+    assert table["jobs"].sum() == rich_analysis.job_backtest.backtest.jobs_
+    assert "observed share (95% CI)" in table.columns
+    slugs = [s.slug for s in report.sections(hostile_analysis)]
+    assert "job-backtest" not in slugs  # no jobs: the section is omitted
+    assert {"weibull-probability-plot", "mean-cumulative-function", "duane-crow-amsaa"} <= set(slugs)

@@ -7,8 +7,10 @@ One module per family of statistics, re-exported here so callers write ``models.
   failures, MTBF scaling with cluster size, trend tests (formulas and sources in its docstring).
 * :mod:`pipeline.models.lemons` — lemon nodes: the exact per-node test against the rest of the
   cluster with Benjamini–Hochberg false-discovery control.
+* :mod:`pipeline.models.backtest` — job interruption predictions against what happened.
 """
 
+from pipeline.models.backtest import JobBacktest
 from pipeline.models.heterogeneity import ClusterHeterogeneity
 from pipeline.models.lemons import LemonTest, benjamini_hochberg
 from pipeline.models.survival import (
@@ -31,6 +33,7 @@ __all__ = [
     "ClusterHeterogeneity",
     "FAMILIES",
     "TREND_VERDICTS",
+    "JobBacktest",
     "KaplanMeier",
     "LemonTest",
     "MTBFScaling",

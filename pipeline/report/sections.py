@@ -14,7 +14,9 @@ import polars as pl
 
 from pipeline.analysis import FleetAnalysis, left_out_note, size_laws_agreement
 from pipeline.report import charts, comparisons, drivers, lemons
+from pipeline.report.backtest import backtest_section
 from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_chart, size_sweep_chart
+from pipeline.report.reliability import reliability_sections
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,8 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             note=_scaling_note(analysis),
         ),
         _job_section(analysis),
+        *reliability_sections(analysis),
+        *([backtest] if (backtest := backtest_section(analysis)) else []),
     ]
 
 

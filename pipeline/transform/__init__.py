@@ -3,10 +3,20 @@
 ``fleet`` holds the node and fleet statistics (exposure from service intervals, rates with exact
 Poisson intervals, node interruptions, times between failures, category shares, operating
 times); ``durations`` rounds gaps to a relative grid and aggregates them into weighted rows for
-the fits; ``jobs`` compares Slurm job interruptions with the node rate. Callers use this package's
-names (``from pipeline import transform; transform.failure_rates``), not the modules.
+the fits; ``jobs`` compares Slurm job interruptions with the node rate; ``backtest`` predicts
+each job's interruptions from the data before it started; ``reliability`` gives the points of the
+Weibull, mean cumulative function and Duane plots. Callers use this package's names
+(``from pipeline import transform; transform.failure_rates``), not the modules.
 """
 
+from pipeline.transform.backtest import (
+    MIN_HISTORY_FAILURES,
+    RATE_SOURCES,
+    SCORED,
+    job_predictions,
+    rate_source_counts,
+    rates_as_of,
+)
 from pipeline.transform.durations import FLOOR_HOURS, aggregate_durations, relative_grid
 from pipeline.transform.fleet import (
     EXPOSURE_KEYS,
@@ -34,6 +44,12 @@ from pipeline.transform.fleet import (
     times_between_failures,
 )
 from pipeline.transform.jobs import job_interruption_rates
+from pipeline.transform.reliability import (
+    duane_points,
+    mean_cumulative_function,
+    weibull_plot_line,
+    weibull_plot_points,
+)
 
 __all__ = [
     "EXPOSURE_KEYS",
@@ -48,6 +64,10 @@ __all__ = [
     "category_shares",
     "count_dispersion",
     "dispersion_test",
+    "MIN_HISTORY_FAILURES",
+    "RATE_SOURCES",
+    "SCORED",
+    "duane_points",
     "exposure_estimated",
     "exposure_intervals",
     "failure_operating_times",
@@ -56,11 +76,17 @@ __all__ = [
     "failures_left_out",
     "in_service",
     "job_interruption_rates",
+    "mean_cumulative_function",
+    "job_predictions",
     "node_interruptions",
     "observation_end",
     "poisson_interval",
     "poisson_upper_bound",
+    "rate_source_counts",
+    "rates_as_of",
     "relative_grid",
     "size_bucket",
     "times_between_failures",
+    "weibull_plot_line",
+    "weibull_plot_points",
 ]

@@ -1,0 +1,155 @@
+"""Points of the reliability plots people expect: Weibull probability plot, mean cumulative
+function of recurrent failures per node, Duane / Crow-AMSAA cumulative plot. Each returns a
+bounded number of rows (``max_points``) whatever the fleet's size.
+
+* Weibull probability plot (Meeker & Escobar 1998, *Statistical Methods for Reliability Data*,
+  §6.4): Kaplan–Meier plotting positions for right-censored gaps, F_i = 1 − (S(t_i−) + S(t_i)) / 2
+  at each time where the estimate drops (the midpoint, so the last point is not at F = 1); plotted
+  as y = ln(−ln(1 − F)) against ln t, on which a Weibull S(t) = exp(−(t/λ)^k) is the line
+  y = k (ln t − ln λ): the slope is the shape.
+* Mean cumulative function (Nelson 2003, *Recurrent Events Data Analysis for Product Repairs,
+  Disease Recurrences, and Other Applications*, ch. 4): nodes are the units, age is the time since
+  a node's first service start, and a node is at risk at age t while in service (a node out for
+  repair is not). MCF(t) = Σ_{u ≤ t} d(u) / r(u), d failures and r nodes at risk at age u. Its
+  variance is the robust (Lawless & Nadeau 1995, Technometrics 37:158) estimator, valid without
+  assuming Poisson failures: Var MCF(t) = Σ_i (Σ_{u ≤ t} δ_i(u) (d_i(u) − d(u)/r(u)) / r(u))²,
+  δ_i(u) = 1 while node i is at risk; band ± z √Var (clipped at 0). For a homogeneous Poisson
+  process MCF(t) = rate x t.
+* Duane / Crow-AMSAA (MIL-HDBK-189C 2011): per cluster, cumulative failures against cumulative
+  operating node-hours (:func:`pipeline.transform.failure_operating_times`) on log-log axes, with
+  the fitted power law N(t) = λ t^β, β the MIL-HDBK-189 MLE and λ = n / T^β (T the cluster's
+  observed node-hours), so the line passes through (T, n).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+from scipy.stats import norm
+
+from pipeline.transform.fleet import failures_in_service
+
+MAX_POINTS = 300
+
+
+def _spread(n: int, limit: int) -> np.ndarray:
+    """At most ``limit`` evenly spaced indices of ``n`` items, keeping the first and the last."""
+    if n <= limit:
+        return np.arange(n)
+    return np.unique(np.linspace(0, n - 1, limit).round().astype(int))
+
+
+def weibull_plot_points(timeline_hours, survival, *, max_points: int = MAX_POINTS) -> pl.DataFrame:
+    """Weibull probability plot positions from a Kaplan–Meier estimate (e.g.
+    ``KaplanMeier.timeline_hours_``, ``survival_``): one row per time the estimate drops, at most
+    ``max_points``, with ``duration_hours``, ``failure_probability`` and ``weibull_y``."""
+    t = np.asarray(timeline_hours, float)
+    s = np.asarray(survival, float)
+    before = np.concatenate([[1.0], s[:-1]])
+    drop = (s < before) & (t > 0)
+    f = 1 - (before[drop] + s[drop]) / 2
+    keep = _spread(int(drop.sum()), max_points)
+    return pl.DataFrame({"duration_hours": t[drop][keep], "failure_probability": f[keep]}).with_columns(
+        weibull_y=(-(1 - pl.col("failure_probability")).log()).log()
+    )
+
+
+def weibull_plot_line(scale_hours: float, shape: float, hours_low: float, hours_high: float) -> pl.DataFrame:
+    """The fitted Weibull on the probability plot: two points of y = k (ln t − ln λ)."""
+    t = np.array([hours_low, hours_high], float)
+    return pl.DataFrame({"duration_hours": t, "weibull_y": shape * (np.log(t) - np.log(scale_hours))})
+
+
+def mean_cumulative_function(
+    failures: pl.DataFrame, exposure: pl.DataFrame, *, max_points: int = MAX_POINTS, confidence: float = 0.95
+) -> pl.DataFrame:
+    """Nelson's MCF of failures per node over node age with its robust band (module docstring),
+    at up to ``max_points`` failure ages: ``age_hours``, ``mcf``, ``ci_low``, ``ci_high``,
+    ``nodes_at_risk``. Empty without failures in service."""
+    schema = {k: pl.Float64 for k in ("age_hours", "mcf", "ci_low", "ci_high", "nodes_at_risk")}
+    first = exposure.group_by("cluster_id", "node_id").agg(first=pl.col("start_utc").min())
+    hours = lambda c: (pl.col(c) - pl.col("first")).dt.total_seconds(fractional=True) / 3600  # noqa: E731
+    spans = exposure.join(first, on=["cluster_id", "node_id"]).select(
+        "cluster_id", "node_id", a=hours("start_utc"), b=hours("end_utc")
+    )
+    served = failures_in_service(failures, exposure).join(first, on=["cluster_id", "node_id"])
+    served = served.select("cluster_id", "node_id", age=hours("timestamp_utc"))
+    if served.height == 0:
+        return pl.DataFrame(schema=schema)
+    nodes = spans.select("cluster_id", "node_id").unique().with_row_index("unit")
+    spans = spans.join(nodes, on=["cluster_id", "node_id"])
+    served = served.join(nodes, on=["cluster_id", "node_id"])
+    a, b, span_unit = spans["a"].to_numpy(), spans["b"].to_numpy(), spans["unit"].to_numpy()
+    age, unit = served["age"].to_numpy(), served["unit"].to_numpy()
+
+    ages, d = np.unique(age, return_counts=True)
+    at_risk = np.searchsorted(np.sort(a), ages, side="right") - np.searchsorted(
+        np.sort(b), ages, side="right"
+    )
+    mcf = np.cumsum(d / at_risk)
+    c = np.concatenate([[0.0], np.cumsum(d / at_risk**2)])  # c[j]: sum over the first j ages
+
+    def upto(t, inclusive: bool):  # Σ d/r² over failure ages <= t (or < t)
+        return c[np.searchsorted(ages, t, side="right" if inclusive else "left")]
+
+    own = 1 / at_risk[np.searchsorted(ages, age)]
+    grid = _spread(ages.size, max_points)
+    variance = np.empty(grid.size)
+    for i, j in enumerate(grid):
+        g = ages[j]
+        mine = np.bincount(unit, weights=np.where(age <= g, own, 0.0), minlength=nodes.height)
+        upper = np.where(g < b, upto(np.full_like(b, g), True), upto(b, False))
+        share = np.clip(upper - upto(a, False), 0.0, None)
+        variance[i] = np.sum((mine - np.bincount(span_unit, weights=share, minlength=nodes.height)) ** 2)
+    z = norm.ppf(0.5 + confidence / 2)
+    se = np.sqrt(variance)
+    return pl.DataFrame(
+        {
+            "age_hours": ages[grid],
+            "mcf": mcf[grid],
+            "ci_low": np.clip(mcf[grid] - z * se, 0.0, None),
+            "ci_high": mcf[grid] + z * se,
+            "nodes_at_risk": at_risk[grid].astype(float),
+        },
+        schema=schema,
+    )
+
+
+def duane_points(
+    operating_times: pl.DataFrame, trend_tests: pl.DataFrame, *, max_points: int = MAX_POINTS
+) -> pl.DataFrame:
+    """Per cluster with a Crow-AMSAA fit (``trend_tests``: cluster_id, failures, crow_beta,
+    observed_node_hours): ``cumulative_failures`` at each failure's ``operating_node_hours``
+    (:func:`pipeline.transform.failure_operating_times`) and the power law's
+    ``fitted_failures`` there; at most ``max_points`` rows in all."""
+    fitted = trend_tests.filter(pl.col("crow_beta").is_not_null()).select(
+        "cluster_id", "crow_beta", "failures", "observed_node_hours"
+    )
+    per_cluster = max(2, max_points // max(fitted.height, 1))
+    frames = [
+        pl.DataFrame(
+            schema={
+                "cluster_id": pl.String,
+                "operating_node_hours": pl.Float64,
+                "cumulative_failures": pl.Float64,
+                "fitted_failures": pl.Float64,
+            }
+        )
+    ]
+    for cluster, beta, n, total in fitted.iter_rows():
+        times = np.sort(
+            operating_times.filter(pl.col("cluster_id") == cluster)["operating_node_hours"].to_numpy()
+        )
+        keep = _spread(times.size, per_cluster)
+        t = np.clip(times[keep], 1e-9, None)
+        frames.append(
+            pl.DataFrame(
+                {
+                    "cluster_id": [cluster] * keep.size,
+                    "operating_node_hours": t,
+                    "cumulative_failures": (keep + 1).astype(float),
+                    "fitted_failures": n * (t / total) ** beta,
+                }
+            )
+        )
+    return pl.concat(frames)

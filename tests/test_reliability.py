@@ -1,0 +1,95 @@
+"""Reliability plot points against ground truth: Nelson's MCF of a homogeneous Poisson process is
+rate x age within its band (band coverage near nominal), Weibull plot points of Weibull data lie on
+a line of slope ~ shape, the Duane line passes through (T, n), and every frame is bounded."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline import models, sample, transform
+from tests._fleets import fleet_exposure
+
+T0 = datetime(2026, 1, 1)
+RATE = 0.01
+
+
+def poisson_nodes(seed: int, nodes: int = 200) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Nodes in service for 200-2000 h (some with a repair gap), failing as a Poisson process."""
+    rng = np.random.default_rng(seed)
+    rows, fails = [], []
+    for i in range(nodes):
+        length = rng.uniform(200, 2000)
+        spans = [(0.0, length)]
+        if i % 5 == 0:  # out for repair 100 h in the middle: not at risk then
+            spans = [(0.0, length / 2), (length / 2 + 100, length + 100)]
+        start = rng.uniform(0, 500)
+        for a, b in spans:
+            rows.append(("c", f"n{i}", T0 + timedelta(hours=start + a), T0 + timedelta(hours=start + b)))
+            for t in rng.uniform(a, b, rng.poisson(RATE * (b - a))):
+                fails.append(("c", f"n{i}", T0 + timedelta(hours=start + t)))
+    exposure = pl.DataFrame(rows, schema=["cluster_id", "node_id", "start_utc", "end_utc"], orient="row")
+    failures = pl.DataFrame(fails, schema=["cluster_id", "node_id", "timestamp_utc"], orient="row")
+    return failures, exposure.with_columns(instance_type=pl.lit("p5"), size_bucket=pl.lit(256))
+
+
+def test_mcf_of_a_poisson_process_is_rate_times_age_within_its_band():
+    failures, exposure = poisson_nodes(0)
+    mcf = transform.mean_cumulative_function(failures, exposure, max_points=50)
+    assert mcf.height == 50 and (mcf["mcf"].diff().drop_nulls() >= 0).all()
+    for age in (300, 800, 1500):  # the band's points are correlated: check a few ages at 3 se
+        row = mcf.filter(pl.col("age_hours") >= age).row(0, named=True)
+        se = (row["ci_high"] - row["ci_low"]) / (2 * 1.96)
+        assert abs(row["mcf"] - RATE * row["age_hours"]) < 3 * se
+    assert mcf["nodes_at_risk"].max() <= 200
+
+
+def test_mcf_band_coverage_is_near_nominal():
+    covered = []
+    for seed in range(60):
+        mcf = transform.mean_cumulative_function(*poisson_nodes(seed, nodes=100), max_points=40)
+        row = mcf.filter(pl.col("age_hours") > 600).row(0, named=True)
+        covered.append(row["ci_low"] <= RATE * row["age_hours"] <= row["ci_high"])
+    assert 0.85 <= np.mean(covered) <= 1.0
+
+
+def test_mcf_without_failures_is_empty():
+    _, exposure = poisson_nodes(1, nodes=3)
+    empty = pl.DataFrame(schema={"cluster_id": pl.String, "node_id": pl.String, "timestamp_utc": pl.Datetime})
+    assert transform.mean_cumulative_function(empty, exposure).is_empty()
+
+
+@pytest.mark.parametrize("shape", [0.7, 1.0, 1.5])
+def test_weibull_plot_points_of_weibull_gaps_have_slope_shape(shape):
+    rng = np.random.default_rng(int(shape * 10))
+    gaps = rng.weibull(shape, 4000) * 100
+    censor = rng.uniform(0, 400, 4000)
+    km = models.KaplanMeier().fit(np.minimum(gaps, censor), gaps < censor)
+    points = transform.weibull_plot_points(km.timeline_hours_, km.survival_, max_points=200)
+    assert points.height == 200 and points["failure_probability"].is_between(0, 1, closed="none").all()
+    slope, _ = np.polyfit(np.log(points["duration_hours"]), points["weibull_y"], 1)
+    assert slope == pytest.approx(shape, rel=0.06)
+    line = transform.weibull_plot_line(100.0, shape, 1.0, 100.0)
+    assert line["weibull_y"].to_list() == pytest.approx([-shape * np.log(100), 0.0])
+
+
+def test_duane_points_follow_the_crow_amsaa_fit_and_are_bounded():
+    from pipeline import analysis
+
+    spec = sample.FleetSpec(cluster_sizes=(32, 128), days=60, seed=3)
+    incidents, exposure = fleet_exposure(spec)
+    failures = transform.node_interruptions(incidents.filter("interrupting").select(analysis.FAILURE_COLUMNS))
+    operating = transform.failure_operating_times(failures, exposure)
+    trends = analysis.trend_tests(operating, exposure)
+    points = transform.duane_points(operating, trends, max_points=60)
+    assert points.height <= 60 and set(points["cluster_id"]) == {"c0032", "c0128"}
+    for row in trends.iter_rows(named=True):
+        mine = points.filter(cluster_id=row["cluster_id"])
+        assert mine["cumulative_failures"].max() == row["failures"]  # the last failure is kept
+        # the power law passes through (T, n): at T it predicts all n failures
+        beta, total, n = row["crow_beta"], row["observed_node_hours"], row["failures"]
+        last = mine.row(-1, named=True)
+        assert last["fitted_failures"] == pytest.approx(n * (last["operating_node_hours"] / total) ** beta)
