@@ -42,6 +42,7 @@ class JobOutlook:
     checkpoint_curve: pl.DataFrame
     assumptions: pl.DataFrame
     explanation: str = ""
+    name: str = ""  # the job spec's name (a metric label)
 
 
 def job_outlook(spec: proj.JobSpec, *, monte_carlo_runs: int = 10_000, seed: int = 0) -> JobOutlook:
@@ -101,6 +102,7 @@ def job_outlook(spec: proj.JobSpec, *, monte_carlo_runs: int = 10_000, seed: int
         checkpoint_curve=_checkpoint_curve(spec),
         assumptions=_assumptions(spec, result, monte_carlo_runs, seed),
         explanation=proj.explain(result),
+        name=spec.name,
     )
 
 
