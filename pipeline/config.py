@@ -54,6 +54,8 @@ class RunConfig:
     column_map: dict[str, str] = field(default_factory=dict)
     warehouse: str = "data/failcast.duckdb"
     report_dir: str = "reports"
+    snapshot_dir: str | None = None  # None: snapshots/ beside the warehouse (pipeline.runs.snapshots)
+    metrics_file: str | None = None  # None: no OpenMetrics file (failcast metrics)
     timezone: str = "UTC"
     dedup_window_minutes: float = 10.0
     observed_until: datetime | None = None
@@ -61,6 +63,7 @@ class RunConfig:
     log_format: str = "text"
     keep_reports: int = 30
     keep_days: float | None = None
+    keep_snapshots: int = 3
     jobs: tuple[str | dict[str, Any], ...] = ()
     recovery: dict[str, dict[str, float]] = field(default_factory=dict)
     # [ingest]: options of pipeline.ingest.ingest_files for kernel logs and missing inventories
@@ -87,6 +90,8 @@ class RunConfig:
         return {
             "warehouse": self.warehouse,
             "report_dir": self.report_dir,
+            "snapshot_dir": self.snapshot_dir,
+            "metrics_file": self.metrics_file,
             "timezone": self.timezone,
             "dedup_window_minutes": self.dedup_window_minutes,
             "observed_until": self.observed_until,
@@ -98,7 +103,11 @@ class RunConfig:
                 **({"roots": list(self.input_roots)} if self.input_roots else {}),
                 **({"allow_outside_roots": True} if self.allow_outside_roots else {}),
             },
-            "retention": {"keep_reports": self.keep_reports, "keep_days": self.keep_days},
+            "retention": {
+                "keep_reports": self.keep_reports,
+                "keep_days": self.keep_days,
+                "keep_snapshots": self.keep_snapshots,
+            },
             "jobs": list(self.jobs),
             "recovery": self.recovery,
             "categories": self.category_map.to_document(),
@@ -119,6 +128,8 @@ _STRINGS = "list of strings"
 _SPEC: dict[str, Any] = {
     "warehouse": str,
     "report_dir": str,
+    "snapshot_dir": str,
+    "metrics_file": str,
     "timezone": str,
     "dedup_window_minutes": _NUMBER,
     "observed_until": (str, datetime),
@@ -130,7 +141,7 @@ _SPEC: dict[str, Any] = {
         "roots": _STRINGS,
         "allow_outside_roots": bool,
     },
-    "retention": {"keep_reports": int, "keep_days": _NUMBER},
+    "retention": {"keep_reports": int, "keep_days": _NUMBER, "keep_snapshots": int},
     "jobs": list,
     "recovery": dict,
     "categories": dict,
@@ -226,6 +237,10 @@ def _check_values(raw: dict[str, Any], where: _Where) -> None:
     retention = raw.get("retention", {})
     if retention.get("keep_reports", 1) < 1:
         raise where.error(("retention",), "keep_reports", "must be at least 1 (the latest report)")
+    if retention.get("keep_snapshots", 2) < 2:
+        raise where.error(
+            ("retention",), "keep_snapshots", "must be at least 2 (the latest and the one before it)"
+        )
     if retention.get("keep_days", 1) <= 0:
         raise where.error(("retention",), "keep_days", "must be positive")
     options = raw.get("ingest", {})
@@ -323,7 +338,7 @@ def load_config(path: Path | str | None) -> RunConfig:
     inputs = dict(raw.get("inputs", {}))
     roots = _Roots(base, inputs.pop("roots", None), inputs.pop("allow_outside_roots", False), where)
     values.update(input_roots=tuple(roots.roots), allow_outside_roots=roots.allow_outside)
-    for key in ("warehouse", "report_dir"):
+    for key in ("warehouse", "report_dir", "snapshot_dir", "metrics_file"):
         if key in raw:
             values[key] = str(base / raw[key])
     if "dedup_window_minutes" in raw:
@@ -340,6 +355,8 @@ def load_config(path: Path | str | None) -> RunConfig:
         values["keep_reports"] = retention["keep_reports"]
     if "keep_days" in retention:
         values["keep_days"] = float(retention["keep_days"])
+    if "keep_snapshots" in retention:
+        values["keep_snapshots"] = retention["keep_snapshots"]
     if "jobs" in raw:
         values["jobs"] = tuple(_job(job, roots, where) for job in raw["jobs"])
     if "recovery" in raw:

@@ -173,7 +173,7 @@ def test_flags_override_the_file_in_print_config(tmp_path):
     assert result.exit_code == 0, result.output
     printed = json.loads(result.stdout)
     assert printed["warehouse"] == "other.duckdb"
-    assert printed["retention"] == {"keep_reports": 2, "keep_days": 30.0}
+    assert printed["retention"] == {"keep_reports": 2, "keep_days": 30.0, "keep_snapshots": 3}
     assert printed["timezone"] == "Europe/Paris"  # from the file
 
 

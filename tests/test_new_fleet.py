@@ -154,3 +154,18 @@ def test_rates_and_fit_say_how_many_failures_they_left_out(tmp_path):
     # an earlier --until leaves the last failure out, and says so
     until = invoke("rates", "--db", str(db), "--until", "2026-03-01")
     assert f"1 {transform.LEFT_OUT_REASONS[0]}" in until.stderr
+
+
+def test_metrics_of_a_fleet_without_failures_parse_and_say_zero(new_fleet, tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = tmp_path / "failcast.prom"
+    result = invoke("metrics", "--db", str(new_fleet), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    parsed = {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(out.read_text())
+        for s in family.samples
+    }
+    assert parsed[("failcast_fleet_interruption_rate_per_node_hour", frozenset())] == 0
+    assert not any(name == "failcast_node_mtbf_hours" for name, _ in parsed)  # nothing was fitted

@@ -4,7 +4,17 @@ Each module registers its commands on the :data:`main` group; see :mod:`pipeline
 the exit codes and error handling.
 """
 
-from pipeline.cli import backtest, ingest, lemons, project, report, run, sample, stats  # noqa: F401 - registers commands
+from pipeline.cli import (  # noqa: F401 - registers commands
+    backtest,
+    ingest,
+    lemons,
+    metrics,
+    project,
+    report,
+    run,
+    sample,
+    stats,
+)
 from pipeline.cli.common import main
 
 __all__ = ["main"]

@@ -49,6 +49,7 @@ class JobOutlook:
     explanation: str = ""
     failure_models: pl.DataFrame | None = None
     failure_model_note: str = ""
+    name: str = ""  # the job spec's name (a metric label)
 
 
 def job_outlook(spec: proj.JobSpec, *, monte_carlo_runs: int = 10_000, seed: int = 0) -> JobOutlook:
@@ -127,6 +128,7 @@ def job_outlook(spec: proj.JobSpec, *, monte_carlo_runs: int = 10_000, seed: int
         explanation=proj.explain(result),
         failure_models=pl.DataFrame(compare) if differences else None,
         failure_model_note=" ".join(differences),
+        name=spec.name,
     )
 
 

@@ -11,6 +11,8 @@ reports. Operators can trust it because:
 * **A manifest.** Every run is a row in the ``runs`` table (status running -> succeeded/failed,
   per-stage seconds and row counts, input files, versions, error). A row left ``running`` by a
   killed process is marked failed by the next run, which holds the lock and so knows it is dead.
+* **Readers never block the run.** After a run succeeded, a copy of the warehouse is published as
+  ``snapshots/latest.duckdb`` (:mod:`pipeline.runs.snapshots`); readers open that, not the warehouse.
 * **No half results.** Each input file is ingested in one transaction; the report is written to a
   temporary name and renamed; ``latest.html`` (and ``failcast-report.html``, the README's name)
   only move after every stage succeeded, so a failed run leaves the previous report in place.
@@ -21,6 +23,7 @@ from pipeline.runs.lock import EXIT_LOCKED, LockedError, lock_path, open_warehou
 from pipeline.runs.log import setup_logging
 from pipeline.runs.manifest import format_run, list_runs, mark_abandoned, versions
 from pipeline.runs.reports import REPORT_ALIASES, prune_reports, publish
+from pipeline.runs.snapshots import latest_snapshot, publish_snapshot, reader_db, snapshot_dir
 
 __all__ = [
     "EXIT_LOCKED",
@@ -30,14 +33,18 @@ __all__ = [
     "classify_inputs",
     "expand_inputs",
     "format_run",
+    "latest_snapshot",
     "list_runs",
     "lock_path",
     "mark_abandoned",
     "open_warehouse",
     "prune_reports",
     "publish",
+    "publish_snapshot",
+    "reader_db",
     "run_batch",
     "setup_logging",
+    "snapshot_dir",
     "versions",
     "warehouse_lock",
 ]

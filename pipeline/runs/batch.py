@@ -1,5 +1,6 @@
 """What ``failcast run`` does (see :mod:`pipeline.runs`): lock, record, ingest new and grown files,
-rebuild, refit, report, publish, prune."""
+rebuild, refit, report, publish, prune; once recorded as succeeded, snapshot for readers and write
+the metrics file."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ import click
 
 from pipeline import analysis, ingest, projection, report, warehouse
 from pipeline.config import RunConfig
+from pipeline.report import metrics
 from pipeline.runs.lock import open_warehouse, warehouse_lock
 from pipeline.runs.log import log
-from pipeline.runs.manifest import RunRecord, describe, mark_abandoned, utc_now
+from pipeline.runs.manifest import RunRecord, describe, list_runs, mark_abandoned, utc_now
 from pipeline.runs.reports import STAMP, dated_name, prune_reports, publish
+from pipeline.runs.snapshots import latest_snapshot, publish_snapshot, snapshot_dir
 
 STATUSES = ("new", "grown", "unchanged")
 ROW_COUNTS = ("rows_read", "rows_ingested", "rows_duplicate", "rows_rejected")
@@ -81,10 +84,12 @@ def run_batch(cfg: RunConfig, *, progress: bool = False) -> RunResult:
     run_id = f"{started.strftime(STAMP)}-{secrets.token_hex(3)}"
     waiting = time.perf_counter()
     with warehouse_lock(db, cfg.lock_timeout_seconds, run_id) as previous:
-        waited = round(time.perf_counter() - waiting, 3)
         if previous:
             log("lock", "the previous run did not release the lock (killed?)", logging.WARNING, **previous)
-        con = open_warehouse(db)
+        # a reader holding the warehouse file open: wait for it within the same lock timeout
+        left = max(cfg.lock_timeout_seconds - (time.perf_counter() - waiting), 0.0)
+        con = open_warehouse(db, timeout_seconds=left, readers=latest_snapshot(db, cfg.snapshot_dir))
+        waited = round(time.perf_counter() - waiting, 3)
         try:
             abandoned = mark_abandoned(con)
             for stale in abandoned:
@@ -94,19 +99,24 @@ def run_batch(cfg: RunConfig, *, progress: bool = False) -> RunResult:
             record.start(cfg.to_document())
             log("run", "started", run_id=run_id, warehouse=str(db))
             try:
-                _stages(con, cfg, record, progress)
+                result, outlook = _stages(con, cfg, record, progress)
+                # succeeded before the snapshot, so the snapshot's runs table says so (readers' metrics)
+                record.finish("succeeded")
+                _after_success(con, cfg, record, result, outlook)
             except BaseException as exc:
                 record.finish("failed", describe(exc))
                 log("run", "failed", logging.ERROR, run_id=run_id, error=describe(exc))
                 raise
-            record.finish("succeeded")
+            record.finish("succeeded")  # again, with the snapshot and metrics stages
             log("run", "succeeded", run_id=run_id, report=record.report_path)
         finally:
             con.close()
     return RunResult(run_id, Path(record.report_path or ""), record.stages, record.input_files)
 
 
-def _stages(con, cfg: RunConfig, record: RunRecord, progress: bool) -> None:
+def _stages(
+    con, cfg: RunConfig, record: RunRecord, progress: bool
+) -> tuple[analysis.FleetAnalysis, report.JobOutlook | None]:
     with record.stage("ingest") as counts:
         counts.update(_ingest(con, cfg, record, progress))
     with record.stage("transform") as counts:
@@ -132,6 +142,24 @@ def _stages(con, cfg: RunConfig, record: RunRecord, progress: bool) -> None:
         counts["aliases"] = [str(p) for p in publish(path)]
         pruned = prune_reports(path.parent, keep=cfg.keep_reports, keep_days=cfg.keep_days, now=utc_now())
         counts["pruned"] = len(pruned)
+    return result, outlook
+
+
+def _after_success(
+    con, cfg: RunConfig, record: RunRecord, result: analysis.FleetAnalysis, outlook: report.JobOutlook | None
+) -> None:
+    """Publish the snapshot readers open, then the metrics file (if configured). A failure here
+    marks the run failed; the previous snapshot stays ``latest``."""
+    db = Path(cfg.warehouse)
+    with record.stage("snapshot") as counts:
+        out_dir = snapshot_dir(db, cfg.snapshot_dir)
+        counts.update(
+            publish_snapshot(con, db, out_dir, record.run_id, keep=cfg.keep_snapshots, now=utc_now())
+        )
+    if cfg.metrics_file:
+        with record.stage("metrics") as counts:
+            inputs = metrics.MetricInputs(result, outlook, metrics.last_run(list_runs(con, limit=20)))
+            counts["path"] = str(metrics.write_metrics(metrics.render_metrics(inputs), cfg.metrics_file))
 
 
 def _job_outlook(cfg: RunConfig, result: analysis.FleetAnalysis) -> report.JobOutlook | None:

@@ -90,15 +90,29 @@ def warehouse_lock(
         handle.close()
 
 
-def open_warehouse(db: Path | str, *, read_only: bool = False):
+def open_warehouse(
+    db: Path | str, *, read_only: bool = False, timeout_seconds: float = 0.0, readers: Path | None = None
+):
     """:func:`warehouse.connect`, with DuckDB's own file lock (another process has the file open,
-    e.g. a DuckDB CLI session) reported as :class:`LockedError`."""
-    try:
-        return warehouse.connect(db, read_only=read_only)
-    except duckdb.IOException as exc:
-        if "lock" not in str(exc).lower():
-            raise
-        raise LockedError(
-            f"{db}: the warehouse file is open in another process; close it (a DuckDB CLI or notebook "
-            f"session?) or wait for the run using it to end. DuckDB says: {str(exc).splitlines()[0]}"
-        ) from None
+    e.g. a DuckDB CLI or notebook session) retried for up to ``timeout_seconds``, then reported as
+    :class:`LockedError`; ``readers`` names the snapshot such sessions should open instead."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        try:
+            return warehouse.connect(db, read_only=read_only)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower():
+                raise
+            if time.monotonic() < deadline:
+                time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
+                continue
+            instead = (
+                f"point readers at the snapshot {readers} (rewritten after every run) instead of the "
+                "warehouse, or close that session"
+                if readers
+                else "close it or wait for the run using it to end"
+            )
+            raise LockedError(
+                f"{db}: the warehouse file is open in another process (a DuckDB CLI or notebook session?); "
+                f"waited {timeout_seconds:g} s; {instead}. DuckDB says: {str(exc).splitlines()[0]}"
+            ) from None
