@@ -14,6 +14,8 @@ import itertools
 import math
 import re
 
+import polars as pl
+
 _ITEM = re.compile(r"(?:[^,\[\]]|\[[^\[\]]*\])+")
 _RANGE = re.compile(r"(\d{1,18})(?:-(\d{1,18}))?")  # longer numbers are no host names (and int() refuses)
 MAX_HOSTS = 1_000_000
@@ -53,3 +55,20 @@ def expand(expr: str) -> list[str]:
             raise HostlistError(f"hostlist {expr[:80]!r}: names more than {MAX_HOSTS} hosts")
         hosts.extend("".join(combo) for combo in itertools.product(*choices))
     return hosts
+
+
+def expand_frame(values: pl.Series) -> pl.DataFrame:
+    """Each distinct hostlist of ``values`` once: columns ``values.name`` (the expression),
+    ``nodes`` (its hosts) and ``hostlist_error`` (why it cannot be expanded, else null). A log
+    repeats a few hostlists many times, so expanding per distinct value is what keeps it cheap."""
+    rows = []
+    for value in values.drop_nulls().unique().to_list():
+        try:
+            rows.append((value, expand(value), None))
+        except HostlistError as exc:
+            rows.append((value, None, str(exc)))
+    return pl.DataFrame(
+        rows,
+        schema={values.name: pl.String, "nodes": pl.List(pl.String), "hostlist_error": pl.String},
+        orient="row",
+    )
