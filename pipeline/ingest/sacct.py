@@ -104,7 +104,7 @@ def _parse_batch(frame: pl.DataFrame, header: str, columns: dict[str, int], trai
     return fields.join(hostlist.expand_frame(fields["nodelist"]), on="nodelist", how="left").cast(_SCHEMA)
 
 
-_STAGE = f"""  # noqa: S608 - slurm_time of fixed column names
+_STAGE = f"""
 CREATE OR REPLACE TEMP TABLE jobs_parsed AS
 WITH typed AS (
     SELECT *,
@@ -140,7 +140,7 @@ SELECT *,
                  + TRY_CAST(regexp_extract(elapsed, '(\\d+):(\\d+):(\\d+)$', 3) AS DOUBLE)) / 3600,
                 epoch(end_ts - start_ts) / 3600) AS elapsed_hours
 FROM typed
-"""
+"""  # noqa: S608 - slurm_time() of fixed column names
 
 # Newest line of a job wins (a later export sees the final state); rows identical to a stored one
 # are duplicates, rows that differ replace it.

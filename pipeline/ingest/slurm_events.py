@@ -121,7 +121,7 @@ def _parse_batch(frame: pl.DataFrame, header: str, columns: dict[str, int], expe
     return keep.join(hostlist.expand_frame(keep["nodename"]), on="nodename", how="left").cast(_SCHEMA)
 
 
-_STAGE = f"""  # noqa: S608 - slurm_time of fixed column names
+_STAGE = f"""
 CREATE OR REPLACE TEMP TABLE slurm_events_parsed AS
 WITH typed AS (
     SELECT *, {slurm_time("timestart")} AS start_ts, {slurm_time("timeend")} AS end_ts
@@ -142,7 +142,7 @@ SELECT *,
          WHEN hostlist_error IS NOT NULL THEN hostlist_error
        END AS reason_rejected
 FROM typed
-"""
+"""  # noqa: S608 - slurm_time() of fixed column names
 
 # One row per node. interrupting: every outage state takes the node from its jobs; until the
 # central taxonomy (issue 15) classifies categories, this is the one place that says so.
@@ -223,7 +223,8 @@ def ingest_slurm_events(
     con.execute(_STATUS)
     new_events, lines, resolved, new_lines = con.sql(
         "SELECT count(*) FILTER (WHERE status = 'new'),"
-        " count(DISTINCT line) FILTER (WHERE status IS NOT NULL), count(*) FILTER (WHERE status = 'resolves'), count(DISTINCT line) FILTER (WHERE status = 'new')"
+        " count(DISTINCT line) FILTER (WHERE status IS NOT NULL),"
+        " count(*) FILTER (WHERE status = 'resolves'), count(DISTINCT line) FILTER (WHERE status = 'new')"
         " FROM slurm_events_status"
     ).fetchall()[0]
     con.execute(_WRITE, {"file_id": file_id, "format": FORMAT})
