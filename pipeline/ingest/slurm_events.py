@@ -110,7 +110,7 @@ def _parse_batch(frame: pl.DataFrame, header: str, columns: dict[str, int], expe
     cluster_event = (pl.col("nodename").fill_null("x") == "") | (
         pl.col("event").str.to_lowercase().fill_null("") == "cluster"
     )
-    other_state = pl.col("state").is_not_null() & pl.col("state_base").is_null()
+    other_state = (pl.col("state").fill_null("") != "") & pl.col("state_base").is_null()
     keep = fields.filter(
         pl.col("truncated")
         | (pl.col("text").str.strip_chars() != "")
