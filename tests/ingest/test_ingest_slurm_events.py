@@ -74,7 +74,6 @@ def test_outage_events_per_node_with_reason_user_and_open_end(con, write, sql):
         ),
     ]
     assert any("5 node event(s) from 4 line(s)" in n for n in s.notes)
-    assert any("2 event(s) still open" in n for n in s.notes) is False  # 3 open: gpu-002, -003, -005
     assert any("3 event(s) still open" in n for n in s.notes)
 
 
@@ -109,7 +108,8 @@ def test_any_column_order_trailing_bar_epoch_times_timezone_and_cluster_option(c
     )
     [s] = ingest_files(con, [write("ev.txt", text)], cluster="lion", timezone="Europe/Berlin")
     assert s.format == "slurm-events" and s.rows_ingested == 2
-    assert sql("SELECT node_id, cluster_id, timestamp_utc, resolved_at_utc, category FROM events ORDER BY 1") == [
+    got = sql("SELECT node_id, cluster_id, timestamp_utc, resolved_at_utc, category FROM events ORDER BY 1")
+    assert got == [
         ("n7", "lion", datetime(2024, 5, 1, 12), datetime(2024, 5, 1, 14), "PSU failed"),
         ("n8", "lion", datetime(2024, 5, 2, 7), datetime(2024, 5, 2, 8), "ECC storm"),
     ]
@@ -154,7 +154,7 @@ def test_hostile_reasons_are_stored_verbatim(con, write, sql):
 
 
 def test_crlf_gzip_blank_lines_and_truncated_gzip(con, write, sql):
-    text = EVENTS.replace("\n", "\r\n").replace("DRNG|", "\r\nDRNG|", 0) + "\r\n\r\n"
+    text = EVENTS.replace("\n", "\r\n") + "\r\n\r\n"
     data = gzip.compress(text.encode())
     [s] = ingest_files(con, [write("ev.txt.gz", data)])
     assert s.format == "slurm-events"
@@ -178,9 +178,8 @@ def test_reingest_is_idempotent_and_a_later_export_closes_open_events(con, write
     closed = EVENTS.replace("2024-05-03T08:00:00|Unknown", "2024-05-03T08:00:00|2024-05-04T08:00:00")
     [c] = ingest_files(con, [write("c.txt", closed)])
     assert (c.rows_ingested, c.rows_duplicate) == (1, 3)
-    assert sql("SELECT count(*), max(resolved_at_utc) FROM events WHERE node_id IN ('gpu-002', 'gpu-003')") == [
-        (2, datetime(2024, 5, 4, 8))
-    ]
+    drained = "node_id IN ('gpu-002', 'gpu-003')"
+    assert sql(f"SELECT count(*), max(resolved_at_utc) FROM events WHERE {drained}") == [(2, datetime(2024, 5, 4, 8))]
     assert any("2 stored open event(s) closed" in n for n in c.notes)
 
 
@@ -188,4 +187,5 @@ def test_header_without_needed_columns_is_one_clear_error(con, write):
     from pipeline.ingest import InputError
 
     with pytest.raises(InputError, match=r"ev.txt:1: sacctmgr event header lacks \['state'\]"):
-        ingest_files(con, [write("ev.txt", "NodeName|TimeStart|Reason\nn1|2024-05-01T00:00:00|x\n")], fmt="slurm-events")
+        path = write("ev.txt", "NodeName|TimeStart|Reason\nn1|2024-05-01T00:00:00|x\n")
+        ingest_files(con, [path], fmt="slurm-events")
