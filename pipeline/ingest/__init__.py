@@ -73,11 +73,14 @@ _LOG_LINE = re.compile(
     r"^(?:\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}|[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} |\[)|Xid", re.M
 )
 
-# Slurm's own log prefix ([2024-05-01T12:00:00.123], LogTimeFormat iso8601[_ms], rfc5424, rfc3339)
+# Slurm's own log prefix ([2024-05-01T12:00:00.123]: LogTimeFormat iso8601[_ms], rfc5424, rfc3339;
+# [May 01 12:00:00]: short)
 # or a syslog line of slurmctld; a file that also has kernel Xid lines is read as a kernel log (a
 # drain reason may say "Xid 79", a kernel line says "Xid (PCI:0000:18:00): 79").
 _SLURMCTLD_LINE = re.compile(
-    r"^\[\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?\] |\bslurmctld(?:\[\d+\])?: ",
+    r"^\[(?:\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
+    r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{2} \d{2}:\d{2}:\d{2})\] "
+    r"|\bslurmctld(?:\[\d+\])?: ",
     re.M,
 )
 
