@@ -94,7 +94,8 @@ def test_log_pairs_reason_with_state_and_kill_with_outage(con, write, sql):
     assert detect_format(path) == "slurmctld"
     [s] = ingest_files(con, [path])
     # ingested: DOWN, kill, gpu-002 pair, gpu-003 pair; duplicates: the state line of each pair
-    assert (s.rows_read, s.rows_ingested, s.rows_duplicate, s.rows_rejected, s.rows_ignored) == (10, 4, 2, 0, 4)
+    counts = (s.rows_read, s.rows_ingested, s.rows_duplicate, s.rows_rejected, s.rows_ignored)
+    assert counts == (10, 4, 2, 0, 4)
     got = sql("SELECT line, node_id, category, job_id, message FROM events ORDER BY line")
     assert got == [
         (2, "gpu-001", "Not responding", None, "error: Nodes gpu-001 not responding, setting DOWN"),
@@ -117,7 +118,8 @@ def test_log_pairs_reason_with_state_and_kill_with_outage(con, write, sql):
         ),
     ]
     # the kill merges into the outage's incident, which names the job
-    assert sql("SELECT node_id, events, job_id FROM incidents WHERE node_id = 'gpu-001'") == [("gpu-001", 2, "48")]
+    incident = sql("SELECT node_id, events, job_id FROM incidents WHERE node_id = 'gpu-001'")
+    assert incident == [("gpu-001", 2, "48")]
 
 
 def test_hostlists_expand_and_bad_lines_are_rejected(con, write, sql):
@@ -140,9 +142,10 @@ def test_hostlists_expand_and_bad_lines_are_rejected(con, write, sql):
 
 
 def test_hostile_reason_text_is_kept_verbatim(con, write, sql):
-    reasons = ["it's \"x\"", "\x1b[2J\x1b[31mred", "<img src=x onerror=alert(1)>", "y" * 5000]
+    reasons = ['it\'s "x"', "\x1b[2J\x1b[31mred", "<img src=x onerror=alert(1)>", "y" * 5000]
     text = "".join(
-        f"[2024-05-01T12:00:0{i}.000] update_node: node n{i} reason set to: {r}\n" for i, r in enumerate(reasons)
+        f"[2024-05-01T12:00:0{i}.000] update_node: node n{i} reason set to: {r}\n"
+        for i, r in enumerate(reasons)
     )
     ingest_files(con, [write("slurmctld.log", text)], fmt="slurmctld")
     assert [r[0] for r in sql("SELECT category FROM events ORDER BY node_id")] == reasons
@@ -166,9 +169,8 @@ def test_syslog_years_crlf_gzip_truncation_and_reingest(con, write, sql):
     [d] = ingest_files(con, [write("copy.log", text)], fmt="slurmctld", year=2023)
     assert (d.rows_ingested, d.rows_duplicate) == (0, 2)
     [t] = ingest_files(con, [write("cut.log.gz", data[:-25])], fmt="slurmctld", year=2023)
-    assert t.rows_rejected == 1 and sum((t.rows_ingested, t.rows_duplicate, t.rows_rejected, t.rows_ignored)) == (
-        t.rows_read
-    )
+    assert t.rows_rejected == 1
+    assert t.rows_ingested + t.rows_duplicate + t.rows_rejected + t.rows_ignored == t.rows_read
 
 
 INVENTORY = """cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to
