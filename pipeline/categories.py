@@ -99,9 +99,19 @@ SYNONYMS: dict[str, FailureCategory] = {
     **{name: FailureCategory.STORAGE for name in ("Disk", "SSD", "NVMe", "Filesystem", "Lustre")},
     **{name: FailureCategory.FACILITIES for name in ("Power", "Cooling", "Power Outage", "UPS")},
     **{name: FailureCategory.SOFTWARE for name in ("Driver", "Kernel", "Software Bug", "OS")},
+    # reasons Slurm itself sets when it drains or downs a node (SchedMD/slurm: "Kill task failed" is
+    # ESLURMD_KILL_TASK_FAILED in src/common/slurm_errno.c; "Not responding" in
+    # src/slurmctld/ping_nodes.c; "Node unexpectedly rebooted" in slurmctld's node_mgr.c)
+    **{name: FailureCategory.SOFTWARE for name in ("Kill task failed", "Prolog error", "Epilog error")},
+    "Node unexpectedly rebooted": FailureCategory.HOST,
     **{
         name: FailureCategory.UNDETERMINED
         for name in ("unavailable", "unknown", "N/A", "none", "not determined")
+    },
+    # a node that stopped answering, or a bare Slurm state with no reason: the cause is not known
+    **{
+        name: FailureCategory.UNDETERMINED
+        for name in ("Not responding", "DOWN", "DRAIN", "DRAINED", "FAIL", "NO_RESPOND")
     },
 }
 

@@ -7,19 +7,19 @@ run leaves the warehouse as it was before that file.
 Tables
 ------
 ingested_files  one row per input file committed: path, sha256, size, kind (incidents, inventory,
-                xid_log, jobs), format, line counts (read = ingested + duplicate + rejected +
+                xid_log, jobs, node_events), format, line counts (read = ingested + duplicate + rejected +
                 ignored, where ignored lines are ordinary log lines that carry no fault).
 events          every accepted raw event (a canonical incident row, one XID line ...), keyed by
                 content (``event_key``). Columns: time, cluster, node, category, interrupting,
                 gpu_index, job_id, message, resolved time; ``xid`` (NVIDIA Xid or SXid code),
                 ``pci_bus_id`` (``0000:18:00``: identifies the GPU when no gpu_index mapping is
-                known), ``source_format`` (canonical, kernel-log). XID lines whose node's cluster is
-                not known at ingest carry cluster_id ``UNKNOWN_CLUSTER``; the rebuild resolves it
-                from the inventory. ``category`` is the source's text; ``failure_class`` (a
-                FailureCategory value) and ``interrupting`` come from the taxonomy
-                (:mod:`pipeline.ingest.taxonomy`), ``source_interrupting`` is the source's own flag
-                (an Xid's catalog entry; NULL: none); ``attributes`` (JSON) holds a canonical row's
-                extra columns.
+                known), ``source_format`` (canonical, kernel-log, slurm-events, slurmctld). XID
+                and slurmctld lines whose node's cluster is not known at ingest carry cluster_id
+                ``UNKNOWN_CLUSTER``; the rebuild resolves it from the inventory. ``category`` is
+                the source's text; ``failure_class`` (a FailureCategory value) and ``interrupting``
+                come from the taxonomy (:mod:`pipeline.ingest.taxonomy`), ``source_interrupting``
+                is the source's own flag (an Xid's catalog entry; NULL: none); ``attributes``
+                (JSON) holds a canonical row's extra columns.
 incidents       events collapsed per node and fault (category + GPU, the GPU being gpu_index or
                 else pci_bus_id) within a window; rates are computed on these. ``incident_id`` is
                 derived from the incident's content (node, fault, first event time), so it does not

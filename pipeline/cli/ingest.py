@@ -38,6 +38,13 @@ Formats (auto-detected from the name or the first lines, or --format); any may b
   sacct       sacct -P (--parsable2) with its header, any column order; needs JobID,State,Start,End,NodeList
               JobID|JobName|State|Start|End|ElapsedRaw|NNodes|NodeList
               881204|pretrain-7b|NODE_FAIL|2024-03-01T10:00:03|2024-03-01T13:12:44|11561|4|gpu-[001-004]
+  slurm-events  sacctmgr -P show event (node events, header kept): DOWN/DRAIN/FAIL become events
+              with the Reason as category; TimeEnd Unknown = still out of service
+              Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User
+              tiger|gpu-017|2024-05-01T12:00:00|Unknown|DRAIN|Xid 79|root(0)
+  slurmctld   slurmctld log lines: Nodes ... not responding, setting DOWN; update_node: node ...
+              reason/state set to ...; Killing JobId=... on failed node ...; other lines ignored
+              [2024-05-01T12:00:00.123] error: Nodes gpu-[017-018] not responding, setting DOWN
 
 \b
 Public failure data sets (only with --format; incidents AND inventory from one file, see

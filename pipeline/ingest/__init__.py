@@ -2,7 +2,9 @@
 
 Formats (auto-detected, or named with ``fmt``): canonical incidents/inventory ``csv``, ``jsonl``,
 ``parquet`` (:mod:`.canonical`); NVIDIA XID lines in kernel logs, ``kernel-log`` (:mod:`.kernel_log`,
-codes mapped by :mod:`.xid`); Slurm ``sacct`` parsable output (:mod:`.sacct`); public data sets
+codes mapped by :mod:`.xid`); Slurm ``sacct`` parsable output (:mod:`.sacct`), node events
+``slurm-events`` (``sacctmgr show event -P``, :mod:`.slurm_events`) and ``slurmctld`` log lines
+(:mod:`.slurmctld`); public data sets
 ``lanl``, ``titan``, ``bgl`` (named only, :mod:`pipeline.datasets.load`). Any may be ``.gz``.
 
 Rules that every reader follows:
@@ -45,10 +47,12 @@ from pipeline.ingest.common import FileSummary, InputError, checked_timezone, sh
 from pipeline.ingest.kernel_log import ingest_kernel_log
 from pipeline.ingest.lines import BOM, MAX_DECOMPRESSED_BYTES, head_text, is_gzip
 from pipeline.ingest.sacct import ingest_sacct
+from pipeline.ingest.slurm_events import ingest_slurm_events
+from pipeline.ingest.slurmctld import ingest_slurmctld
 from pipeline.ingest.taxonomy import parse_category_map
 
 DATASET_FORMATS = ("lanl", "titan", "bgl")
-FORMATS = (*TABLE_FORMATS, "kernel-log", "sacct", *DATASET_FORMATS)
+FORMATS = (*TABLE_FORMATS, "kernel-log", "sacct", "slurm-events", "slurmctld", *DATASET_FORMATS)
 
 __all__ = [
     "expand_pattern",
@@ -76,6 +80,19 @@ _LOG_LINE = re.compile(
     r"^(?:\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}|[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} |\[)|Xid", re.M
 )
 
+# Slurm's own log prefix ([2024-05-01T12:00:00.123]: LogTimeFormat iso8601[_ms], rfc5424, rfc3339;
+# [May 01 12:00:00]: short)
+# or a syslog line of slurmctld; a file that also has kernel Xid lines is read as a kernel log (a
+# drain reason may say "Xid 79", a kernel line says "Xid (PCI:0000:18:00): 79").
+_SLURMCTLD_LINE = re.compile(
+    r"^\[(?:\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
+    r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{2} \d{2}:\d{2}:\d{2})\] "
+    r"|\bslurmctld(?:\[\d+\])?: ",
+    re.M,
+)
+
+_KERNEL_XID = re.compile(r"Xid \((?:PCI:)?[0-9A-Fa-f]{4}:")
+
 
 def expand_pattern(pattern: str) -> list[Path]:
     """The files a path or glob names (``**`` recursive), each once by real path: a symlink loop
@@ -101,12 +118,17 @@ def detect_format(path: Path) -> str:
             return "parquet"
     head = head_text(path).removeprefix(BOM)
     first = next((line for line in head.splitlines() if line.strip()), "")
-    if "|" in first and "jobid" in first.lower().split("|"):
+    columns = {c.strip() for c in first.lower().split("|")}
+    if "|" in first and {"nodename", "timestart"} <= columns:
+        return "slurm-events"
+    if "|" in first and "jobid" in columns:
         return "sacct"
     if {"node_id", "cluster_id", "timestamp"} & {c.strip().strip('"') for c in first.lower().split(",")}:
         return "csv"
     if first.lstrip().startswith("{"):
         return "jsonl"
+    if not _KERNEL_XID.search(head) and _SLURMCTLD_LINE.search(head):
+        return "slurmctld"
     if _LOG_LINE.search(head):
         return "kernel-log"
     raise InputError(
@@ -169,6 +191,27 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
 
                 summary = ingest_dataset(
                     con, path, sha=sha, fmt=fmt, timezone=options["timezone"], progress=progress
+                )
+            elif fmt == "slurm-events":
+                summary = ingest_slurm_events(
+                    con,
+                    path,
+                    sha=sha,
+                    cluster=options["cluster"],
+                    progress=progress,
+                    max_decompressed_bytes=options["max_decompressed_bytes"],
+                    block_bytes=options["block_bytes"],
+                )
+            elif fmt == "slurmctld":
+                summary = ingest_slurmctld(
+                    con,
+                    path,
+                    sha=sha,
+                    cluster=options["cluster"],
+                    year=options["year"],
+                    progress=progress,
+                    max_decompressed_bytes=options["max_decompressed_bytes"],
+                    block_bytes=options["block_bytes"],
                 )
             else:
                 summary = ingest_sacct(

@@ -18,6 +18,8 @@ import math
 import re
 from collections.abc import Iterable
 
+import polars as pl
+
 _ITEM = re.compile(r"(?:[^,\[\]]|\[[^\[\]]*\])+")
 _RANGE = re.compile(r"(\d{1,18})(?:-(\d{1,18}))?")  # longer numbers are no host names (and int() refuses)
 MAX_HOSTS = 1_000_000
@@ -104,3 +106,20 @@ def compress(hosts: Iterable[str]) -> str:
         spec = ",".join(low if low == high else f"{low}-{high}" for low, high in ranges)
         items.append(f"{prefix}[{spec}]{suffix}")
     return ",".join(items)
+
+
+def expand_frame(values: pl.Series) -> pl.DataFrame:
+    """Each distinct hostlist of ``values`` once: columns ``values.name`` (the expression),
+    ``nodes`` (its hosts) and ``hostlist_error`` (why it cannot be expanded, else null). A log
+    repeats a few hostlists many times, so expanding per distinct value is what keeps it cheap."""
+    rows = []
+    for value in values.drop_nulls().unique().to_list():
+        try:
+            rows.append((value, expand(value), None))
+        except HostlistError as exc:
+            rows.append((value, None, str(exc)))
+    return pl.DataFrame(
+        rows,
+        schema={values.name: pl.String, "nodes": pl.List(pl.String), "hostlist_error": pl.String},
+        orient="row",
+    )

@@ -103,33 +103,41 @@ def _month(expr: pl.Expr) -> pl.Expr:
     return expr.replace_strict(MONTHS, default=None, return_dtype=pl.Int32)
 
 
-def _parse_batch(
-    frame: pl.DataFrame, carry: tuple[int | None, int], node: str | None, bus_order: Mapping[str, int]
-) -> tuple[pl.DataFrame, tuple[int | None, int]]:
-    """Relevant lines of one batch, parsed; ``carry`` is (last syslog month, New Years so far)."""
+def year_offsets(
+    frame: pl.DataFrame, carry: tuple[int | None, int], prefix: str = ""
+) -> tuple[pl.Series, tuple[int | None, int]]:
+    """New Years passed before each line of a batch (see the module docstring), for lines dated
+    ``Mon DD hh:`` after the regex ``prefix``; ``carry`` is (last syslog month, New Years so far)
+    from the batches before and is returned updated."""
     last_month, offset = carry
     dated = frame.select(
-        pl.col("line"),
         # a regex match test and a 3-character lookup: much faster than a regex extract on every line
-        month=pl.when(pl.col("text").str.contains(rf"^{_MON}\s+\d{{1,2}}\s+\d{{2}}:")).then(
-            _month(pl.col("text").str.head(3))
+        month=pl.when(pl.col("text").str.contains(rf"^{prefix}{_MON}\s+\d{{1,2}}\s+\d{{2}}:")).then(
+            _month(pl.col("text").str.strip_chars_start("[").str.head(3))
         ),
-        relevant=pl.col("text").str.contains("Xid", literal=True) | pl.col("truncated"),
     ).with_columns(previous=pl.col("month").forward_fill().shift(1).fill_null(pl.lit(last_month, pl.Int32)))
-    dated = dated.with_columns(
-        year_offset=offset
+    year_offset = dated.select(
+        offset
         + ((pl.col("previous") - pl.col("month") >= 6) & pl.col("month").is_not_null())
         .fill_null(False)
         .cast(pl.Int32)
         .cum_sum()
-    )
+    ).to_series()
     months = dated["month"].drop_nulls()
     new_carry = (
         months[-1] if months.len() else last_month,
-        int(dated["year_offset"][-1]) if dated.height else offset,
+        int(year_offset[-1]) if frame.height else offset,
     )
+    return year_offset, new_carry
 
-    rel = frame.filter(dated["relevant"]).with_columns(year_offset=dated.filter("relevant")["year_offset"])
+
+def _parse_batch(
+    frame: pl.DataFrame, carry: tuple[int | None, int], node: str | None, bus_order: Mapping[str, int]
+) -> tuple[pl.DataFrame, tuple[int | None, int]]:
+    """Relevant lines of one batch, parsed; ``carry`` is (last syslog month, New Years so far)."""
+    year_offset, new_carry = year_offsets(frame, carry)
+    relevant = frame["text"].str.contains("Xid", literal=True) | frame["truncated"]
+    rel = frame.filter(relevant).with_columns(year_offset=year_offset.filter(relevant))
     parts = rel.with_columns(
         pl.col("text").str.extract_groups(_ISO).alias("iso"),
         pl.col("text").str.extract_groups(_BSD).alias("bsd"),
@@ -222,7 +230,7 @@ WHERE line IN (SELECT min(line) FROM xid_parsed s
 """
 
 
-def _base_year(path: Path, year: int | None, last: tuple[int | None, int], summary: FileSummary) -> int:
+def syslog_base_year(path: Path, year: int | None, last: tuple[int | None, int], summary: FileSummary) -> int:
     """The year of the first syslog line (see the module docstring) and a note saying so."""
     last_month, rollovers = last
     if year is not None:
@@ -289,7 +297,7 @@ def ingest_kernel_log(
         carry, any_syslog, bad_ignored = _stage_lines(
             path, staged_path, summary, node, bus_order, progress, max_decompressed_bytes, block_bytes
         )
-        base_year = _base_year(path, year, carry, summary) if any_syslog else 0
+        base_year = syslog_base_year(path, year, carry, summary) if any_syslog else 0
         with registered(con, "xid_catalog", xid_catalog.catalog_frame()):
             con.execute(
                 _STAGE,

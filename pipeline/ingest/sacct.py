@@ -47,6 +47,17 @@ _SCHEMA = {
 }
 
 
+def slurm_time(column: str) -> str:
+    """SQL for a Slurm time field as printed by ``slurm_make_time_str`` (src/common/parse_time.c):
+    ``%FT%T`` in the session time zone, epoch seconds with ``SLURM_TIME_FORMAT=%s``, or ``Unknown``
+    (0 or INFINITE) / ``None`` (NO_VAL), which are NULL. ``column`` must be a trusted SQL name."""
+    return (
+        f"CASE WHEN {column} IN ('', 'Unknown', 'None') THEN NULL "
+        f"WHEN regexp_full_match({column}, '[0-9]+') THEN to_timestamp(CAST({column} AS BIGINT)) "
+        f"ELSE TRY_CAST({column} AS TIMESTAMPTZ) END"
+    )
+
+
 def _header(path: Path, frame: pl.DataFrame) -> tuple[str, dict[str, int], int]:
     """The header line, a lower-case column -> position map, and the expected field count."""
     first = frame.filter(pl.col("text").str.strip_chars() != "").head(1)
@@ -61,20 +72,6 @@ def _header(path: Path, frame: pl.DataFrame) -> tuple[str, dict[str, int], int]:
             "sacct -P -o JobID,JobName,State,Start,End,ElapsedRaw,NNodes,NodeList (header kept)"
         )
     return header, {n: i for i, n in enumerate(names)}, len(names)
-
-
-def _expand_hostlists(values: pl.Series) -> pl.DataFrame:
-    rows = []
-    for value in values.drop_nulls().unique().to_list():
-        try:
-            rows.append((value, hostlist.expand(value), None))
-        except hostlist.HostlistError as exc:
-            rows.append((value, None, str(exc)))
-    return pl.DataFrame(
-        rows,
-        schema={"nodelist": pl.String, "nodes": pl.List(pl.String), "hostlist_error": pl.String},
-        orient="row",
-    )
 
 
 def _parse_batch(frame: pl.DataFrame, header: str, columns: dict[str, int], trailing: bool) -> pl.DataFrame:
@@ -104,19 +101,15 @@ def _parse_batch(frame: pl.DataFrame, header: str, columns: dict[str, int], trai
             for c in (*REQUIRED, *OPTIONAL)
         ],
     )
-    return fields.join(_expand_hostlists(fields["nodelist"]), on="nodelist", how="left").cast(_SCHEMA)
+    return fields.join(hostlist.expand_frame(fields["nodelist"]), on="nodelist", how="left").cast(_SCHEMA)
 
 
-_STAGE = """
+_STAGE = f"""
 CREATE OR REPLACE TEMP TABLE jobs_parsed AS
 WITH typed AS (
     SELECT *,
-           CASE WHEN start IN ('', 'Unknown', 'None') THEN NULL
-                WHEN regexp_full_match(start, '[0-9]+') THEN to_timestamp(CAST(start AS BIGINT))
-                ELSE TRY_CAST(start AS TIMESTAMPTZ) END AS start_ts,
-           CASE WHEN "end" IN ('', 'Unknown', 'None') THEN NULL
-                WHEN regexp_full_match("end", '[0-9]+') THEN to_timestamp(CAST("end" AS BIGINT))
-                ELSE TRY_CAST("end" AS TIMESTAMPTZ) END AS end_ts,
+           {slurm_time("start")} AS start_ts,
+           {slurm_time('"end"')} AS end_ts,
            TRY_CAST(nullif(nnodes, '') AS INTEGER) AS nnodes_int,
            upper(split_part(state, ' ', 1)) AS state_word,
            nullif(cluster, '') AS cluster_name
@@ -147,7 +140,7 @@ SELECT *,
                  + TRY_CAST(regexp_extract(elapsed, '(\\d+):(\\d+):(\\d+)$', 3) AS DOUBLE)) / 3600,
                 epoch(end_ts - start_ts) / 3600) AS elapsed_hours
 FROM typed
-"""
+"""  # noqa: S608 - slurm_time() of fixed column names
 
 # Newest line of a job wins (a later export sees the final state); rows identical to a stored one
 # are duplicates, rows that differ replace it.

@@ -1,0 +1,252 @@
+"""Slurm node events (``sacctmgr show event -P``, or ``-p`` with a trailing ``|``) -> ``events``.
+
+Source: SchedMD/slurm src/sacctmgr/event_functions.c (``sacctmgr_list_event``) and
+src/sacctmgr/common.c (column names). The header line names the columns, in any order (export
+without ``-n``/``--noheader``); ``Format=`` chooses them, the default being
+``Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User``. Needed: NodeName, TimeStart, State;
+used when present: TimeEnd, Reason, User, Cluster, Event. Times are printed by
+``slurm_make_time_str`` (src/common/parse_time.c): ``%FT%T`` in the exporting host's time zone (give
+it with ``timezone``), epoch seconds with ``SLURM_TIME_FORMAT=%s``; ``Unknown`` is an unset time, so
+a TimeEnd of ``Unknown`` (or empty) is an open event: the node is still out of service.
+
+State is ``node_state_string_compact`` (src/common/slurm_protocol_defs.c): a base word plus flag
+characters (``DOWN*``: not responding, ``DRAIN$``: maintenance ...). The outage states are
+:data:`OUTAGE_STATES` (DOWN; DRAIN, DRNG = draining, and the long forms DRAINED, DRAINING; FAIL,
+FAILG = failing, FAILING); each such event becomes one event row per node of NodeName (a hostlist,
+expanded): timestamp = TimeStart, resolved_at = TimeEnd, category = the Reason verbatim (the
+state's base word when the reason is empty; the taxonomy is applied centrally, never here), message
+= state, reason and ``set by USER``.
+
+Ignored lines (counted, not rejected): blank lines, repeated header lines, cluster events (Event
+``Cluster`` or no NodeName: a cluster's CPU count changed, no node failed) and node events in
+other states (IDLE, MAINT, reservation states ...). A Reason that contains ``|`` yields more fields
+than the header: the extra fields are joined back into the Reason (the only free-text column).
+
+Event key: (reader, cluster, UTC start, node, category). A later export of the same event that now
+has a TimeEnd fills in ``resolved_at`` of the stored event (the line counts as ingested); otherwise
+the line is a duplicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+
+from pipeline.ingest import hostlist
+from pipeline.ingest.common import FileSummary, InputError, account_lines, count, register_file, registered
+from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, read_lines
+from pipeline.ingest.sacct import slurm_time
+from pipeline.warehouse import UNKNOWN_CLUSTER
+
+REQUIRED = ("nodename", "timestart", "state")
+OPTIONAL = ("timeend", "reason", "user", "cluster", "event")
+OUTAGE_STATES = ("DOWN", "DRAIN", "DRNG", "DRAINED", "DRAINING", "FAIL", "FAILG", "FAILING")
+FORMAT = "slurm-events"
+
+_SCHEMA = {
+    "line": pl.Int64,
+    "text": pl.String,
+    "bad_utf8": pl.Boolean,
+    "truncated": pl.Boolean,
+    "fields": pl.Int32,
+    **{c: pl.String for c in (*REQUIRED, *OPTIONAL)},
+    "state_base": pl.String,
+    "nodes": pl.List(pl.String),
+    "hostlist_error": pl.String,
+}
+
+
+def state_base(state: pl.Expr) -> pl.Expr:
+    """The outage word of a Slurm node state (``DOWN*`` -> DOWN, ``IDLE+DRAIN`` -> DRAIN), else
+    null: flag characters (``*$@#~!%^+``) stripped, each ``+``-joined part tried in turn."""
+    words = state.str.to_uppercase().str.split("+").list.eval(pl.element().str.strip_chars("*$@#~!%^ "))
+    return words.list.eval(pl.element().filter(pl.element().is_in(OUTAGE_STATES))).list.first()
+
+
+def _header(path: Path, frame: pl.DataFrame) -> tuple[str, dict[str, int], int]:
+    first = frame.filter(pl.col("text").str.strip_chars() != "").head(1)
+    if first.height == 0:
+        raise InputError(f"{path}: no header line; export sacctmgr events without -n/--noheader")
+    header = first["text"][0]
+    names = [n.strip().lower() for n in header.removesuffix("|").split("|")]
+    missing = [c for c in REQUIRED if c not in names]
+    if missing:
+        raise InputError(
+            f"{path}:{first['line'][0]}: sacctmgr event header lacks {missing}; export with sacctmgr -P "
+            "show event Format=Cluster,NodeName,TimeStart,TimeEnd,State,Reason,User (header kept)"
+        )
+    return header, {n: i for i, n in enumerate(names)}, len(names)
+
+
+def _parse_batch(frame: pl.DataFrame, header: str, columns: dict[str, int], expected: int) -> pl.DataFrame:
+    trailing = header.endswith("|")
+    text = pl.col("text").str.strip_suffix("|") if trailing else pl.col("text")
+    split = frame.with_columns(parts=text.str.split("|")).with_columns(
+        fields=pl.col("parts").list.len().cast(pl.Int32)
+    )
+    reason_at = columns.get("reason")
+    # fields past the header's count belong to a Reason that contains '|'
+    extra = (pl.col("fields") - expected).clip(lower_bound=0) if reason_at is not None else pl.lit(0)
+
+    def field(name: str) -> pl.Expr:
+        if name not in columns:
+            return pl.lit(None, pl.String)
+        at = columns[name]
+        if name == "reason":
+            return pl.col("parts").list.slice(at, extra + 1).list.join("|").str.strip_chars()
+        index = pl.lit(at) + extra if reason_at is not None and at > reason_at else pl.lit(at)
+        return pl.col("parts").list.get(index, null_on_oob=True).str.strip_chars()
+
+    fields = split.select(
+        "line",
+        "text",
+        "bad_utf8",
+        "truncated",
+        pl.col("fields") - extra,
+        *[field(c).alias(c) for c in (*REQUIRED, *OPTIONAL)],
+    ).with_columns(state_base=state_base(pl.col("state")))
+    cluster_event = (pl.col("nodename").fill_null("x") == "") | (
+        pl.col("event").str.to_lowercase().fill_null("") == "cluster"
+    )
+    other_state = (pl.col("state").fill_null("") != "") & pl.col("state_base").is_null()
+    keep = fields.filter(
+        pl.col("truncated")
+        | (pl.col("text").str.strip_chars() != "")
+        & (pl.col("text") != header)
+        & ~cluster_event
+        & ~(other_state & (pl.col("fields") == expected))
+    )
+    return keep.join(hostlist.expand_frame(keep["nodename"]), on="nodename", how="left").cast(_SCHEMA)
+
+
+_STAGE = f"""
+CREATE OR REPLACE TEMP TABLE slurm_events_parsed AS
+WITH typed AS (
+    SELECT *, {slurm_time("timestart")} AS start_ts, {slurm_time("timeend")} AS end_ts
+    FROM slurm_events_lines
+)
+SELECT *,
+       CASE
+         WHEN truncated THEN 'truncated .gz: the compressed stream ends here; copy the file again'
+         WHEN bad_utf8 THEN 'line is not valid UTF-8 (undecodable bytes shown as U+FFFD); fix the encoding'
+         WHEN fields <> $fields THEN 'expected ' || $fields || ' |-separated fields like the header, found '
+                                    || fields
+         WHEN state IS NULL OR state = '' THEN 'State is empty'
+         WHEN start_ts IS NULL THEN 'TimeStart ' || coalesce(timestart, '') || ' is not a time '
+                                    || '(ISO 8601 or epoch seconds)'
+         WHEN end_ts IS NULL AND coalesce(timeend, '') NOT IN ('', 'Unknown', 'None')
+           THEN 'TimeEnd ' || timeend || ' is not a time (ISO 8601 or epoch seconds)'
+         WHEN end_ts < start_ts THEN 'TimeEnd is before TimeStart'
+         WHEN hostlist_error IS NOT NULL THEN hostlist_error
+       END AS reason_rejected
+FROM typed
+"""  # noqa: S608 - slurm_time() of fixed column names
+
+# One row per node. interrupting = true is the source's own flag (every outage state takes the node
+# from its jobs): the taxonomy step (pipeline.ingest.taxonomy) keeps it as source_interrupting, and
+# only the user's --category-map / [categories] entry overrides it.
+_NODES = """
+CREATE OR REPLACE TEMP TABLE slurm_events_nodes AS
+WITH per_node AS (
+    SELECT line, timezone('UTC', start_ts) AS ts, timezone('UTC', end_ts) AS resolved,
+           coalesce(nullif(cluster, ''), $cluster) AS cluster_id, unnest(nodes) AS node_id,
+           coalesce(nullif(reason, ''), state_base) AS category, true AS interrupting,
+           concat_ws(' ', state || ':', nullif(reason, ''),
+                     '(set by ' || nullif(user, '') || ')') AS message
+    FROM slurm_events_parsed WHERE reason_rejected IS NULL
+)
+SELECT *, md5(concat_ws(chr(31), $format, cluster_id, CAST(ts AS VARCHAR), node_id, category)) AS event_key
+FROM per_node
+"""
+
+# Lines that add an event (the first line of each new key) or close a stored open one.
+_STATUS = """
+CREATE OR REPLACE TEMP TABLE slurm_events_status AS
+SELECT n.*,
+       CASE WHEN e.event_key IS NULL
+                 AND line = min(line) OVER (PARTITION BY n.event_key) THEN 'new'
+            WHEN e.event_key IS NOT NULL AND e.resolved_at_utc IS NULL AND n.resolved IS NOT NULL
+                 AND line = min(line) FILTER (WHERE n.resolved IS NOT NULL)
+                            OVER (PARTITION BY n.event_key) THEN 'resolves'
+       END AS status
+FROM slurm_events_nodes n
+LEFT JOIN (SELECT DISTINCT ON (event_key) event_key, resolved_at_utc FROM events) e
+       ON e.event_key = n.event_key
+"""
+
+_WRITE = """
+UPDATE events SET resolved_at_utc = s.resolved
+FROM slurm_events_status s WHERE s.status = 'resolves' AND events.event_key = s.event_key;
+INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category, interrupting,
+                    gpu_index, job_id, message, resolved_at_utc, xid, pci_bus_id, source_format)
+SELECT event_key, $file_id, line, ts, cluster_id, node_id, category, interrupting,
+       NULL, NULL, message, resolved, NULL, NULL, $format
+FROM slurm_events_status WHERE status = 'new';
+"""
+
+
+def ingest_slurm_events(
+    con,
+    path: Path,
+    *,
+    sha: str,
+    cluster: str | None,
+    progress: Callable[[int], None] | None = None,
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
+    block_bytes: int | None = None,
+) -> FileSummary:
+    """One ``sacctmgr show event -P`` export; the caller holds the transaction and the session
+    time zone. Lines are counted (read = ingested + duplicate + rejected + ignored); a line whose
+    NodeName names several nodes gives one event per node, stated in a note."""
+    summary = FileSummary(str(path), "node_events", FORMAT)
+    file_id = register_file(con, path, sha, "node_events", FORMAT)
+    summary.file_id = file_id
+    with registered(con, "slurm_events_empty", pl.DataFrame(schema=_SCHEMA)):
+        con.execute("CREATE OR REPLACE TEMP TABLE slurm_events_lines AS SELECT * FROM slurm_events_empty")
+    header: tuple[str, dict[str, int], int] | None = None
+    done = 0
+    for batch in read_lines(path, block_bytes, max_decompressed_bytes):
+        summary.rows_read += batch.frame.height
+        if header is None:
+            header = _header(path, batch.frame)
+        # read by SQL as a local variable (replacement scan), freed with the batch
+        events_batch = _parse_batch(batch.frame, *header)  # noqa: F841
+        con.execute("INSERT INTO slurm_events_lines SELECT * FROM events_batch")
+        if progress:
+            progress(batch.bytes_done - done)
+        done = batch.bytes_done
+    if header is None:
+        raise InputError(f"{path}: no lines; export sacctmgr events with their header line")
+    con.execute(_STAGE, {"fields": header[2]})
+    con.execute(_NODES, {"cluster": cluster or UNKNOWN_CLUSTER, "format": FORMAT})
+    con.execute(_STATUS)
+    new_events, lines, resolved, new_lines = con.sql(
+        "SELECT count(*) FILTER (WHERE status = 'new'),"
+        " count(DISTINCT line) FILTER (WHERE status IS NOT NULL),"
+        " count(*) FILTER (WHERE status = 'resolves'), count(DISTINCT line) FILTER (WHERE status = 'new')"
+        " FROM slurm_events_status"
+    ).fetchall()[0]
+    con.execute(_WRITE, {"file_id": file_id, "format": FORMAT})
+    summary.rows_ingested = lines
+    con.execute(
+        "CREATE OR REPLACE TEMP VIEW slurm_events_accounted AS"
+        " SELECT line, text, reason_rejected AS reason FROM slurm_events_parsed"
+    )
+    account_lines(con, file_id, path, summary, "slurm_events_accounted")
+    con.execute("DROP VIEW slurm_events_accounted")
+    if new_events > new_lines:
+        summary.notes.append(f"{new_events} node event(s) from {new_lines} line(s) naming hostlists")
+    if resolved:
+        summary.notes.append(f"{resolved} stored open event(s) closed by a TimeEnd in this export")
+    open_events = count(
+        con, "SELECT count(*) FROM slurm_events_status WHERE status = 'new' AND resolved IS NULL"
+    )
+    if open_events:
+        summary.notes.append(f"{open_events} event(s) still open (TimeEnd Unknown): node out of service")
+    if cluster is None and "cluster" not in header[1]:
+        summary.notes.append("cluster_id not given (--cluster): taken from the inventory by node name")
+    for table in ("slurm_events_status", "slurm_events_nodes", "slurm_events_parsed", "slurm_events_lines"):
+        con.execute(f"DROP TABLE {table}")
+    return summary
