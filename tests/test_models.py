@@ -34,6 +34,7 @@ MODEL_CASES = [
         id="WeibullSizeRegression",
     ),
     pytest.param(lambda: models.TrendTest(), (TREND_TIMES, 1000.0), id="TrendTest"),
+    pytest.param(lambda: models.RepairTimes(), (RNG_DURATIONS, RNG_OBSERVED), id="RepairTimes"),
 ]
 
 

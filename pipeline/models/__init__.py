@@ -7,6 +7,7 @@ One module per family of statistics, re-exported here so callers write ``models.
   failures, MTBF scaling with cluster size, trend tests (formulas and sources in its docstring).
 """
 
+from pipeline.models.repair import RepairTimes, spares_needed
 from pipeline.models.survival import (
     FAMILIES,
     TREND_VERDICTS,
@@ -31,10 +32,12 @@ __all__ = [
     "NelsonAalen",
     "ParametricTBF",
     "PoissonRate",
+    "RepairTimes",
     "TrendTest",
     "WeibullSizeRegression",
     "best_by_aic",
     "cluster_mtbf_hours",
     "fit_families",
     "interruptions_per_day",
+    "spares_needed",
 ]

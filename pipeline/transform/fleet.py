@@ -173,9 +173,14 @@ def failure_rates(
     interrupting_only: bool = True,
     confidence: float = 0.95,
     dispersion: float = 1.0,
+    service: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Failures, exposure and rate per node-hour and per GPU-hour, with exact intervals
     (quasi-Poisson ones with ``dispersion`` > 1, see :func:`poisson_interval`).
+
+    ``service`` (default: ``exposure``) are the intervals that decide which failures count; with
+    the uptime exposure (:func:`pipeline.transform.uptime_intervals`) pass the calendar intervals
+    here, so a failure at the start of its outage counts while the hours divide by uptime.
 
     ``by`` may name exposure keys (cluster_id, node_id, instance_type, size_bucket) and
     ``category``; ``period`` ("day", "week", "month") adds a calendar ``period`` column.
@@ -192,7 +197,7 @@ def failure_rates(
     if period is not None and period not in PERIODS:
         raise ValueError(f"unknown period {period!r}; use one of {', '.join(PERIODS)}")
     exposure_keys = [k for k in by if k != "category"]
-    base_exposure = exposure
+    base_exposure = exposure if service is None else service
     if period:
         exposure = _periodic_exposure(exposure, PERIODS[period])
         exposure_keys.append("period")
