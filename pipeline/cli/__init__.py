@@ -4,7 +4,7 @@ Each module registers its commands on the :data:`main` group; see :mod:`pipeline
 the exit codes and error handling.
 """
 
-from pipeline.cli import ingest, project, report, run, sample, stats  # noqa: F401 - registers commands
+from pipeline.cli import ingest, project, repairs, report, run, sample, stats  # noqa: F401 - registers commands
 from pipeline.cli.common import main
 
 __all__ = ["main"]

@@ -34,6 +34,16 @@ interruption_window_option = click.option(
     "first); 0 counts every incident.",
 )
 
+exposure_option = click.option(
+    "--exposure",
+    "exposure_basis",
+    type=click.Choice(transform.EXPOSURE_BASES),
+    default="uptime",
+    show_default=True,
+    help="Hours at risk: uptime (service time minus known repair downtime; MTBF = uptime / "
+    "failures) or calendar (all service time). Identical when no outage has an end.",
+)
+
 
 @main.command()
 @db_option
@@ -66,6 +76,7 @@ interruption_window_option = click.option(
     "interruptions per job-hour by node count against the node rate.",
 )
 @interruption_window_option
+@exposure_option
 @until_option
 @json_option
 def rates(
@@ -76,13 +87,15 @@ def rates(
     overdispersed: bool,
     view: str,
     interruption_window: float,
+    exposure_basis: str,
     observed_until,
     as_json: bool,
 ) -> None:
     """Failure rates per instance-hour and GPU-hour with exact 95% Poisson intervals.
 
     Interrupting failures are node interruptions (see --interruption-window); --all-categories
-    counts every incident, interrupting or not."""
+    counts every incident, interrupting or not. Exposure is uptime by default (--exposure); the
+    ``exposure_basis`` column says which."""
     con = warehouse.connect(db, read_only=True)
     inventory = warehouse.table(con, "inventory")
     scan = warehouse.scan_incidents(con)
@@ -93,6 +106,7 @@ def rates(
         window_minutes=None if all_categories or not interruption_window else interruption_window,
     )
     exposure = transform.exposure_intervals(inventory, end)
+    at_risk, _ = analysis_mod.rate_exposure(incidents, inventory, exposure, end, exposure_basis)
     if view == "shares":
         frame = transform.category_shares(incidents, exposure, by=[k for k in by if k != "category"])
     elif view == "trend":
@@ -107,12 +121,13 @@ def rates(
         dispersion = max(transform.count_dispersion(incidents, exposure), 1.0) if overdispersed else 1.0
         frame = transform.failure_rates(
             incidents,
-            exposure,
+            at_risk,
             by=list(by),
             period=period,
             interrupting_only=not all_categories,
             dispersion=dispersion,
-        ).with_columns(dispersion=pl.lit(dispersion))
+            service=exposure,
+        ).with_columns(dispersion=pl.lit(dispersion), exposure_basis=pl.lit(exposure_basis))
     frame = frame.with_columns(exposure_estimated=pl.lit(transform.exposure_estimated(inventory)))
     if as_json:
         echo_json(records(frame))
