@@ -503,3 +503,28 @@ def failure_model_for(
     return projection.FailureModel.from_counts(
         total["failures"], total["exposure_node_hours"], f"{label}: rate"
     )
+
+
+SPARE_PROBABILITY = 0.99
+
+
+def spares_for_job(
+    repair: models.RepairTimes,
+    instances: int,
+    rate_per_instance_hour: float,
+    probability: float = SPARE_PROBABILITY,
+) -> dict:
+    """Hot spares for a job of ``instances`` such that a failure finds a free spare with at least
+    ``probability``: nodes in repair ~ Poisson(N * rate * E[repair]) (M/G/inf, see
+    :func:`pipeline.models.spares_needed`), E[repair] the fleet's measured MTTR (a lower bound when
+    the longest repair is still open, ``mttr_restricted``)."""
+    mean_in_repair = instances * rate_per_instance_hour * repair.mean_hours_
+    return {
+        "spares": models.spares_needed(mean_in_repair, probability),
+        "probability": probability,
+        "mean_in_repair": mean_in_repair,
+        "mttr_hours": repair.mean_hours_,
+        "mttr_restricted": repair.mean_restricted_,
+        "instances": instances,
+        "rate_per_instance_hour": rate_per_instance_hour,
+    }

@@ -18,6 +18,8 @@ Formulas and sources (details in docs/projection.md):
 - AWS HyperPod claim (256 instances, 0.05%/instance-hour): automatic recovery cuts training time
   ~32% and saves ~$25M on a 10M GPU-hour job; the default recovery profiles and price
   reproduce it (tests/test_projection.py, docs/projection.md).
+- Measured recovery: without a spare a job waits for the node's repair (the fleet's MTTR); with
+  a spare only for detection and the swap (:func:`measured_recovery`).
 - Monte Carlo: renewal-reward sampling (negative-binomial failure counts, truncated-exponential
   lost work), vectorised over runs with numpy.random.default_rng(seed).
 """
@@ -45,6 +47,7 @@ from .spec import (
     DEFAULT_RECOVERY,
     GPU_PEAK_BF16_FLOPS,
     PRESETS,
+    RECOVERY_SOURCES,
     FailureModel,
     JobSpec,
     RecoveryProfile,
@@ -52,6 +55,7 @@ from .spec import (
     job_spec_for_fleet,
     job_spec_from_mapping,
     load_job_spec,
+    measured_recovery,
     read_job_document,
 )
 
@@ -59,6 +63,7 @@ __all__ = [
     "DEFAULT_RECOVERY",
     "GPU_PEAK_BF16_FLOPS",
     "PRESETS",
+    "RECOVERY_SOURCES",
     "FailureModel",
     "JobSpec",
     "ModeProjection",
@@ -74,6 +79,7 @@ __all__ = [
     "job_spec_for_fleet",
     "job_spec_from_mapping",
     "load_job_spec",
+    "measured_recovery",
     "monte_carlo",
     "project",
     "read_job_document",
