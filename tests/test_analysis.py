@@ -10,9 +10,9 @@ import math
 from datetime import timedelta
 
 import polars as pl
-from polars.testing import assert_frame_equal
 import pytest
 from click.testing import CliRunner
+from polars.testing import assert_frame_equal
 
 from pipeline import analysis, ingest, models, sample, transform, warehouse
 from pipeline.cli import main

@@ -136,9 +136,9 @@ def outages(
             _hours(pl.min_horizontal(pl.col("end_utc").fill_null(until), until), pl.col("start_utc"))
         ),
         resolved=pl.col("end_utc").is_not_null() & (pl.col("end_utc") <= until),
-        downtime_hours=_hours(pl.min_horizontal(pl.col("end_utc"), until), pl.col("start_utc")).fill_null(
-            0.0
-        ),
+        downtime_hours=pl.when(pl.col("end_utc").is_not_null())
+        .then(_hours(pl.min_horizontal(pl.col("end_utc"), until), pl.col("start_utc")))
+        .otherwise(0.0),
     ).drop("_later")
 
 
