@@ -11,6 +11,8 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
+from pipeline import models
+from pipeline import sample as sample_mod
 from pipeline.cli import main
 from pipeline.sample import FleetSpec
 
@@ -162,3 +164,31 @@ def test_out_of_memory_is_one_line_with_the_setting_to_change(tmp_path, monkeypa
     assert result.exit_code == 1
     assert result.output.startswith("failcast: DuckDB ran out of memory (Out of Memory Error")
     assert advice in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_repairs_recover_the_samples_repair_median_and_project_shows_spares(sample_db) -> None:
+    payload = json.loads(invoke("repairs", "--db", str(sample_db), "--by", "category", "--json").output)
+    total = payload["total"]
+    assert (
+        total["repair_hours_p50_ci_low"]
+        <= sample_mod.REPAIR_MEDIAN_HOURS
+        <= total["repair_hours_p50_ci_high"]
+    )
+    assert sum(g["outages"] for g in payload["groups"]) == total["outages"]
+    assert 0.9 < total["availability"] < 1
+    text = invoke("repairs", "--db", str(sample_db)).output
+    assert text.startswith(f"{total['outages']:,} outages")
+    calendar = json.loads(invoke("rates", "--db", str(sample_db), "--exposure", "calendar", "--json").output)
+    uptime = json.loads(invoke("rates", "--db", str(sample_db), "--json").output)
+    assert [r["failures"] for r in uptime] == [r["failures"] for r in calendar]
+    assert all(
+        u["exposure_node_hours"] < c["exposure_node_hours"] for u, c in zip(uptime, calendar, strict=True)
+    )
+    assert {r["exposure_basis"] for r in uptime} == {"uptime"}
+    args = ["project", "--db", str(sample_db), "--instances", "64", "--gpu-hours", "1e5"]
+    args += ["--price-per-gpu-hour", "2", "--monte-carlo-runs", "0", "--recovery", "measured", "--json"]
+    project = json.loads(invoke(*args).output)
+    assert project["spec"]["recovery"]["manual"]["replace_hours"] == pytest.approx(total["mttr_hours"])
+    assert project["spares"]["spares"] == models.spares_needed(
+        64 * project["spec"]["failure"]["rate_per_instance_hour"] * total["mttr_hours"]
+    )

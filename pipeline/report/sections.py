@@ -13,7 +13,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.analysis import FleetAnalysis
-from pipeline.report import charts, comparisons, drivers
+from pipeline.report import charts, comparisons, drivers, repairs
 from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_chart, size_sweep_chart
 
 
@@ -127,6 +127,37 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             note=_scaling_note(analysis),
         ),
         _job_section(analysis),
+        *repair_sections(analysis),
+    ]
+
+
+def repair_sections(analysis: FleetAnalysis) -> list[Section]:
+    title = "Outages and repair: how long nodes stay down"
+    if not repairs.has_repairs(analysis):
+        return [
+            Section(
+                "repair-times",
+                title,
+                None,
+                note="No outage has an end (no resolved_at, no return in the inventory): repair times, "
+                "downtime and availability need them.",
+            )
+        ]
+    return [
+        Section(
+            "repair-times",
+            title,
+            repairs.repair_curve_chart(analysis),
+            repairs.availability_table(analysis),
+            note=repairs.repair_note(analysis),
+        ),
+        Section(
+            "downtime-causes",
+            "Top downtime causes",
+            None,
+            repairs.downtime_causes(analysis),
+            note="Node-hours of known downtime (outage start to end, within the window) by root cause.",
+        ),
     ]
 
 
