@@ -9,7 +9,7 @@ import polars as pl
 
 from pipeline import models
 from pipeline.analysis import FleetAnalysis, repair_summary
-from pipeline.report.charts import WIDTH, downsample
+from pipeline.report.charts import MAX_CURVE_POINTS, WIDTH, downsample
 
 TOP_CAUSES = 10
 
@@ -31,7 +31,10 @@ def repair_curve_chart(analysis: FleetAnalysis) -> alt.Chart:
         curve = pl.DataFrame(
             {"hours": np.maximum(fit.timeline_hours_, 0.1), "unrepaired": fit.survival_, "group": label}
         )
-        frames.append(downsample(curve))
+        frames.append(curve)
+    # one budget of points for all curves, so the embedded data stays bounded
+    per_curve = max(MAX_CURVE_POINTS // len(frames), 2)
+    frames = [downsample(curve, per_curve) for curve in frames]
     data = pl.concat(frames).to_pandas()
     return (
         alt.Chart(data)
