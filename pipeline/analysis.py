@@ -56,6 +56,10 @@ class FleetAnalysis:
     rejects Poisson at 5% (:func:`node_evidence`).
     ``job_backtest`` (None without jobs) holds each job's interruptions predicted
     from the data before it started, against what happened.
+    ``exposure`` holds the calendar service intervals; rates divide by ``rate_exposure``, which is
+    the uptime exposure (downtime of ``outages`` removed, :func:`pipeline.transform.uptime_intervals`)
+    when ``exposure_basis`` is "uptime", else the calendar one. Gaps and trend tests run on the
+    calendar intervals. ``repair_times`` is None when no outage has an end.
     """
 
     observed_until: datetime
@@ -93,6 +97,10 @@ class FleetAnalysis:
     dispersion_test: transform.DispersionTest
     interval_method: str
     failures_left_out: pl.DataFrame
+    outages: pl.DataFrame
+    rate_exposure: pl.DataFrame
+    exposure_basis: str
+    repair_times: models.RepairTimes | None
     job_backtest: JobBacktestResult | None = None
 
     @property
@@ -257,7 +265,15 @@ def job_interruptions(con, rates_by_cluster: pl.DataFrame) -> pl.DataFrame | Non
     return transform.job_interruption_rates(jobs, rates_by_cluster) if jobs.height else None
 
 
-FAILURE_COLUMNS = ("cluster_id", "node_id", "timestamp_utc", "category", "failure_class", "interrupting")
+FAILURE_COLUMNS = (
+    "cluster_id",
+    "node_id",
+    "timestamp_utc",
+    "category",
+    "failure_class",
+    "interrupting",
+    "resolved_at_utc",
+)
 
 
 def read_failures(
@@ -287,6 +303,112 @@ def read_failures(
     if window_minutes is None:
         return faults
     return transform.node_interruptions(faults, window_minutes=window_minutes)
+
+
+def rate_exposure(
+    failures: pl.DataFrame,
+    inventory: pl.DataFrame,
+    exposure: pl.DataFrame,
+    observed_until: datetime,
+    basis: str = "uptime",
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(exposure that rates divide by, outages): the calendar ``exposure`` with the outages'
+    downtime removed for ``basis`` "uptime" (MTBF = uptime / failures), ``exposure`` itself for
+    "calendar". Identical when no outage has a recorded end."""
+    if basis not in transform.EXPOSURE_BASES:
+        raise ValueError(
+            f"unknown exposure basis {basis!r}; use one of {', '.join(transform.EXPOSURE_BASES)}"
+        )
+    outages = transform.outages(failures, inventory, observed_until)
+    if basis == "calendar":
+        return exposure, outages
+    return transform.uptime_intervals(exposure, outages), outages
+
+
+def repair_times(outages: pl.DataFrame) -> models.RepairTimes | None:
+    """Repair-time fit of the outages whose repair time is known or censored; None when no
+    outage has a completed repair."""
+    known = outages.filter(pl.col("repair_hours").is_not_null())
+    if not known["resolved"].any():
+        return None
+    return models.RepairTimes().fit(known["repair_hours"], known["resolved"])
+
+
+REPAIR_SCHEMA = {
+    "interruptions": pl.Int64,
+    "outages": pl.Int64,
+    "unresolved": pl.Int64,
+    "unknown_end": pl.Int64,
+    "downtime_hours": pl.Float64,
+    "availability": pl.Float64,
+    "mttr_hours": pl.Float64,
+    "mttr_ci_low_hours": pl.Float64,
+    "mttr_ci_high_hours": pl.Float64,
+    "mttr_restricted": pl.Boolean,
+    "repair_hours_p50": pl.Float64,
+    "repair_hours_p50_ci_low": pl.Float64,
+    "repair_hours_p50_ci_high": pl.Float64,
+    "repair_hours_p90": pl.Float64,
+    "repair_hours_p90_ci_low": pl.Float64,
+    "repair_hours_p90_ci_high": pl.Float64,
+}
+
+
+def repair_summary(
+    outages: pl.DataFrame, exposure: pl.DataFrame, uptime: pl.DataFrame, by: Sequence[str] = ()
+) -> pl.DataFrame:
+    """One row per group of ``by`` (any outage column: cluster_id, node_id, category ...):
+    outages, ``unresolved`` (no end by the window end: right-censored), ``unknown_end`` (no end
+    recorded but the node failed again: left out of the repair statistics), downtime, the
+    Kaplan–Meier median (``repair_hours_p50``) and p90 with intervals, the mean (MTTR, restricted
+    when the longest repair is open: :class:`pipeline.models.RepairTimes`) and, when every key
+    is a property of the node (cluster_id, node_id), ``availability`` = uptime / (uptime +
+    downtime). Statistics of a group without a completed repair are null."""
+    unknown = [k for k in by if k not in outages.columns]
+    if unknown:
+        raise ValueError(f"cannot group repairs by {unknown}; use any of {', '.join(outages.columns)}")
+    keys = list(by)
+    node_keys = all(k in ("cluster_id", "node_id") for k in keys)
+    share = (
+        transform.availability(exposure, uptime, outages, keys).select(*keys, "availability")
+        if node_keys
+        else None
+    )
+    rows = []
+    groups = outages.group_by(keys, maintain_order=True) if keys else [((), outages)]
+    for values, group in groups:
+        row = dict(zip(keys, values, strict=True)) | dict.fromkeys(REPAIR_SCHEMA)
+        known = group.filter(pl.col("repair_hours").is_not_null())
+        row |= {
+            "interruptions": int(group["interruptions"].sum()),
+            "outages": group.height,
+            "unresolved": int((~known["resolved"]).sum()),
+            "unknown_end": group.height - known.height,
+            "downtime_hours": float(group["downtime_hours"].sum()),
+        }
+        if known["resolved"].any():
+            fit = models.RepairTimes().fit(known["repair_hours"], known["resolved"])
+            (p50, p50_low, p50_high), (p90, p90_low, p90_high) = fit.quantiles_[0.5], fit.quantiles_[0.9]
+            row |= {
+                "mttr_hours": fit.mean_hours_,
+                "mttr_ci_low_hours": fit.mean_confidence_interval_[0],
+                "mttr_ci_high_hours": fit.mean_confidence_interval_[1],
+                "mttr_restricted": fit.mean_restricted_,
+                "repair_hours_p50": p50,
+                "repair_hours_p50_ci_low": p50_low,
+                "repair_hours_p50_ci_high": p50_high,
+                "repair_hours_p90": p90,
+                "repair_hours_p90_ci_low": p90_low,
+                "repair_hours_p90_ci_high": p90_high,
+            }
+        rows.append(row)
+    schema = {k: outages.schema[k] for k in keys} | REPAIR_SCHEMA
+    frame = pl.DataFrame(rows, schema=schema, orient="row")
+    if share is not None and keys:
+        frame = frame.drop("availability").join(share, on=keys, how="left").select(list(schema))
+    elif share is not None:
+        frame = frame.with_columns(availability=pl.lit(share["availability"].item()))
+    return frame.sort(keys) if keys else frame
 
 
 FIT_RELATIVE_RESOLUTION = 1e-3
@@ -327,6 +449,7 @@ def analyze(
     interruption_window_minutes: float | None = transform.INTERRUPTION_WINDOW_MINUTES,
     interval: str = "auto",
     lemon_fdr: float = LEMON_FDR,
+    exposure_basis: str = "uptime",
 ) -> FleetAnalysis:
     """Run every transform and fit on the warehouse behind ``con``.
 
@@ -340,6 +463,8 @@ def analyze(
 
     ``interval`` ("exact", "overdispersed", "auto") picks the rate intervals (see
     :func:`node_evidence`); ``lemon_fdr`` is the lemon test's false-discovery rate.
+    Rates divide by uptime (``exposure_basis`` "uptime": the outages' downtime removed, see
+    :func:`rate_exposure`) or by calendar service time ("calendar").
     """
     incidents = warehouse.scan_incidents(con)
     inventory = warehouse.table(con, "inventory")
@@ -351,10 +476,15 @@ def analyze(
     end = observed_until or transform.observation_end(incidents, inventory)
     failures = read_failures(incidents, window_minutes=interruption_window_minutes)
     exposure = transform.exposure_intervals(inventory, end)
-    by_node, lemons, dispersion_check = node_evidence(failures, exposure, lemon_fdr=lemon_fdr)
+    at_risk, outages = rate_exposure(failures, inventory, exposure, end, exposure_basis)
+    by_node, lemons, dispersion_check = node_evidence(failures, at_risk, lemon_fdr=lemon_fdr)
     phi = dispersion_check.dispersion(interval)
-    by_cluster = transform.failure_rates(failures, exposure, by=["cluster_id"], dispersion=phi)
-    overall = transform.failure_rates(failures, exposure, by=[], dispersion=phi)
+
+    def rates(by: list[str], **options) -> pl.DataFrame:
+        return transform.failure_rates(failures, at_risk, by=by, dispersion=phi, **options)
+
+    by_cluster = rates(["cluster_id"])
+    overall = rates([])
 
     gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap)
     if first_gap == "drop" and gaps["observed"].sum() < 2:
@@ -403,10 +533,8 @@ def analyze(
         incidents=incidents,
         rates_overall=overall,
         rates_by_cluster=by_cluster,
-        rates_by_category=transform.failure_rates(failures, exposure, by=["failure_class"], dispersion=phi),
-        rates_by_month=transform.failure_rates(
-            failures, exposure, by=["cluster_id"], period="month", dispersion=phi
-        ),
+        rates_by_category=rates(["failure_class"]),
+        rates_by_month=rates(["cluster_id"], period="month"),
         rates_by_node=by_node,
         node_fits=fits,
         best_family=models.best_by_aic(fits) if fitted else None,
@@ -416,8 +544,8 @@ def analyze(
         scaling_projection=projection,
         files=warehouse.table(con, "ingested_files"),
         rejects=warehouse.table(con, "rejects"),
-        rates_by_size_bucket=transform.failure_rates(failures, exposure, by=["size_bucket"], dispersion=phi),
-        category_shares=transform.category_shares(failures, exposure, by=["cluster_id"]),
+        rates_by_size_bucket=rates(["size_bucket"]),
+        category_shares=transform.category_shares(failures, at_risk, by=["cluster_id"]),
         trend_tests=trend_tests(transform.failure_operating_times(failures, exposure), exposure),
         first_gap=first_gap,
         node_durations=durations,
@@ -438,7 +566,11 @@ def analyze(
         lemons=lemons,
         dispersion_test=dispersion_check,
         interval_method=dispersion_check.method(interval),
-        failures_left_out=transform.failures_left_out(failures, exposure, end),
+        failures_left_out=transform.failures_left_out(failures, at_risk, end),
+        outages=outages,
+        rate_exposure=at_risk,
+        exposure_basis=exposure_basis,
+        repair_times=repair_times(outages),
         job_backtest=backtest,
     )
 
@@ -481,9 +613,10 @@ def rate_model_for(
     """
     if instances < 1:
         raise ValueError(f"instances must be at least 1, got {instances}")
-    exposure, label = analysis.exposure, "fleet"
+    exposure, at_risk, label = analysis.exposure, analysis.rate_exposure, "fleet"
     if instance_type is not None:
-        exposure, label = exposure.filter(pl.col("instance_type") == instance_type), f"{instance_type} nodes"
+        of_type = pl.col("instance_type") == instance_type
+        exposure, at_risk, label = exposure.filter(of_type), at_risk.filter(of_type), f"{instance_type} nodes"
         if exposure.is_empty():
             known = ", ".join(sorted(analysis.exposure["instance_type"].unique()))
             raise ValueError(f"no nodes of instance type {instance_type!r} in the fleet; it has {known}")
@@ -491,14 +624,14 @@ def rate_model_for(
         label += " (exposure estimated)"
     failures = analysis.interruptions
     bucket = pl.select(transform.size_bucket(pl.lit(instances))).item()
-    measured = transform.failure_rates(failures, exposure, by=["size_bucket"]).filter(
+    measured = transform.failure_rates(failures, at_risk, by=["size_bucket"]).filter(
         (pl.col("size_bucket") == bucket) & (pl.col("failures") > 0)
     )
     if measured.height:
         row = measured.row(0, named=True)
         source = f"{label}: measured rate of clusters of ~{bucket} instances"
         return projection.FailureModel.from_counts(row["failures"], row["exposure_node_hours"], source)
-    per_cluster = cluster_mtbf(transform.failure_rates(failures, exposure, by=["cluster_id"]), exposure)
+    per_cluster = cluster_mtbf(transform.failure_rates(failures, at_risk, by=["cluster_id"]), exposure)
     if per_cluster["instances"].n_unique() >= 2 and per_cluster["failures"].sum() > 0:
         law = models.MTBFScaling().fit(
             per_cluster["instances"],
@@ -514,7 +647,7 @@ def rate_model_for(
         return projection.FailureModel.exponential(
             1 / (instances * mtbf), 1 / (instances * high), 1 / (instances * low), source
         )
-    total = transform.failure_rates(failures, exposure, by=[]).row(0, named=True)
+    total = transform.failure_rates(failures, at_risk, by=[]).row(0, named=True)
     if not total["failures"]:
         return projection.FailureModel.exponential(
             total["rate_upper_bound"],
@@ -557,3 +690,28 @@ def size_laws_agreement(analysis: FleetAnalysis) -> str:
         "The projection uses the count law (Poisson regression) for job sizes without a measured "
         "cluster of that size, and the measured rate where there is one."
     )
+
+
+SPARE_PROBABILITY = 0.99
+
+
+def spares_for_job(
+    repair: models.RepairTimes,
+    instances: int,
+    rate_per_instance_hour: float,
+    probability: float = SPARE_PROBABILITY,
+) -> dict:
+    """Hot spares for a job of ``instances`` such that a failure finds a free spare with at least
+    ``probability``: nodes in repair ~ Poisson(N * rate * E[repair]) (M/G/inf, see
+    :func:`pipeline.models.spares_needed`), E[repair] the fleet's measured MTTR (a lower bound when
+    the longest repair is still open, ``mttr_restricted``)."""
+    mean_in_repair = instances * rate_per_instance_hour * repair.mean_hours_
+    return {
+        "spares": models.spares_needed(mean_in_repair, probability),
+        "probability": probability,
+        "mean_in_repair": mean_in_repair,
+        "mttr_hours": repair.mean_hours_,
+        "mttr_restricted": repair.mean_restricted_,
+        "instances": instances,
+        "rate_per_instance_hour": rate_per_instance_hour,
+    }

@@ -195,7 +195,7 @@ def db_with_jobs(sample_warehouse, tmp_path_factory):
 def test_backtest_cli_json_and_text(db_with_jobs, sample_warehouse):
     out = CliRunner().invoke(main, ["backtest", "--db", str(db_with_jobs), "--json"])
     assert out.exit_code == 0, out.output
-    payload = json.loads(out.output)
+    payload = json.loads(out.stdout)
     assert payload["jobs"] == 400 and sum(payload["jobs_by_rate_source"].values()) == 400
     assert payload["verdict"] in models.backtest.VERDICTS
     assert sum(row["jobs"] for row in payload["calibration"]) == payload["jobs_scored"]

@@ -11,6 +11,8 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
+from pipeline import models
+from pipeline import sample as sample_mod
 from pipeline.cli import main
 from pipeline.sample import FleetSpec
 
@@ -43,7 +45,7 @@ def test_bundled_sample_is_the_generators_output(tmp_path) -> None:
 def test_rates_per_cluster_contain_the_true_rate(sample_db) -> None:
     result = invoke("rates", "--db", str(sample_db), "--by", "cluster_id", "--json")
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.output)
+    rows = json.loads(result.stdout)
     truth = FleetSpec().rate_per_node_hour
     assert [r["cluster_id"] for r in rows] == ["c0032", "c0064", "c0128", "c0256", "c0512", "c1024"]
     for row in rows:
@@ -78,7 +80,7 @@ def test_ingesting_twice_changes_nothing(sample_db) -> None:
         str(sample_db),
         "--json",
     )
-    assert all(s["skipped"] for s in json.loads(result.output))
+    assert all(s["skipped"] for s in json.loads(result.stdout))
     assert counts() == before and before["events"] > 0
 
 
@@ -86,12 +88,12 @@ def test_copy_of_a_file_adds_only_duplicates(sample_db, tmp_path) -> None:
     copy = tmp_path / "copy.csv"
     lines = (SAMPLE / "incidents.csv").read_text().splitlines()
     copy.write_text("\n".join(lines[:50]) + "\n")  # different bytes, same rows
-    [summary] = json.loads(invoke("ingest", str(copy), "--db", str(sample_db), "--json").output)
+    [summary] = json.loads(invoke("ingest", str(copy), "--db", str(sample_db), "--json").stdout)
     assert (summary["rows_read"], summary["rows_ingested"], summary["rows_duplicate"]) == (49, 0, 49)
 
 
 def test_fit_json_has_models_and_scaling(sample_db) -> None:
-    payload = json.loads(invoke("fit", "--db", str(sample_db), "--json").output)
+    payload = json.loads(invoke("fit", "--db", str(sample_db), "--json").stdout)
     assert payload["best_family"] in payload["node_time_between_failures"]
     low, high = payload["scaling"]["alpha_ci"]
     assert low < 1.0 < high  # the generator's nodes fail independently
@@ -162,3 +164,36 @@ def test_out_of_memory_is_one_line_with_the_setting_to_change(tmp_path, monkeypa
     assert result.exit_code == 1
     assert result.output.startswith("failcast: DuckDB ran out of memory (Out of Memory Error")
     assert advice in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_repairs_recover_the_samples_repair_median_and_project_shows_spares(sample_db) -> None:
+    payload = json.loads(invoke("repairs", "--db", str(sample_db), "--by", "category", "--json").stdout)
+    total = payload["total"]
+    assert (
+        total["repair_hours_p50_ci_low"]
+        <= sample_mod.REPAIR_MEDIAN_HOURS
+        <= total["repair_hours_p50_ci_high"]
+    )
+    assert sum(g["outages"] for g in payload["groups"]) == total["outages"]
+    assert 0.9 < total["availability"] < 1
+    text = invoke("repairs", "--db", str(sample_db)).output
+    assert text.startswith(f"{total['outages']:,} outages")
+    calendar = json.loads(invoke("rates", "--db", str(sample_db), "--exposure", "calendar", "--json").stdout)
+    uptime_run = invoke("rates", "--db", str(sample_db), "--json")
+    uptime = json.loads(uptime_run.stdout)
+    # a failure while its node is down for a known repair is part of that outage, not a new one:
+    # uptime counts fewer, and says how many it left out
+    assert all(u["failures"] <= c["failures"] for u, c in zip(uptime, calendar, strict=True))
+    in_repair = sum(c["failures"] for c in calendar) - sum(u["failures"] for u in uptime)
+    assert in_repair > 0 and f"{in_repair} node out of service" in uptime_run.output
+    assert all(
+        u["exposure_node_hours"] < c["exposure_node_hours"] for u, c in zip(uptime, calendar, strict=True)
+    )
+    assert {r["exposure_basis"] for r in uptime} == {"uptime"}
+    args = ["project", "--db", str(sample_db), "--instances", "64", "--gpu-hours", "1e5"]
+    args += ["--price-per-gpu-hour", "2", "--monte-carlo-runs", "0", "--recovery", "measured", "--json"]
+    project = json.loads(invoke(*args).stdout)
+    assert project["spec"]["recovery"]["manual"]["replace_hours"] == pytest.approx(total["mttr_hours"])
+    assert project["spares"]["spares"] == models.spares_needed(
+        64 * project["spec"]["failure"]["rate_per_instance_hour"] * total["mttr_hours"]
+    )

@@ -216,7 +216,7 @@ def _run(*args: str):
 
     out = CliRunner().invoke(main, list(args))
     assert out.exit_code == 0, out.output
-    return out.output
+    return out.stdout  # what a pipe gets; notes go to stderr
 
 
 def test_lemons_cli_and_report_use_the_analysis(sample_warehouse):

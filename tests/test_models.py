@@ -63,6 +63,7 @@ MODEL_CASES = [
         (RNG_DURATIONS / 1000, RNG_OBSERVED, RNG_DURATIONS / 5000),
         id="JobBacktest",
     ),
+    pytest.param(lambda: models.RepairTimes(), (RNG_DURATIONS, RNG_OBSERVED), id="RepairTimes"),
 ]
 
 

@@ -58,6 +58,12 @@ ALLOWED_SQL_INTERPOLATIONS = {
     ): "a name from pg_timezone_names",
     ("pipeline/runs/batch.py", "name"): "table names from a literal tuple",
     ("pipeline/warehouse.py", "name"): "table() checks the name against the schema's tables",
+    ("pipeline/ingest/sacct.py", "slurm_time('start')"): "SQL of a literal column name",
+    ("pipeline/ingest/sacct.py", "slurm_time('\"end\"')"): "SQL of a literal column name",
+    ("pipeline/ingest/slurm_events.py", "slurm_time('timestart')"): "SQL of a literal column name",
+    ("pipeline/ingest/slurm_events.py", "slurm_time('timeend')"): "SQL of a literal column name",
+    ("pipeline/ingest/slurm_events.py", "table"): "temp table names from a literal tuple",
+    ("pipeline/ingest/slurmctld.py", "table"): "temp table names from a literal tuple",
 }
 
 

@@ -10,6 +10,7 @@ from pipeline.cli import (  # noqa: F401 - registers commands
     lemons,
     metrics,
     project,
+    repairs,
     report,
     run,
     sample,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -49,6 +50,15 @@ from pipeline.projection import cannot_finish
     "--sweep", is_flag=True, help="Also print the cluster-size sweep (interval re-optimised per size)."
 )
 @click.option("--mode", "modes", multiple=True, help="Recovery mode(s) to show [all].")
+@click.option(
+    "--recovery",
+    "recovery_source",
+    type=click.Choice(["assumed", "measured"]),
+    default="assumed",
+    show_default=True,
+    help="measured: the manual mode waits for the fleet's measured mean repair time (MTTR) from the "
+    "warehouse (--db); detection, spare swap and restart stay assumed (docs/projection.md).",
+)
 @click.option("--monte-carlo-runs", type=int, default=10_000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--explain", is_flag=True, help="Print the formulas and every assumption.")
@@ -68,6 +78,7 @@ def project(
     node_ages,
     sweep,
     modes,
+    recovery_source,
     monte_carlo_runs,
     seed,
     explain,
@@ -87,14 +98,19 @@ def project(
         else:
             failure = proj.FailureModel.exponential(percent / 100, source="--failure-rate")
 
+    fleets: list[analysis_mod.FleetAnalysis] = []
+
+    def fleet_analysis(need: str) -> analysis_mod.FleetAnalysis:
+        if not fleets:
+            if not Path(db).exists():
+                raise ValueError(f"{need}: ingest data into {db} or name the warehouse with --db")
+            fleets.append(analysis_mod.analyze(warehouse.connect(db, read_only=True)))
+        return fleets[0]
+
     def fleet_failure(instances: int) -> proj.FailureModel:
         """The warehouse's own model for a job of this size (only when no failure model is given)."""
-        if not Path(db).exists():
-            raise ValueError(
-                f"no failure model: give --failure-rate (e.g. 0.05 or llama-3.1) or ingest data into {db}"
-            )
-        fleet = analysis_mod.analyze(warehouse.connect(db, read_only=True))
-        return analysis_mod.failure_model_for(fleet, instances)
+        need = "no failure model: give --failure-rate (e.g. 0.05 or llama-3.1)"
+        return analysis_mod.failure_model_for(fleet_analysis(need), instances)
 
     overrides = dict(
         instances=instances,
@@ -109,6 +125,23 @@ def project(
         node_ages=node_ages,
     )
     spec = proj.job_spec_for_fleet(spec_path, fleet_failure=fleet_failure, **overrides)
+    repair = None
+    if recovery_source == "measured" or Path(db).exists():
+        repair = fleet_analysis("--recovery measured needs the fleet's repair data").repair_times
+        if repair is None and recovery_source == "measured":
+            raise ValueError(
+                f"--recovery measured: no outage in {db} has an end (resolved_at or a return in the "
+                "inventory); use --recovery assumed"
+            )
+    if recovery_source == "measured":
+        spec = dataclasses.replace(
+            spec, recovery=proj.measured_recovery(spec.recovery, repair_hours=repair.mean_hours_)
+        )
+    spares = (
+        None
+        if repair is None
+        else analysis_mod.spares_for_job(repair, spec.instances, spec.failure.rate_per_instance_hour)
+    )
     result = proj.project(spec, monte_carlo_runs=monte_carlo_runs, seed=seed, modes=modes or None)
     if as_json:
         payload = result.to_dict()
@@ -117,6 +150,8 @@ def project(
         if len(spec.recovery) > 1:
             payload["sensitivity"] = records(proj.sensitivity_table(spec))
         payload["explain"] = proj.explain(result)
+        payload["recovery_source"] = recovery_source
+        payload["spares"] = spares
         echo_json(payload)
         return
     if explain:
@@ -145,6 +180,17 @@ def project(
     for sv in result.savings:
         click.echo(
             f"  {sv.mode} saves {sv.days:,.1f} days ({sv.percent:.1f}%) and ${sv.usd:,.0f} over {sv.baseline}"
+        )
+    if recovery_source == "measured":
+        click.echo(
+            f"  recovery: manual waits for the measured MTTR {repair.mean_hours_:,.1f} h; the rest assumed"
+        )
+    if spares is not None:
+        click.echo(
+            f"  hot spares: {spares['spares']} for a failure to find one free with >= "
+            f"{spares['probability']:.0%} probability ({spares['mean_in_repair']:,.2f} nodes in repair on "
+            f"average at MTTR {spares['mttr_hours']:,.1f} h"
+            + (", a lower bound: the longest repair is still open)" if spares["mttr_restricted"] else ")")
         )
     if sweep:
         click.echo(sweep_text(proj.sweep_cluster_size(spec), list(result.modes)))

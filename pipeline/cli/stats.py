@@ -66,6 +66,17 @@ def interval_line(check: transform.DispersionTest, method: str) -> str:
     return f"95% intervals: exact Poisson (Garwood); {test}"
 
 
+exposure_option = click.option(
+    "--exposure",
+    "exposure_basis",
+    type=click.Choice(transform.EXPOSURE_BASES),
+    default="uptime",
+    show_default=True,
+    help="Hours at risk: uptime (service time minus known repair downtime; MTBF = uptime / "
+    "failures) or calendar (all service time). Identical when no outage has an end.",
+)
+
+
 @main.command()
 @db_option
 @click.option(
@@ -95,6 +106,7 @@ def interval_line(check: transform.DispersionTest, method: str) -> str:
     "interruptions per job-hour by node count against the node rate.",
 )
 @interruption_window_option
+@exposure_option
 @until_option
 @json_option
 def rates(
@@ -107,13 +119,15 @@ def rates(
     fdr: float,
     view: str,
     interruption_window: float,
+    exposure_basis: str,
     observed_until,
     as_json: bool,
 ) -> None:
     """Failure rates per instance-hour and GPU-hour with 95% intervals (see --interval).
 
     Interrupting failures are node interruptions (see --interruption-window); --all-categories
-    counts every incident, interrupting or not."""
+    counts every incident, interrupting or not. Exposure is uptime by default (--exposure); the
+    ``exposure_basis`` column says which."""
     con = warehouse.connect(db, read_only=True)
     by, attributes = _group_keys(con, by)
     inventory = warehouse.table(con, "inventory")
@@ -126,6 +140,7 @@ def rates(
         attributes=attributes,
     )
     exposure = transform.exposure_intervals(inventory, end)
+    at_risk, _ = analysis_mod.rate_exposure(incidents, inventory, exposure, end, exposure_basis)
     if view == "shares":
         incident_keys = [k for k in by if k not in transform.EXPOSURE_KEYS]
         frame = transform.category_shares(
@@ -144,22 +159,24 @@ def rates(
             )
     else:
         _, _, check = analysis_mod.node_evidence(
-            incidents, exposure, lemon_fdr=fdr, interrupting_only=not all_categories
+            incidents, at_risk, lemon_fdr=fdr, interrupting_only=not all_categories
         )
         method = check.method("overdispersed" if overdispersed else interval)
         dispersion = check.dispersion(method)
         frame = transform.failure_rates(
             incidents,
-            exposure,
+            at_risk,
             by=list(by),
             period=period,
             interrupting_only=not all_categories,
             dispersion=dispersion,
-        ).with_columns(interval=pl.lit(method), dispersion=pl.lit(dispersion))
+        ).with_columns(
+            interval=pl.lit(method), dispersion=pl.lit(dispersion), exposure_basis=pl.lit(exposure_basis)
+        )
     frame = frame.with_columns(exposure_estimated=pl.lit(transform.exposure_estimated(inventory)))
-    _echo_left_out(transform.failures_left_out(incidents, exposure, end))
+    _echo_left_out(transform.failures_left_out(incidents, at_risk, end))
     if view == "rates" and not frame["failures"].sum():
-        click.echo(_no_failures_line(transform.failure_rates(incidents, exposure, by=[])), err=True)
+        click.echo(_no_failures_line(transform.failure_rates(incidents, at_risk, by=[])), err=True)
     if as_json:
         echo_json(records(frame))
     else:

@@ -13,6 +13,7 @@ One module per family of statistics, re-exported here so callers write ``models.
 from pipeline.models.backtest import JobBacktest
 from pipeline.models.heterogeneity import ClusterHeterogeneity
 from pipeline.models.lemons import LemonTest, benjamini_hochberg
+from pipeline.models.repair import RepairTimes, spares_needed
 from pipeline.models.survival import (
     FAMILIES,
     TREND_VERDICTS,
@@ -40,6 +41,7 @@ __all__ = [
     "NelsonAalen",
     "ParametricTBF",
     "PoissonRate",
+    "RepairTimes",
     "TrendTest",
     "WeibullSizeRegression",
     "benjamini_hochberg",
@@ -47,4 +49,5 @@ __all__ = [
     "cluster_mtbf_hours",
     "fit_families",
     "interruptions_per_day",
+    "spares_needed",
 ]

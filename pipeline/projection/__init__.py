@@ -20,6 +20,8 @@ Formulas and sources (details in docs/projection.md):
   reproduce it (tests/test_projection.py, docs/projection.md).
 - Fitted Weibull model (renewal.py): every instance slot a Weibull renewal process (fresh node
   after replacement, stationary or new node ages at start), failures drawn in bulk, O(failures).
+- Measured recovery: without a spare a job waits for the node's repair (the fleet's MTTR); with
+  a spare only for detection and the swap (:func:`measured_recovery`).
 - Monte Carlo: renewal-reward sampling (negative-binomial failure counts, truncated-exponential
   lost work), vectorised over runs with numpy.random.default_rng(seed).
 """
@@ -51,6 +53,7 @@ from .spec import (
     GPU_PEAK_BF16_FLOPS,
     NODE_AGES,
     PRESETS,
+    RECOVERY_SOURCES,
     FailureModel,
     JobSpec,
     RecoveryProfile,
@@ -58,6 +61,7 @@ from .spec import (
     job_spec_for_fleet,
     job_spec_from_mapping,
     load_job_spec,
+    measured_recovery,
     read_job_document,
 )
 
@@ -70,6 +74,7 @@ __all__ = [
     "DEFAULT_RECOVERY",
     "GPU_PEAK_BF16_FLOPS",
     "PRESETS",
+    "RECOVERY_SOURCES",
     "FailureModel",
     "JobSpec",
     "ModeProjection",
@@ -85,6 +90,7 @@ __all__ = [
     "job_spec_for_fleet",
     "job_spec_from_mapping",
     "load_job_spec",
+    "measured_recovery",
     "monte_carlo",
     "project",
     "read_job_document",

@@ -90,7 +90,7 @@ def _interruptions(i: MetricInputs) -> Iterable[Sample]:
     """Per cluster and failure class (the ``category`` label: a bounded set, where the fleet's own
     category names could be unbounded label values), counted as the rates count them."""
     counts = transform.failure_rates(
-        i.analysis.interruptions, i.analysis.exposure, by=["cluster_id", "failure_class"]
+        i.analysis.interruptions, i.analysis.rate_exposure, by=["cluster_id", "failure_class"]
     )
     return [
         ({"cluster": c, "category": k}, n)

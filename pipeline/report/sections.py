@@ -13,7 +13,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.analysis import FleetAnalysis, left_out_note, size_laws_agreement
-from pipeline.report import charts, comparisons, drivers, lemons
+from pipeline.report import charts, comparisons, drivers, lemons, repairs
 from pipeline.report.backtest import backtest_section
 from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_chart, size_sweep_chart
 from pipeline.report.reliability import reliability_sections
@@ -158,6 +158,37 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
         _job_section(analysis),
         *reliability_sections(analysis),
         *([backtest] if (backtest := backtest_section(analysis)) else []),
+        *repair_sections(analysis),
+    ]
+
+
+def repair_sections(analysis: FleetAnalysis) -> list[Section]:
+    title = "Outages and repair: how long nodes stay down"
+    if not repairs.has_repairs(analysis):
+        return [
+            Section(
+                "repair-times",
+                title,
+                None,
+                note="No outage has an end (no resolved_at, no return in the inventory): repair times, "
+                "downtime and availability need them.",
+            )
+        ]
+    return [
+        Section(
+            "repair-times",
+            title,
+            repairs.repair_curve_chart(analysis),
+            repairs.availability_table(analysis),
+            note=repairs.repair_note(analysis),
+        ),
+        Section(
+            "downtime-causes",
+            "Top downtime causes",
+            None,
+            repairs.downtime_causes(analysis),
+            note="Node-hours of known downtime (outage start to end, within the window) by root cause.",
+        ),
     ]
 
 

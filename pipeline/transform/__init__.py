@@ -3,10 +3,11 @@
 ``fleet`` holds the node and fleet statistics (exposure from service intervals, rates with exact
 Poisson intervals, node interruptions, times between failures, category shares, operating
 times); ``durations`` rounds gaps to a relative grid and aggregates them into weighted rows for
-the fits; ``jobs`` compares Slurm job interruptions with the node rate; ``backtest`` predicts
-each job's interruptions from the data before it started; ``reliability`` gives the points of the
-Weibull, mean cumulative function and Duane plots. Callers use this package's names
-(``from pipeline import transform; transform.failure_rates``), not the modules.
+the fits; ``outages`` pairs interruptions with their end (repair times, downtime, availability)
+and removes downtime from exposure; ``jobs`` compares Slurm job interruptions with the node rate;
+``backtest`` predicts each job's interruptions from the data before it started; ``reliability``
+gives the points of the Weibull, mean cumulative function and Duane plots. Callers use this
+package's names (``from pipeline import transform; transform.failure_rates``), not the modules.
 """
 
 from pipeline.transform.backtest import (
@@ -44,6 +45,14 @@ from pipeline.transform.fleet import (
     times_between_failures,
 )
 from pipeline.transform.jobs import job_interruption_rates
+from pipeline.transform.outages import (
+    END_SOURCES,
+    EXPOSURE_BASES,
+    GAP_TOLERANCE,
+    availability,
+    outages,
+    uptime_intervals,
+)
 from pipeline.transform.reliability import (
     duane_points,
     mean_cumulative_function,
@@ -52,15 +61,19 @@ from pipeline.transform.reliability import (
 )
 
 __all__ = [
+    "END_SOURCES",
+    "EXPOSURE_BASES",
     "EXPOSURE_KEYS",
     "FLOOR_HOURS",
     "FIRST_GAP_CHOICES",
+    "GAP_TOLERANCE",
     "INTERRUPTION_WINDOW_MINUTES",
     "INTERVAL_METHODS",
     "LEFT_OUT_REASONS",
     "PERIODS",
     "DispersionTest",
     "aggregate_durations",
+    "availability",
     "category_shares",
     "count_dispersion",
     "dispersion_test",
@@ -80,6 +93,7 @@ __all__ = [
     "job_predictions",
     "node_interruptions",
     "observation_end",
+    "outages",
     "poisson_interval",
     "poisson_upper_bound",
     "rate_source_counts",
@@ -87,6 +101,7 @@ __all__ = [
     "relative_grid",
     "size_bucket",
     "times_between_failures",
+    "uptime_intervals",
     "weibull_plot_line",
     "weibull_plot_points",
 ]

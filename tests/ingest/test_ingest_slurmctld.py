@@ -205,4 +205,6 @@ def test_end_to_end_one_fleet_three_sources_give_one_set_of_failures(tmp_path):
     [row] = json.loads(result.stdout)
     # gpu-001 down once (sacctmgr + ctld log + kill = one), gpu-002 and gpu-003 drained: 3 failures
     assert (row["cluster_id"], row["failures"]) == ("tiger", 3)
-    assert row["exposure_node_hours"] == pytest.approx(4 * 9 * 24)
+    # uptime: gpu-001 was down 12:00-14:00 (the sacctmgr TimeEnd); the open drains add no known downtime
+    assert row["exposure_node_hours"] == pytest.approx(4 * 9 * 24 - 2)
+    assert row["exposure_basis"] == "uptime"

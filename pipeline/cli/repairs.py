@@ -1,0 +1,116 @@
+"""failcast repairs: outages, downtime, availability and repair times (MTTR, median, p90)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import click
+import polars as pl
+
+from pipeline import analysis as analysis_mod
+from pipeline import transform, warehouse
+from pipeline.cli.common import db_option, echo_json, json_option, main, records, safe_text, until_option
+from pipeline.cli.stats import interruption_window_option
+
+
+def _hours(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if math.isinf(value):
+        return "unbounded"
+    return f"{value:,.1f} h" if value < 100 else f"{value:,.0f} h"
+
+
+def _interval(row: dict, point: str, low: str, high: str) -> str:
+    if row[point] is None:
+        return "n/a (no completed repair)"
+    return f"{_hours(row[point])} (95% CI {_hours(row[low])}–{_hours(row[high])})"
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3%}"
+
+
+def _quantile(name: str) -> tuple[str, str, str]:
+    column = f"repair_hours_{name}"
+    return column, f"{column}_ci_low", f"{column}_ci_high"
+
+
+def _verdict(total: dict, left_out: int) -> list[str]:
+    merged = total["interruptions"] - total["outages"]
+    lines = [
+        f"{total['outages']:,} outages, {total['unresolved']:,} unresolved (right-censored at the window "
+        f"end), availability {_percent(total['availability'])}, downtime {total['downtime_hours']:,.0f} "
+        "node-hours",
+        f"  median repair {_interval(total, *_quantile('p50'))}",
+        f"  p90 repair    {_interval(total, *_quantile('p90'))}",
+        f"  MTTR (mean)   {_interval(total, 'mttr_hours', 'mttr_ci_low_hours', 'mttr_ci_high_hours')}"
+        + (" — restricted to the longest repair seen: a lower bound" if total["mttr_restricted"] else ""),
+    ]
+    if merged:
+        lines.append(f"  {merged:,} interruptions began while their node was still down: part of that outage")
+    if total["unknown_end"]:
+        lines.append(
+            f"  left out of repair times: {total['unknown_end']:,} outages with no recorded end whose node "
+            "failed again later (back at an unknown time)"
+        )
+    if left_out:
+        lines.append(f"  left out: {left_out:,} interruptions after the window end (--until)")
+    return lines
+
+
+@main.command()
+@db_option
+@click.option(
+    "--by",
+    "by",
+    multiple=True,
+    default=["cluster_id"],
+    show_default=True,
+    help="Group key (repeatable): any outage column, e.g. cluster_id, node_id, category.",
+)
+@interruption_window_option
+@until_option
+@json_option
+def repairs(db: Path, by, interruption_window: float, observed_until, as_json: bool) -> None:
+    """Outages and repair: downtime, availability, MTTR and repair-time quantiles per group.
+
+    An outage is an interruption with its end (resolved_at, or the node's return in the
+    inventory); unresolved outages are right-censored at the window end (Kaplan–Meier)."""
+    con = warehouse.connect(db, read_only=True)
+    inventory = warehouse.table(con, "inventory")
+    scan = warehouse.scan_incidents(con)
+    end = observed_until or transform.observation_end(scan, inventory)
+    failures = analysis_mod.read_failures(scan, window_minutes=interruption_window or None)
+    exposure = transform.exposure_intervals(inventory, end)
+    uptime, outages = analysis_mod.rate_exposure(failures, inventory, exposure, end)
+    left_out = int((failures["timestamp_utc"] > end).sum())
+    groups = analysis_mod.repair_summary(outages, exposure, uptime, by)
+    total = analysis_mod.repair_summary(outages, exposure, uptime).row(0, named=True)
+    if as_json:
+        echo_json(
+            {
+                "observed_until": end,
+                "interruptions_after_window": left_out,
+                "total": total,
+                "groups": records(groups),
+            }
+        )
+        return
+    if not total["outages"]:
+        click.echo("no outages: no interrupting failures in the window")
+        return
+    click.echo("\n".join(_verdict(total, left_out)))
+    table = groups.select(
+        *[pl.col(k).cast(pl.String).map_elements(safe_text, return_dtype=pl.String) for k in by],
+        pl.col("outages").alias("outages"),
+        pl.col("unresolved").alias("unresolved"),
+        pl.col("downtime_hours").round(0).alias("downtime (node-h)"),
+        (pl.col("availability") * 100).round(3).alias("availability (%)"),
+        pl.col("mttr_hours").round(1).alias("MTTR (h)"),
+        pl.col("repair_hours_p50").round(1).alias("median repair (h)"),
+        pl.col("repair_hours_p90").round(1).alias("p90 repair (h)"),
+    )
+    with pl.Config(tbl_rows=200, tbl_cols=20, tbl_width_chars=200, tbl_hide_column_data_types=True):
+        click.echo(str(table))

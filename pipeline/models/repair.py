@@ -1,0 +1,105 @@
+"""Repair times: how long an outage keeps a node out, with unresolved outages right-censored.
+
+* Kaplan–Meier (Kaplan & Meier 1958) survival of repair time S(t) = P(repair > t), with the
+  exponential-Greenwood (log-log) pointwise 95% band lifelines computes. Quantiles (median, p50,
+  p90) are the first time S drops to 1 - q; their intervals invert the band (Brookmeyer & Crowley
+  1982: the times where the band covers 1 - q), the usual KM quantile interval. An upper end that
+  the band never reaches is unbounded (infinite).
+* Mean (MTTR): the restricted mean survival time (RMST, Irwin 1949; Klein & Moeschberger 2003,
+  4.5) mu(tau) = integral_0^tau S(t) dt, tau = the longest repair time seen (or ``horizon_hours``),
+  with variance sum_i A_i^2 d_i / (n_i (n_i - d_i)), A_i = integral_{t_i}^tau S. When the longest
+  time is a completed repair, S(tau) = 0 and mu is exactly the mean of the repairs (the sample mean
+  with no censoring). When it is censored the true mean is not identified (an open repair may last
+  any time): mu(tau) is then a lower bound and ``mean_restricted_`` says so.
+* Spares (:func:`spares_needed`): with failures arriving at rate lambda and repairs of mean E[R]
+  running in parallel, the number of nodes in repair is Poisson with mean lambda E[R] whatever the
+  repair-time distribution (M/G/inf queue: Palm 1938; Takács 1962, *Introduction to the Theory of
+  Queues*, ch. 3; Ross, *Introduction to Probability Models*, 2.5). By PASTA (Wolff 1982) a new
+  failure sees that same distribution, so it finds a hot spare when fewer than s nodes are
+  already in repair: s spares suffice with probability P(Poisson(lambda E[R]) <= s - 1).
+"""
+
+from __future__ import annotations
+
+import math
+
+import lifelines
+import numpy as np
+from scipy.stats import norm, poisson
+
+_Z95 = norm.ppf(0.975)
+
+
+def _first_below(timeline: np.ndarray, curve: np.ndarray, level: float) -> float:
+    """The first time ``curve`` (non-increasing) is at or below ``level``; inf if never."""
+    hit = np.flatnonzero(curve <= level + 1e-12)
+    return float(timeline[hit[0]]) if hit.size else math.inf
+
+
+class RepairTimes:
+    """Repair-time distribution of outages (hours), right-censored where a repair was not over."""
+
+    def fit(self, repair_hours, resolved, weights=None, horizon_hours: float | None = None) -> RepairTimes:
+        hours = np.asarray(repair_hours, float)
+        done = np.asarray(resolved, bool)
+        w = np.ones_like(hours) if weights is None else np.asarray(weights, float)
+        if hours.size == 0 or not done.any():
+            raise ValueError("no completed repairs to fit: repair times need outages with an end")
+        if (hours < 0).any():
+            raise ValueError("repair times must not be negative")
+        fitter = lifelines.KaplanMeierFitter().fit(hours, event_observed=done, weights=w)
+        timeline = fitter.survival_function_.index.to_numpy(float)
+        survival = fitter.survival_function_.iloc[:, 0].to_numpy(float)
+        band = fitter.confidence_interval_survival_function_
+        low_band, high_band = band.iloc[:, 0].to_numpy(float), band.iloc[:, 1].to_numpy(float)
+
+        self.outages_ = float(w.sum())
+        self.resolved_ = float(w[done].sum())
+        self.timeline_hours_ = timeline
+        self.survival_ = survival
+        self.confidence_interval_ = (low_band, high_band)
+        self.quantiles_ = {
+            q: (
+                _first_below(timeline, survival, 1 - q),
+                _first_below(timeline, low_band, 1 - q),
+                _first_below(timeline, high_band, 1 - q),
+            )
+            for q in (0.5, 0.9)
+        }
+        self.median_hours_, *median_ci = self.quantiles_[0.5]
+        self.median_confidence_interval_ = tuple(median_ci)
+        self._restricted_mean(hours, done, w, horizon_hours)
+        return self
+
+    def _restricted_mean(self, hours, done, w, horizon_hours) -> None:
+        tau = float(hours.max()) if horizon_hours is None else float(horizon_hours)
+        counted = done & (hours <= tau)
+        times, which = np.unique(hours[counted], return_inverse=True)
+        events = np.bincount(which, weights=w[counted], minlength=times.size)
+        order = np.argsort(hours, kind="stable")
+        below = np.concatenate([[0.0], np.cumsum(w[order])])  # weight of the i shortest repairs
+        at_risk = w.sum() - below[np.searchsorted(hours[order], times, side="left")]
+        survival = np.cumprod(1 - events / at_risk)
+        # S is a step function: S(t) = survival[i] on [times[i], times[i+1]), 1 before times[0]
+        edges = np.append(times, tau)
+        areas = survival * np.diff(edges)  # area of each step after an event time
+        mean = float(times[0] + areas.sum()) if times.size else tau
+        tail = np.cumsum(areas[::-1])[::-1]  # A_i = integral from t_i to tau
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = np.where(at_risk > events, tail**2 * events / (at_risk * (at_risk - events)), 0.0)
+        se = float(np.sqrt(terms.sum()))
+        self.mean_hours_ = mean
+        self.mean_confidence_interval_ = (max(mean - float(_Z95) * se, 0.0), mean + float(_Z95) * se)
+        self.mean_horizon_hours_ = tau
+        last = hours == hours.max()
+        self.mean_restricted_ = bool(horizon_hours is not None or not done[last].all())
+
+
+def spares_needed(mean_in_repair: float, probability: float = 0.99) -> int:
+    """Smallest s with P(Poisson(mean_in_repair) <= s - 1) >= probability: hot spares such that a
+    failure finds one free (see the module docstring; ``mean_in_repair`` = N * rate * E[repair])."""
+    if not 0 < probability < 1:
+        raise ValueError("probability must be in (0, 1)")
+    if mean_in_repair < 0 or not math.isfinite(mean_in_repair):
+        raise ValueError("the mean number of nodes in repair must be finite and >= 0")
+    return int(poisson.ppf(probability, mean_in_repair)) + 1

@@ -1,0 +1,106 @@
+"""Report parts on outages and repair: repair-time survival by category, availability per
+cluster, top downtime causes (tables with headers in words and units)."""
+
+from __future__ import annotations
+
+import altair as alt
+import numpy as np
+import polars as pl
+
+from pipeline import models
+from pipeline.analysis import FleetAnalysis, repair_summary
+from pipeline.report.charts import MAX_CURVE_POINTS, WIDTH, downsample
+
+TOP_CAUSES = 10
+
+
+def has_repairs(analysis: FleetAnalysis) -> bool:
+    """True when some outage has a completed repair (else the report says so in one line)."""
+    return analysis.repair_times is not None
+
+
+def repair_curve_chart(analysis: FleetAnalysis) -> alt.Chart:
+    """Kaplan–Meier share of outages still unrepaired after t hours, all and per category."""
+    frames = []
+    known = analysis.outages.filter(pl.col("repair_hours").is_not_null())
+    groups = [("all outages", known), *((c, g) for (c,), g in known.group_by("category"))]
+    for label, group in groups:
+        if not group["resolved"].any():
+            continue
+        fit = models.RepairTimes().fit(group["repair_hours"], group["resolved"])
+        curve = pl.DataFrame(
+            {"hours": np.maximum(fit.timeline_hours_, 0.1), "unrepaired": fit.survival_, "group": label}
+        )
+        frames.append(curve)
+    # one budget of points for all curves, so the embedded data stays bounded
+    per_curve = max(MAX_CURVE_POINTS // len(frames), 2)
+    frames = [downsample(curve, per_curve) for curve in frames]
+    data = pl.concat(frames).to_pandas()
+    return (
+        alt.Chart(data)
+        .mark_line(interpolate="step-after")
+        .encode(
+            x=alt.X("hours:Q", scale=alt.Scale(type="log"), title="repair time (hours, log scale)"),
+            y=alt.Y("unrepaired:Q", axis=alt.Axis(format="%"), title="outages not yet repaired"),
+            color=alt.Color("group:N", title="category"),
+            strokeWidth=alt.condition(alt.datum.group == "all outages", alt.value(3), alt.value(1.2)),
+            tooltip=[
+                "group:N",
+                alt.Tooltip("hours:Q", format=",.1f"),
+                alt.Tooltip("unrepaired:Q", format=".1%"),
+            ],
+        )
+        .properties(width=WIDTH, height=300)
+    )
+
+
+def availability_table(analysis: FleetAnalysis) -> pl.DataFrame:
+    """Per cluster: outages, downtime, availability, MTTR and median repair."""
+    summary = repair_summary(analysis.outages, analysis.exposure, analysis.rate_exposure, ["cluster_id"])
+    return summary.select(
+        pl.col("cluster_id").alias("cluster"),
+        pl.col("outages").alias("outages"),
+        pl.col("unresolved").alias("unresolved at window end"),
+        pl.col("downtime_hours").round(0).alias("downtime (node-hours)"),
+        (pl.col("availability") * 100).round(3).alias("availability (%)"),
+        pl.col("mttr_hours").round(1).alias("MTTR (hours)"),
+        pl.col("repair_hours_p50").round(1).alias("median repair (hours)"),
+        pl.col("repair_hours_p90").round(1).alias("p90 repair (hours)"),
+    )
+
+
+def downtime_causes(analysis: FleetAnalysis) -> pl.DataFrame:
+    """The categories that cost the most node-hours of downtime, largest first."""
+    summary = repair_summary(analysis.outages, analysis.exposure, analysis.rate_exposure, ["category"])
+    total = summary["downtime_hours"].sum() or 1.0
+    return (
+        summary.sort("downtime_hours", descending=True)
+        .head(TOP_CAUSES)
+        .select(
+            pl.col("category").alias("root cause"),
+            pl.col("outages").alias("outages"),
+            pl.col("downtime_hours").round(0).alias("downtime (node-hours)"),
+            (pl.col("downtime_hours") / total * 100).round(1).alias("share of downtime (%)"),
+            pl.col("mttr_hours").round(1).alias("MTTR (hours)"),
+            pl.col("repair_hours_p50").round(1).alias("median repair (hours)"),
+        )
+    )
+
+
+def repair_note(analysis: FleetAnalysis) -> str:
+    fit = analysis.repair_times
+    out = analysis.outages
+    unresolved = int((~out["resolved"]).sum())
+    low, high = fit.median_confidence_interval_
+    note = (
+        f"{out.height:,} outages ({int(out['interruptions'].sum()):,} interruptions); {unresolved:,} not "
+        f"repaired by the window end are right-censored there. Median repair {fit.median_hours_:,.1f} h "
+        f"(95% CI {low:,.1f}–{high:,.1f}), MTTR {fit.mean_hours_:,.1f} h"
+        + (" (restricted to the longest repair seen: a lower bound)" if fit.mean_restricted_ else "")
+        + f". Rates use {analysis.exposure_basis} exposure"
+        + (" (repair downtime is not time at risk)." if analysis.exposure_basis == "uptime" else ".")
+    )
+    unknown = int((out["end_source"] == "unknown").sum())
+    if unknown:
+        note += f" {unknown:,} outages without a recorded end whose node failed again are left out."
+    return note
