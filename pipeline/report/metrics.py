@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pipeline import transform
-from pipeline.analysis import FleetAnalysis
+from pipeline.analysis import FleetAnalysis, repair_summary
 from pipeline.report.outlook import JobOutlook
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -96,6 +96,15 @@ def _interruptions(i: MetricInputs) -> Iterable[Sample]:
         ({"cluster": c, "category": k}, n)
         for c, k, n in counts.select("cluster_id", "failure_class", "failures").iter_rows()
     ]
+
+
+def _repairs(i: MetricInputs, column: str) -> Iterable[Sample]:
+    """Per cluster with outages, one column of :func:`pipeline.analysis.repair_summary` (clusters
+    without a completed repair have no MTTR: no sample, not a zero)."""
+    a = i.analysis
+    summary = repair_summary(a.outages, a.exposure, a.rate_exposure, ["cluster_id"])
+    rows = summary.select("cluster_id", column).drop_nulls().iter_rows()
+    return [({"cluster": cluster}, value) for cluster, value in rows]
 
 
 def _lemon_counts(i: MetricInputs) -> Iterable[Sample]:
@@ -292,10 +301,25 @@ METRICS: tuple[Metric, ...] = (
         "Rows rejected by the last succeeded run.",
         _last_run(lambda r: r.rows_rejected),
     ),
-    # Reserved: planned, queried by the dashboard, not computed by the analysis yet.
-    Metric("failcast_cluster_availability_ratio", "gauge", "Share of node-hours not in an outage.", None),
-    Metric("failcast_cluster_mttr_hours", "gauge", "Mean time to repair (outage start to resolution).", None),
-    Metric("failcast_outages_open", "gauge", "Outages open now, per cluster.", None),
+    # outages and repair (pipeline.analysis.repair_summary), lemon nodes (pipeline.models.LemonTest)
+    Metric(
+        "failcast_cluster_availability_ratio",
+        "gauge",
+        "Uptime / (uptime + known repair downtime) of the cluster's nodes.",
+        lambda i: _repairs(i, "availability"),
+    ),
+    Metric(
+        "failcast_cluster_mttr_hours",
+        "gauge",
+        "Mean time to repair (outage start to resolution; Kaplan-Meier restricted mean).",
+        lambda i: _repairs(i, "mttr_hours"),
+    ),
+    Metric(
+        "failcast_outages_open",
+        "gauge",
+        "Outages with no recorded end by the end of the observed window, per cluster.",
+        lambda i: _repairs(i, "unresolved"),
+    ),
     Metric(
         "failcast_lemon_nodes",
         "gauge",
