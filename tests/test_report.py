@@ -678,3 +678,21 @@ def test_reliability_and_backtest_sections_render_with_bounded_data(pages, rich_
     slugs = [s.slug for s in report.sections(hostile_analysis)]
     assert "job-backtest" not in slugs  # no jobs: the section is omitted
     assert {"weibull-probability-plot", "mean-cumulative-function", "duane-crow-amsaa"} <= set(slugs)
+
+
+def test_summary_names_the_lemons_and_the_spares_the_job_needs(rich_analysis):
+    outlook = outlook_frames()
+    cards = {k: (v, n) for k, v, n in report.summary_cards(rich_analysis, outlook)}
+    lemons = rich_analysis.lemons.lemons_
+    value, note = cards["Lemon nodes (fail more than their cluster)"]
+    if lemons.height:
+        assert value.startswith(f"{lemons.height:,} node") and all(
+            n in note for n in lemons["node_id"].head(5)
+        )
+    else:
+        assert value == "none" and f"none of {rich_analysis.lemons.table_.height:,} nodes" in note
+    assert rich_analysis.repair_times is not None
+    spares = analysis.spares_for_job(
+        rich_analysis.repair_times, outlook.instances, rich_analysis.fleet_rate.rate_
+    )
+    assert cards[f"Hot spares for {outlook.instances:,} instances"][0] == f"{spares['spares']:,}"

@@ -22,7 +22,7 @@ import altair as alt
 import polars as pl
 import vl_convert
 
-from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, left_out_note
+from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, left_out_note, spares_for_job
 from pipeline.report.format import column_label, format_value
 from pipeline.report.outlook import JobOutlook
 from pipeline.report.sections import Section, sections
@@ -106,6 +106,7 @@ def summary_cards(
             )
         ]
     cards += _cause_card(analysis)
+    cards += _fleet_action_cards(analysis, projection)
     at = "" if analysis.has_failures else " at the upper-bound rate"
     cards += _scaling_cards(analysis)
     cards += _trend_card(analysis)
@@ -131,6 +132,40 @@ def summary_cards(
                     f"{s['percent']:.1f}% of the {s['baseline']} training time",
                 )
             )
+    return cards
+
+
+LEMON_CARD_NODES = 5
+
+
+def _fleet_action_cards(analysis: FleetAnalysis, projection: JobOutlook | None) -> list[tuple[str, str, str]]:
+    """What to act on: the lemon nodes to pull, and the hot spares the projected job needs."""
+    cards = []
+    lemons = analysis.lemons.lemons_
+    if analysis.has_failures:
+        names = lemons["node_id"].head(LEMON_CARD_NODES).to_list()
+        more = f" and {lemons.height - len(names)} more" if lemons.height > len(names) else ""
+        cards.append(
+            (
+                "Lemon nodes (fail more than their cluster)",
+                f"{lemons.height:,} node{'s' if lemons.height != 1 else ''}" if lemons.height else "none",
+                f"{', '.join(names)}{more}; drain list: failcast lemons --format hostlist"
+                if lemons.height
+                else f"none of {analysis.lemons.table_.height:,} nodes at a {analysis.lemons.fdr:.0%} "
+                "false-discovery rate",
+            )
+        )
+    if projection is not None and analysis.repair_times is not None and analysis.has_failures:
+        spares = spares_for_job(analysis.repair_times, projection.instances, analysis.fleet_rate.rate_)
+        cards.append(
+            (
+                f"Hot spares for {projection.instances:,} instances",
+                f"{spares['spares']:,}",
+                f"a failure finds a free spare with ≥ {spares['probability']:.0%} probability; "
+                f"{spares['mean_in_repair']:,.1f} nodes in repair on average (MTTR "
+                f"{spares['mttr_hours']:,.1f} h)",
+            )
+        )
     return cards
 
 
