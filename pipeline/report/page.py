@@ -149,7 +149,8 @@ def _fleet_action_cards(analysis: FleetAnalysis, projection: JobOutlook | None) 
             (
                 "Lemon nodes (fail more than their cluster)",
                 f"{lemons.height:,} node{'s' if lemons.height != 1 else ''}" if lemons.height else "none",
-                f"{', '.join(names)}{more}; drain list: failcast lemons --format hostlist"
+                f"{', '.join(names)}{more}; drain list: failcast lemons --format hostlist. The test "
+                "assumes Poisson counts per node: failures clustered in time add false alarms"
                 if lemons.height
                 else f"none of {analysis.lemons.table_.height:,} nodes at a {analysis.lemons.fdr:.0%} "
                 "false-discovery rate",
