@@ -52,7 +52,15 @@ from pipeline.ingest.slurmctld import ingest_slurmctld
 from pipeline.ingest.taxonomy import parse_category_map
 
 DATASET_FORMATS = ("lanl", "titan", "bgl")
-FORMATS = (*TABLE_FORMATS, "kernel-log", "sacct", "slurm-events", "slurmctld", *DATASET_FORMATS)
+# Line-oriented log readers: each streams its file in blocks and takes the common options (sha,
+# progress, size and block limits) plus the ones named here, which are ingest_files' options.
+LOG_READERS = {
+    "kernel-log": (ingest_kernel_log, ("cluster", "node", "year", "bus_order")),
+    "sacct": (ingest_sacct, ("cluster",)),
+    "slurm-events": (ingest_slurm_events, ("cluster",)),
+    "slurmctld": (ingest_slurmctld, ("cluster", "year")),
+}
+FORMATS = (*TABLE_FORMATS, *LOG_READERS, *DATASET_FORMATS)
 
 __all__ = [
     "expand_pattern",
@@ -173,55 +181,22 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
                 )
                 if progress:
                     progress(path.stat().st_size)
-            elif fmt == "kernel-log":
-                summary = ingest_kernel_log(
-                    con,
-                    path,
-                    sha=sha,
-                    cluster=options["cluster"],
-                    node=options["node"],
-                    year=options["year"],
-                    bus_order=options["bus_order"],
-                    progress=progress,
-                    max_decompressed_bytes=options["max_decompressed_bytes"],
-                    block_bytes=options["block_bytes"],
-                )
             elif fmt in DATASET_FORMATS:
                 from pipeline.datasets.load import ingest_dataset  # datasets build on ingest
 
                 summary = ingest_dataset(
                     con, path, sha=sha, fmt=fmt, timezone=options["timezone"], progress=progress
                 )
-            elif fmt == "slurm-events":
-                summary = ingest_slurm_events(
-                    con,
-                    path,
-                    sha=sha,
-                    cluster=options["cluster"],
-                    progress=progress,
-                    max_decompressed_bytes=options["max_decompressed_bytes"],
-                    block_bytes=options["block_bytes"],
-                )
-            elif fmt == "slurmctld":
-                summary = ingest_slurmctld(
-                    con,
-                    path,
-                    sha=sha,
-                    cluster=options["cluster"],
-                    year=options["year"],
-                    progress=progress,
-                    max_decompressed_bytes=options["max_decompressed_bytes"],
-                    block_bytes=options["block_bytes"],
-                )
             else:
-                summary = ingest_sacct(
+                reader, extra = LOG_READERS[fmt]
+                summary = reader(
                     con,
                     path,
                     sha=sha,
-                    cluster=options["cluster"],
                     progress=progress,
                     max_decompressed_bytes=options["max_decompressed_bytes"],
                     block_bytes=options["block_bytes"],
+                    **{name: options[name] for name in extra},
                 )
             if note := taxonomy.classify_new_events(con, options["category_map"]):
                 summary.notes.append(note)
