@@ -137,7 +137,7 @@ def _recovery(
 @pytest.mark.parametrize(("shape", "min_power"), [(1.0, 0.5), (0.7, 0.12)])
 def test_lemons_are_recovered_with_false_discoveries_controlled(shape, min_power):
     """Measured over 300 runs (5% lemons at 5-10x): FDP 0.003 and power 0.64 at shape 1 (the
-    exact test alone: 0.005 and 0.66); FDP 0.002 and power 0.20 at shape 0.7, where the exact
+    exact test alone, 200 runs: 0.005 and 0.66); FDP 0.002 and power 0.20 at shape 0.7, where the exact
     test's FDP is 0.087 (clustered healthy nodes flagged)."""
     fdp, power, _ = _recovery(40, seed=1, lemon_fraction=0.05, shape=shape)
     assert fdp <= 0.05 + 0.03  # 40 runs: a tolerance for Monte Carlo error that still fails
@@ -148,7 +148,7 @@ def test_lemons_are_recovered_with_false_discoveries_controlled(shape, min_power
 def test_a_fleet_without_lemons_mostly_flags_none(shape):
     """Every null true: BH bounds the chance of any flag by q (5%) when p-values are right.
     Measured over 300 runs: 2.3%, 5.7%, 1.3% of runs flag a node at shape 1, 0.85, 0.7 (the exact
-    Poisson test: 1.5%, 13.5%, 35.5%)."""
+    Poisson test, 200 runs: 1.5%, 13.5%, 35.5%)."""
     _, _, flagged_any = _recovery(60, seed=2, lemon_fraction=0.0, shape=shape)
     assert flagged_any <= 0.12
 
