@@ -117,13 +117,16 @@ def test_lemons_leave_the_cluster_rate():
 
 
 # --- ground truth: lemons recovered, false discoveries controlled ------------------------------------
-def _recovery(runs: int, seed: int, lemon_fraction: float) -> tuple[float, float, float]:
+def _recovery(
+    runs: int, seed: int, lemon_fraction: float, shape: float = 1.0, dispersion: float | None = None
+) -> tuple[float, float, float]:
     """(mean false-discovery proportion, mean power, share of runs flagging anything)."""
     rng = np.random.default_rng(seed)
     fdp, power, flagged_any = [], [], 0
     for _ in range(runs):
-        nodes = simulated_nodes(rng, lemon_fraction=lemon_fraction)
-        flagged = models.LemonTest(fdr=0.05).fit(nodes).lemons_.join(nodes, on=["cluster_id", "node_id"])
+        nodes = simulated_nodes(rng, lemon_fraction=lemon_fraction, shape=shape)
+        test = models.LemonTest(fdr=0.05, dispersion=dispersion).fit(nodes)
+        flagged = test.lemons_.join(nodes, on=["cluster_id", "node_id"])
         flagged_any += flagged.height > 0
         fdp.append((~flagged["true_lemon"]).sum() / max(flagged.height, 1))
         if nodes["true_lemon"].any():
@@ -131,25 +134,82 @@ def _recovery(runs: int, seed: int, lemon_fraction: float) -> tuple[float, float
     return float(np.mean(fdp)), float(np.mean(power)) if power else 0.0, flagged_any / runs
 
 
-def test_lemons_are_recovered_with_false_discoveries_controlled():
-    """Measured over 300 runs: FDP 0.006, power 0.66 (tests/test_lemons.py slow version)."""
-    fdp, power, _ = _recovery(30, seed=1, lemon_fraction=0.05)
-    assert fdp <= 0.05 + 0.03  # 30 runs: a tolerance for Monte Carlo error that still fails
-    assert power >= 0.5
+@pytest.mark.parametrize(("shape", "min_power"), [(1.0, 0.5), (0.7, 0.12)])
+def test_lemons_are_recovered_with_false_discoveries_controlled(shape, min_power):
+    """Measured over 300 runs (5% lemons at 5-10x): FDP 0.003 and power 0.64 at shape 1 (the
+    exact test alone, 200 runs: 0.005 and 0.66); FDP 0.002 and power 0.20 at shape 0.7, where the exact
+    test's FDP is 0.087 (clustered healthy nodes flagged)."""
+    fdp, power, _ = _recovery(40, seed=1, lemon_fraction=0.05, shape=shape)
+    assert fdp <= 0.05 + 0.03  # 40 runs: a tolerance for Monte Carlo error that still fails
+    assert power >= min_power
 
 
-def test_a_fleet_without_lemons_mostly_flags_none():
-    """Every null true: BH bounds the chance of any flag by q (5%)."""
-    _, _, flagged_any = _recovery(30, seed=2, lemon_fraction=0.0)
-    assert flagged_any <= 0.15
+@pytest.mark.parametrize("shape", [1.0, 0.85, 0.7])
+def test_a_fleet_without_lemons_mostly_flags_none(shape):
+    """Every null true: BH bounds the chance of any flag by q (5%) when p-values are right.
+    Measured over 300 runs: 2.3%, 5.7%, 1.3% of runs flag a node at shape 1, 0.85, 0.7 (the exact
+    Poisson test, 200 runs: 1.5%, 13.5%, 35.5%)."""
+    _, _, flagged_any = _recovery(60, seed=2, lemon_fraction=0.0, shape=shape)
+    assert flagged_any <= 0.12
+
+
+def test_the_exact_test_alone_false_alarms_on_clustered_fleets():
+    """Why the dispersion: with phi fixed at 1 a third of lemon-free shape-0.7 fleets flag a node."""
+    _, _, flagged_any = _recovery(60, seed=2, lemon_fraction=0.0, shape=0.7, dispersion=1.0)
+    assert flagged_any >= 0.2
+
+
+def test_dispersion_measures_clustering_not_lemons():
+    """phi comes from the unremarkable nodes: near 1 for Poisson nodes even with 5% lemons (whose
+    Pearson dispersion over every node is above 2), above 1 when failures cluster (shape 0.7)."""
+    rng = np.random.default_rng(8)
+    poisson_fleet = simulated_nodes(rng, lemon_fraction=0.05, shape=1.0)
+    assert transform.dispersion_test(poisson_fleet).phi > 2
+    assert models.LemonTest().fit(poisson_fleet).dispersion_ < 1.2
+    phis = [
+        models.LemonTest().fit(simulated_nodes(rng, lemon_fraction=0.0, shape=0.7)).dispersion_
+        for _ in range(5)
+    ]
+    assert 1.2 < np.mean(phis) < 2.0
+
+
+def test_dispersion_one_is_the_exact_test_and_the_beta_binomial_tends_to_it():
+    rows = [("a", "bad", 9, 1000.0)] + [("a", f"n{i}", i % 3, 1000.0) for i in range(40)]
+    exact = models.LemonTest(dispersion=1.0).fit(_nodes(rows)).table_
+    assert exact["p_value"][0] == pytest.approx(binom.sf(8, 9 + 39, 1 / 41))
+    nearly = models.LemonTest(dispersion=1.002).fit(_nodes(rows)).table_
+    assert nearly["p_value"].to_list() == pytest.approx(exact["p_value"].to_list(), rel=0.05)
+    wider = models.LemonTest(dispersion=2.0).fit(_nodes(rows))
+    assert wider.dispersion_ == 2.0 and wider.table_["p_value"][0] > 10 * exact["p_value"][0]
+    with pytest.raises(ValueError, match="dispersion must be at least 1"):
+        models.LemonTest(dispersion=0.5)
 
 
 @pytest.mark.slow
-def test_lemon_recovery_long():
-    fdp, power, _ = _recovery(300, seed=3, lemon_fraction=0.05)
-    assert fdp <= 0.05 and power >= 0.6
-    _, _, flagged_any = _recovery(300, seed=4, lemon_fraction=0.0)
-    assert flagged_any <= 0.08
+@pytest.mark.parametrize("shape", [1.0, 0.85, 0.7])
+def test_lemon_recovery_long(shape):
+    fdp, power, _ = _recovery(300, seed=3, lemon_fraction=0.05, shape=shape)
+    assert fdp <= 0.05 and power >= (0.55 if shape == 1.0 else 0.15)
+    _, _, flagged_any = _recovery(300, seed=4, lemon_fraction=0.0, shape=shape)
+    assert flagged_any <= 0.10
+
+
+@pytest.mark.slow
+def test_the_bundled_sample_has_no_lemons(tmp_path):
+    """data/sample is simulated without lemons (Weibull shape 0.85): c0512-n0136, 9 failures where
+    the rest of its cluster's rate expects 1.45, is what clustering in time produces."""
+    from pathlib import Path
+
+    from pipeline import ingest, warehouse
+
+    root = Path(__file__).parent.parent / "data" / "sample"
+    con = warehouse.connect(tmp_path / "sample.duckdb")
+    ingest.ingest_files(con, [root / "inventory.csv", root / "incidents.csv"])
+    result = analysis.analyze(con)
+    con.close()
+    assert result.lemons.lemons_.is_empty() and result.lemons.dispersion_ > 1.1
+    top = result.lemons.table_.row(0, named=True)
+    assert top["node_id"] == "c0512-n0136" and top["q_value"] > 0.2
 
 
 # --- the default interval on fleets with lemons --------------------------------------------------------
@@ -186,11 +246,16 @@ def test_default_interval_covers_the_fleet_rate_with_lemons():
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("lemon_fraction", "shape"), [(0.05, 1.0), (0.05, 0.85), (0.05, 0.7), (0.0, 1.0), (0.0, 0.7)]
+    ("lemon_fraction", "shape", "high"),
+    [(0.05, 1.0, 0.975), (0.05, 0.85, 0.975), (0.05, 0.7, 0.985), (0.0, 1.0, 0.975), (0.0, 0.7, 0.975)],
 )
-def test_default_interval_coverage_long(lemon_fraction, shape):
+def test_default_interval_coverage_long(lemon_fraction, shape, high):
+    """At shape 0.7 with lemons the lemon test, allowing for clustering, finds a fifth of them
+    (power 0.19), the rest stay in phi and the interval over-covers a little (measured 97.9%):
+    the conservative side. Leaving out every node with p < 2% instead under-covers (93% without
+    lemons, measured over 400 runs)."""
     coverage = _coverage(1000, seed=6, lemon_fraction=lemon_fraction, shape=shape)
-    assert 0.93 <= coverage["auto"] <= 0.975, coverage
+    assert 0.93 <= coverage["auto"] <= high, coverage
 
 
 # --- the analysis carries both ---------------------------------------------------------------------

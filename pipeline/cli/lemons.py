@@ -43,8 +43,9 @@ def hostlists(lemons: pl.DataFrame) -> dict[str, str]:
 def lemons(
     db: Path, observed_until, fdr: float, interruption_window: float, clusters, output, as_json
 ) -> None:
-    """Lemon nodes: each node's exact test against the rest of its cluster, false discoveries
-    controlled across nodes (Benjamini–Hochberg), and the cluster rates without them."""
+    """Lemon nodes: each node's test against the rest of its cluster, allowing for failures that
+    cluster in time (dispersion of the unremarkable nodes), false discoveries controlled across
+    nodes (Benjamini–Hochberg), and the cluster rates without them."""
     con = warehouse.connect(db, read_only=True)
     inventory = warehouse.table(con, "inventory")
     scan = warehouse.scan_incidents(con)
@@ -66,6 +67,7 @@ def lemons(
                 "observed_until": end,
                 "fdr": fdr,
                 "nodes_tested": test.table_.height,
+                "dispersion": test.dispersion_,
                 "exposure_estimated": transform.exposure_estimated(inventory),
                 "lemons": records(test.lemons_),
                 "clusters": records(test.cluster_rate_without_lemons_),

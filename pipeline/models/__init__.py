@@ -5,8 +5,9 @@ One module per family of statistics, re-exported here so callers write ``models.
 
 * :mod:`pipeline.models.survival` — rates, parametric and non-parametric survival of times between
   failures, MTBF scaling with cluster size, trend tests (formulas and sources in its docstring).
-* :mod:`pipeline.models.lemons` — lemon nodes: the exact per-node test against the rest of the
-  cluster with Benjamini–Hochberg false-discovery control.
+* :mod:`pipeline.models.lemons` — lemon nodes: the per-node test against the rest of the
+  cluster (beta-binomial allowing for failures that cluster in time, exact binomial when counts
+  are Poisson) with Benjamini–Hochberg false-discovery control.
 * :mod:`pipeline.models.backtest` — job interruption predictions against what happened.
 """
 

@@ -8,6 +8,7 @@ import polars as pl
 
 from pipeline import models
 from pipeline.analysis import FleetAnalysis
+from pipeline.models.lemons import MIN_EXCESS
 
 LEMON_HEADERS = {
     "cluster_id": "Cluster",
@@ -16,7 +17,7 @@ LEMON_HEADERS = {
     "exposure_node_hours": "Node-hours in service",
     "expected_failures": "Expected at the rest of the cluster's rate",
     "ratio": "Times expected",
-    "p_value": "p (exact)",
+    "p_value": "p (allowing for clustering)",
     "q_value": "q (Benjamini–Hochberg)",
     "cluster_rate": "Cluster failures per 1000 node-hours",
     "cluster_rate_without_lemons": "Without its lemons",
@@ -50,20 +51,33 @@ def lemon_table(test: models.LemonTest) -> pl.DataFrame:
     )
 
 
+def clustering_note(test: models.LemonTest) -> str:
+    """How the test allowed for failures that cluster in time: the dispersion it used."""
+    if test.dispersion_ < 1 + MIN_EXCESS:
+        return "Node failure counts look Poisson (dispersion φ = 1): exact binomial test."
+    return (
+        f"Failures cluster in time (a node that failed tends to fail again soon): node counts vary "
+        f"φ = {test.dispersion_:.2f} times as much as Poisson among the unremarkable nodes, and the test "
+        "allows for it (beta-binomial), so a burst on a healthy node is not called a lemon."
+    )
+
+
 def lemon_note(test: models.LemonTest) -> str:
-    """The verdict: how many lemons at which false-discovery rate, or one line saying none."""
+    """The verdict: how many lemons at which false-discovery rate, or one line saying none, and
+    the dispersion the test allowed for."""
     nodes, fdr = test.table_.height, f"{test.fdr * 100:.3g}%"
     if test.lemons_.is_empty():
         return (
             f"No lemon nodes: none of {nodes:,} nodes fails more often than the rest of its cluster "
-            f"at a {fdr} false-discovery rate."
+            f"at a {fdr} false-discovery rate. {clustering_note(test)}"
         )
     flagged = test.lemons_.height
     return (
-        f"{flagged:,} of {nodes:,} nodes fail more often than the rest of their cluster: exact test of "
-        f"each node's failures against the rest of its cluster's rate for its hours in service, "
+        f"{flagged:,} of {nodes:,} nodes fail more often than the rest of their cluster: test of each "
+        f"node's failures against the rest of its cluster's rate for its hours in service, "
         f"Benjamini–Hochberg at a {fdr} false-discovery rate (about {fdr} of a list like this is "
-        "expected to be false alarms). 'failcast lemons --format hostlist' prints them for draining."
+        f"expected to be false alarms). {clustering_note(test)} 'failcast lemons --format hostlist' "
+        "prints them for draining."
     )
 
 
