@@ -463,3 +463,19 @@ def test_end_to_end_inventory_events_and_nodes_give_rates_and_outages(con, write
         ("gpu-2", "application", False, datetime(2024, 5, 7), None),
         ("gpu-4", "undetermined", True, datetime(2024, 5, 10), datetime(2024, 5, 10, 6)),
     ]
+
+
+def test_one_list_of_nodes_and_events_and_other_kinds(con, write, sql):
+    # kubectl get nodes,events -A -o json: one List with both kinds (and a kind we do not read)
+    text = klist(
+        node("gpu-1", ("ReadonlyFilesystem", "True", "FilesystemIsReadOnly", "ro", "2024-05-01T01:00:00Z")),
+        core_event("gpu-1", "Ext4Error", "EXT4-fs error (device sda1): bad block", "2024-05-01T00:59:00Z"),
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer-0"}},
+    )
+    [s] = ingest_files(con, [write("mixed.json", text)], cluster="k8s-a")
+    assert _counts(s) == (3, 2, 0, 0, 1)
+    assert any("1 Pod objects" in n for n in s.notes)
+    assert sql("SELECT category, failure_class FROM events ORDER BY timestamp_utc") == [
+        ("Ext4Error", "storage"),
+        ("FilesystemIsReadOnly", "storage"),
+    ]
