@@ -104,6 +104,24 @@ SYNONYMS: dict[str, FailureCategory] = {
     # src/slurmctld/ping_nodes.c; "Node unexpectedly rebooted" in slurmctld's node_mgr.c)
     **{name: FailureCategory.SOFTWARE for name in ("Kill task failed", "Prolog error", "Epilog error")},
     "Node unexpectedly rebooted": FailureCategory.HOST,
+    # Kubernetes node problems: node-problem-detector's kernel monitor (kubernetes/node-problem-detector
+    # config/kernel-monitor.json), the kubelet's Rebooted (pkg/kubelet/events/event.go), the node
+    # lifecycle controller's NodeNotReady and the Ready condition's reasons (kubelet, node controller).
+    # OOMKilling: the kernel's OOM killer ended a process for its memory use, not a node fault.
+    **{
+        name: FailureCategory.SOFTWARE
+        for name in ("KernelOops", "TaskHung", "KernelDeadlock", "DockerHung", "UnregisterNetDevice")
+    },
+    **{
+        name: FailureCategory.STORAGE
+        for name in ("ReadonlyFilesystem", "FilesystemIsReadOnly", "Ext4Error", "IOError", "XfsHasShutdown")
+    },
+    **{name: FailureCategory.HOST for name in ("Rebooted", "MemoryReadError")},
+    "OOMKilling": FailureCategory.APPLICATION,
+    **{
+        name: FailureCategory.UNDETERMINED
+        for name in ("NodeNotReady", "KubeletNotReady", "NodeStatusUnknown")
+    },
     **{
         name: FailureCategory.UNDETERMINED
         for name in ("unavailable", "unknown", "N/A", "none", "not determined")

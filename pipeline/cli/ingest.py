@@ -45,6 +45,10 @@ Formats (auto-detected from the name or the first lines, or --format); any may b
   slurmctld   slurmctld log lines: Nodes ... not responding, setting DOWN; update_node: node ...
               reason/state set to ...; Killing JobId=... on failed node ...; other lines ignored
               [2024-05-01T12:00:00.123] error: Nodes gpu-[017-018] not responding, setting DOWN
+  kubernetes  kubectl get events -A -o json / kubectl get nodes -o json (or JSON Lines of items):
+              Warning node events and NodeNotReady become events (reason as category); node
+              conditions in trouble (Ready=False, KernelDeadlock=True ...) are outages that a
+              later snapshot showing them healthy ends; other events and healthy nodes ignored
 
 \b
 Public failure data sets (only with --format; incidents AND inventory from one file, see

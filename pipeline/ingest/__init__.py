@@ -4,7 +4,8 @@ Formats (auto-detected, or named with ``fmt``): canonical incidents/inventory ``
 ``parquet`` (:mod:`.canonical`); NVIDIA XID lines in kernel logs, ``kernel-log`` (:mod:`.kernel_log`,
 codes mapped by :mod:`.xid`); Slurm ``sacct`` parsable output (:mod:`.sacct`), node events
 ``slurm-events`` (``sacctmgr show event -P``, :mod:`.slurm_events`) and ``slurmctld`` log lines
-(:mod:`.slurmctld`); public data sets
+(:mod:`.slurmctld`); Kubernetes events and node conditions ``kubernetes`` (``kubectl get events -A
+-o json``, ``kubectl get nodes -o json``, :mod:`.kubernetes`); public data sets
 ``lanl``, ``titan``, ``bgl`` (named only, :mod:`pipeline.datasets.load`). Any may be ``.gz``.
 
 Rules that every reader follows:
@@ -45,6 +46,7 @@ from pipeline.ingest.canonical import (
 )
 from pipeline.ingest.common import FileSummary, InputError, checked_timezone, sha256_of
 from pipeline.ingest.kernel_log import ingest_kernel_log
+from pipeline.ingest.kubernetes import ingest_kubernetes
 from pipeline.ingest.lines import BOM, MAX_DECOMPRESSED_BYTES, head_text, is_gzip
 from pipeline.ingest.sacct import ingest_sacct
 from pipeline.ingest.slurm_events import ingest_slurm_events
@@ -59,6 +61,7 @@ LOG_READERS = {
     "sacct": (ingest_sacct, ("cluster",)),
     "slurm-events": (ingest_slurm_events, ("cluster",)),
     "slurmctld": (ingest_slurmctld, ("cluster", "year")),
+    "kubernetes": (ingest_kubernetes, ("cluster",)),
 }
 FORMATS = (*TABLE_FORMATS, *LOG_READERS, *DATASET_FORMATS)
 
@@ -101,6 +104,11 @@ _SLURMCTLD_LINE = re.compile(
 
 _KERNEL_XID = re.compile(r"Xid \((?:PCI:)?[0-9A-Fa-f]{4}:")
 
+# kubectl -o json of Events or Nodes (a List, one object, or JSON Lines of them): a core/v1 or
+# events.k8s.io/v1 apiVersion beside an Event's or a Node's kind, in the first 64 KiB
+_KUBERNETES = re.compile(r'"kind"\s*:\s*"(?:Event|Node)"')
+_KUBERNETES_API = re.compile(r'"apiVersion"\s*:\s*"(?:v1|events\.k8s\.io/v1(?:beta1)?)"')
+
 
 def expand_pattern(pattern: str) -> list[Path]:
     """The files a path or glob names (``**`` recursive), each once by real path: a symlink loop
@@ -116,8 +124,13 @@ def expand_pattern(pattern: str) -> list[Path]:
 
 
 def detect_format(path: Path) -> str:
-    """From the name (.csv, .jsonl/.ndjson/.json, .parquet), else from the first 64 KiB."""
+    """From the name (.csv, .jsonl/.ndjson/.json, .parquet), else from the first 64 KiB; JSON
+    that holds Kubernetes Events or Nodes is ``kubernetes`` whatever its name."""
     name = path.name.lower().removesuffix(".gz")
+    if not name.endswith((".csv", ".parquet")):
+        head = head_text(path).removeprefix(BOM)
+        if head.lstrip().startswith("{") and _KUBERNETES.search(head) and _KUBERNETES_API.search(head):
+            return "kubernetes"
     for suffix, fmt in ((".csv", "csv"), (".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "jsonl")):
         if name.endswith(suffix):
             return fmt

@@ -67,6 +67,13 @@ def classify(category: str, category_map: CategoryMap | None = None) -> Classifi
     return Classification(cls, cls.interrupting if interrupting is None else interrupting, user, known)
 
 
+def xid_in_text(text: str) -> tuple[str, int] | None:
+    """``("Xid", 79)`` or ``("SXid", 12)`` for the first Xid/SXid code in ``text`` (the rule
+    :func:`classify` applies), else None: readers that keep the code apart from the category."""
+    match = _XID_IN_TEXT.search(text)
+    return ("SXid" if match.group(1) else "Xid", int(match.group(2))) if match else None
+
+
 def classes_frame(categories: list[str], category_map: CategoryMap) -> pl.DataFrame:
     """One row per category: its class, default and user flags, and whether it is known."""
     rows = [(c, *classify(c, category_map)) for c in categories]
