@@ -104,6 +104,22 @@ SYNONYMS: dict[str, FailureCategory] = {
     # src/slurmctld/ping_nodes.c; "Node unexpectedly rebooted" in slurmctld's node_mgr.c)
     **{name: FailureCategory.SOFTWARE for name in ("Kill task failed", "Prolog error", "Epilog error")},
     "Node unexpectedly rebooted": FailureCategory.HOST,
+    # cloud host events (pipeline.ingest.cloud_events): EC2 scheduled event codes (API reference,
+    # InstanceStatusEvent) and Compute Engine system events (audit log methodName); each concerns
+    # the host the instance runs on; the planned attribute tells maintenance from failure
+    **{
+        name: FailureCategory.HOST
+        for name in (
+            "system-reboot",
+            "system-maintenance",
+            "instance-reboot",
+            "instance-stop",
+            "instance-retirement",
+            "compute.instances.hostError",
+            "compute.instances.terminateOnHostMaintenance",
+            "compute.instances.migrateOnHostMaintenance",
+        )
+    },
     **{
         name: FailureCategory.UNDETERMINED
         for name in ("unavailable", "unknown", "N/A", "none", "not determined")

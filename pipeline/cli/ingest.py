@@ -45,6 +45,11 @@ Formats (auto-detected from the name or the first lines, or --format); any may b
   slurmctld   slurmctld log lines: Nodes ... not responding, setting DOWN; update_node: node ...
               reason/state set to ...; Killing JobId=... on failed node ...; other lines ignored
               [2024-05-01T12:00:00.123] error: Nodes gpu-[017-018] not responding, setting DOWN
+  ec2-status  aws ec2 describe-instance-status --include-all-instances --output json: completed
+              scheduled events (Code as category, NotBefore-NotAfter), attribute planned=true
+              {"InstanceStatuses": [{"InstanceId": "i-0abc", "Events": [{"Code": "system-reboot", ...
+  gce-audit   gcloud logging read (system_event audit log) --format=json: compute.instances.hostError
+              (planned=false), terminateOnHostMaintenance / migrateOnHostMaintenance (planned=true)
 
 \b
 Public failure data sets (only with --format; incidents AND inventory from one file, see

@@ -4,7 +4,9 @@ Formats (auto-detected, or named with ``fmt``): canonical incidents/inventory ``
 ``parquet`` (:mod:`.canonical`); NVIDIA XID lines in kernel logs, ``kernel-log`` (:mod:`.kernel_log`,
 codes mapped by :mod:`.xid`); Slurm ``sacct`` parsable output (:mod:`.sacct`), node events
 ``slurm-events`` (``sacctmgr show event -P``, :mod:`.slurm_events`) and ``slurmctld`` log lines
-(:mod:`.slurmctld`); public data sets
+(:mod:`.slurmctld`); cloud maintenance and host-error events ``ec2-status`` (``aws ec2
+describe-instance-status``) and ``gce-audit`` (Compute Engine system-event audit log entries),
+:mod:`.cloud_events`; public data sets
 ``lanl``, ``titan``, ``bgl`` (named only, :mod:`pipeline.datasets.load`). Any may be ``.gz``.
 
 Rules that every reader follows:
@@ -43,6 +45,8 @@ from pipeline.ingest.canonical import (
     TABLE_FORMATS,
     ingest_canonical,
 )
+from pipeline.ingest.cloud_events import FORMATS as CLOUD_FORMATS
+from pipeline.ingest.cloud_events import ingest_cloud_events
 from pipeline.ingest.common import FileSummary, InputError, checked_timezone, sha256_of
 from pipeline.ingest.kernel_log import ingest_kernel_log
 from pipeline.ingest.lines import BOM, MAX_DECOMPRESSED_BYTES, head_text, is_gzip
@@ -52,7 +56,15 @@ from pipeline.ingest.slurmctld import ingest_slurmctld
 from pipeline.ingest.taxonomy import parse_category_map
 
 DATASET_FORMATS = ("lanl", "titan", "bgl")
-FORMATS = (*TABLE_FORMATS, "kernel-log", "sacct", "slurm-events", "slurmctld", *DATASET_FORMATS)
+FORMATS = (
+    *TABLE_FORMATS,
+    "kernel-log",
+    "sacct",
+    "slurm-events",
+    "slurmctld",
+    *CLOUD_FORMATS,
+    *DATASET_FORMATS,
+)
 
 __all__ = [
     "expand_pattern",
@@ -93,6 +105,12 @@ _SLURMCTLD_LINE = re.compile(
 
 _KERNEL_XID = re.compile(r"Xid \((?:PCI:)?[0-9A-Fa-f]{4}:")
 
+# JSON of the cloud readers, told from canonical JSON Lines by their own keys
+_CLOUD_JSON = (
+    ("ec2-status", re.compile(r'"(?:InstanceStatuses|InstanceEventId)"\s*:')),
+    ("gce-audit", re.compile(r'"protoPayload"\s*:|"methodName"\s*:\s*"compute\.instances\.')),
+)
+
 
 def expand_pattern(pattern: str) -> list[Path]:
     """The files a path or glob names (``**`` recursive), each once by real path: a symlink loop
@@ -108,8 +126,15 @@ def expand_pattern(pattern: str) -> list[Path]:
 
 
 def detect_format(path: Path) -> str:
-    """From the name (.csv, .jsonl/.ndjson/.json, .parquet), else from the first 64 KiB."""
+    """From the name (.csv, .jsonl/.ndjson/.json, .parquet), else from the first 64 KiB. JSON
+    (first character ``{`` or ``[``) is EC2 or GCE cloud events when its keys say so."""
     name = path.name.lower().removesuffix(".gz")
+    if not name.endswith((".csv", ".parquet")):
+        head = head_text(path).removeprefix(BOM)
+        if head.lstrip()[:1] in ("{", "["):
+            for fmt, keys in _CLOUD_JSON:
+                if keys.search(head):
+                    return fmt
     for suffix, fmt in ((".csv", "csv"), (".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "jsonl")):
         if name.endswith(suffix):
             return fmt
@@ -201,6 +226,16 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
                     progress=progress,
                     max_decompressed_bytes=options["max_decompressed_bytes"],
                     block_bytes=options["block_bytes"],
+                )
+            elif fmt in CLOUD_FORMATS:
+                summary = ingest_cloud_events(
+                    con,
+                    path,
+                    sha=sha,
+                    fmt=fmt,
+                    cluster=options["cluster"],
+                    progress=progress,
+                    max_decompressed_bytes=options["max_decompressed_bytes"],
                 )
             elif fmt == "slurmctld":
                 summary = ingest_slurmctld(
