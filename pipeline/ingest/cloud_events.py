@@ -90,8 +90,8 @@ class _Record(dict):
     """One record's fields (keys of ``_SCHEMA``); ``ignored`` names the rule that skips it."""
 
 
-def _documents(text: str) -> Iterator[tuple[int, object, str | None]]:
-    """(offset, value, error) of each top-level JSON value (on an error: the text skipped, from
+def _documents(text: str) -> Iterator[tuple[int, int, object, str | None]]:
+    """(start, end, value, error) of each top-level JSON value (on an error: the text skipped, from
     the broken value to where reading resumes); an array's elements come one by one,
     so the records before a truncation are kept. After an error, reading resumes at the next line
     that starts with ``{`` or ``[`` (the next line of JSON Lines)."""
@@ -106,7 +106,7 @@ def _documents(text: str) -> Iterator[tuple[int, object, str | None]]:
         try:
             if text[pos] != "[":
                 value, pos = decoder.raw_decode(text, pos)
-                yield start, value, None
+                yield start, pos, value, None
                 continue
             pos += 1
             while True:
@@ -117,14 +117,16 @@ def _documents(text: str) -> Iterator[tuple[int, object, str | None]]:
                     break
                 start = pos
                 value, pos = decoder.raw_decode(text, pos)
-                yield start, value, None
+                yield start, pos, value, None
         except json.JSONDecodeError as exc:
-            line_end = text.find("\n", exc.pos)
-            resumable = 0 <= exc.pos < end and line_end >= 0
-            following = _DOCUMENT_START.search(text, line_end + 1) if resumable else None
+            # resume at the next line, after the broken value's first, that starts a document
+            line_end = text.find("\n", start)
+            following = _DOCUMENT_START.search(text, line_end + 1) if line_end >= 0 else None
             stop = following.start() if following else end
-            where = "the text ends inside it" if exc.pos >= end else f"line {exc.lineno} column {exc.colno}"
-            yield start, text[start:stop], f"not valid JSON (truncated or malformed): {exc.msg}, {where}"
+            cut = following is None and "\n" not in text[exc.pos :].strip()
+            where = "the text ends inside it" if cut else f"line {exc.lineno} column {exc.colno}"
+            reason = f"not valid JSON (truncated or malformed): {exc.msg}, {where}"
+            yield start, stop, text[start:stop], reason
             if following is None:
                 return
             pos = stop
@@ -143,29 +145,47 @@ def _compact(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))[:_RAW_CHARS]
 
 
-def _ec2_records(value: object) -> Iterator[tuple[_Record, str | None]]:
-    """(record, text to locate it) per event of an output document or one InstanceStatus."""
+def _ec2_records(value: object) -> Iterator[tuple[int, int | None, _Record]]:
+    """(status index, event index, record) per event of an output document or one InstanceStatus;
+    a status that cannot be read gives one record with event index None."""
     if isinstance(value, dict) and "InstanceStatuses" in value:
         statuses = value["InstanceStatuses"]
         if not isinstance(statuses, list):
-            yield _Record(problem="InstanceStatuses is not a list", raw=_compact(value)), None
+            yield 0, None, _Record(problem="InstanceStatuses is not a list", raw=_compact(value))
             return
     else:
         statuses = [value]
-    for status in statuses:
+    for i, status in enumerate(statuses):
         if not isinstance(status, dict) or ("InstanceId" not in status and "Events" not in status):
-            yield _Record(problem="not an InstanceStatus object (no InstanceId)", raw=_compact(status)), None
+            yield (
+                i,
+                None,
+                _Record(problem="not an InstanceStatus object (no InstanceId)", raw=_compact(status)),
+            )
             continue
         instance = _text(status.get("InstanceId"))
         events = status.get("Events") or []
         if not isinstance(events, list):
-            yield _Record(problem="Events is not a list", raw=_compact(status)), instance
+            yield i, None, _Record(problem="Events is not a list", raw=_compact(status))
             continue
-        for event in events:
-            yield (
-                _ec2_event(instance, event),
-                _text(event.get("InstanceEventId")) if isinstance(event, dict) else None,
-            )
+        for j, event in enumerate(events):
+            yield i, j, _ec2_event(instance, event)
+
+
+def _item_starts(text: str, start: int, end: int, key: str, count: int) -> list[int] | None:
+    """Where each element of the array under ``key`` of the (valid) JSON object in
+    ``text[start:end]`` starts, or None when they cannot be told (not ``count`` elements found).
+    A quote inside a JSON string is escaped, so ``"key":`` cannot match inside a value."""
+    match = re.compile(rf'"{key}"\s*:\s*\[').search(text, start, end)
+    if match is None:
+        return None
+    decoder, starts, pos = json.JSONDecoder(), [], match.end()
+    while len(starts) < count:
+        while pos < end and text[pos] in _BETWEEN[:-1]:
+            pos += 1
+        starts.append(pos)
+        _, pos = decoder.raw_decode(text, pos)
+    return starts
 
 
 def _ec2_event(instance: str | None, event: object) -> _Record:
@@ -221,18 +241,34 @@ def _gce_record(entry: object) -> _Record:
 
 
 def _records(text: str, fmt: str) -> Iterator[tuple[int, _Record]]:
-    """(offset, record) of every record of the file, in order."""
-    for offset, value, error in _documents(text):
+    """(offset, record) of every record of the file, in order: a record's offset is where its
+    JSON object starts (an EC2 event's own object), so rejects name its line."""
+    for start, end, value, error in _documents(text):
         if error is not None:
-            yield offset, _Record(problem=error, raw=str(value)[:_RAW_CHARS])
+            yield start, _Record(problem=error, raw=str(value)[:_RAW_CHARS])
         elif fmt == "gce-audit":
-            yield offset, _gce_record(value)
+            yield start, _gce_record(value)
         else:
-            cursor = offset
-            for record, anchor in _ec2_records(value):
-                found = text.find(json.dumps(anchor, ensure_ascii=False), cursor) if anchor else -1
-                cursor = found if found >= 0 else cursor
-                yield cursor, record
+            yield from _ec2_located(text, start, end, value)
+
+
+def _ec2_located(text: str, start: int, end: int, value: object) -> Iterator[tuple[int, _Record]]:
+    statuses = value.get("InstanceStatuses") if isinstance(value, dict) else None
+    status_starts = [start]
+    if isinstance(statuses, list):
+        status_starts = _item_starts(text, start, end, "InstanceStatuses", len(statuses)) or [start] * len(
+            statuses
+        )
+    event_starts: dict[int, list[int] | None] = {}
+    for i, j, record in _ec2_records(value):
+        at = status_starts[i] if i < len(status_starts) else start
+        if j is not None:
+            if i not in event_starts:
+                status = statuses[i] if isinstance(statuses, list) else value
+                after = status_starts[i + 1] if i + 1 < len(status_starts) else end
+                event_starts[i] = _item_starts(text, at, after, "Events", len(status["Events"]))
+            at = event_starts[i][j] if event_starts[i] else at
+        yield at, record
 
 
 def _time_sql(column: str) -> str:
