@@ -86,8 +86,8 @@ _SCHEMA = {
 }
 
 
-class _Record(dict):
-    """One record's fields (keys of ``_SCHEMA``); ``ignored`` names the rule that skips it."""
+# one record's fields (keys of _SCHEMA); "ignored" names the rule that skips it
+_Record = dict
 
 
 def _documents(text: str) -> Iterator[tuple[int, int, object, str | None]]:
@@ -184,7 +184,10 @@ def _item_starts(text: str, start: int, end: int, key: str, count: int) -> list[
         while pos < end and text[pos] in _BETWEEN[:-1]:
             pos += 1
         starts.append(pos)
-        _, pos = decoder.raw_decode(text, pos)
+        try:
+            _, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:  # the key matched a nested array: fall back to the object's line
+            return None
     return starts
 
 
@@ -207,14 +210,14 @@ def _ec2_event(instance: str | None, event: object) -> _Record:
         record["ignored"] = "canceled"
     elif not description.startswith("[Completed]"):
         record["ignored"] = "not completed yet"
+    if "ignored" in record:  # carries nothing, whatever its fields
+        return record
     if instance is None:
         record["problem"] = "InstanceId is missing"
     elif record["category"] is None:
         record["problem"] = "event Code is missing"
     elif record["start_text"] is None:
         record["problem"] = "NotBefore is missing"
-    if "problem" in record:
-        record.pop("ignored", None)
     return record
 
 

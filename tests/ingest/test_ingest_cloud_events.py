@@ -342,3 +342,28 @@ def test_rates_by_planned_separate_maintenance_from_failures(tmp_path, write):
     assert {k: r["failures"] for k, r in rows.items()} == {"false": 2, "true": 1}
     assert {r["exposure_node_hours"] for r in rows.values()} == {960.0}
     assert rows["false"]["rate_per_node_hour"] == pytest.approx(2 / 960)
+
+
+def test_odd_shapes_do_not_break_reading(con, write, sql):
+    # an "Events" key nested before the real one, a canceled event without times (ignored: it
+    # carries nothing), Events null, and a status that is not an object
+    odd = {
+        "InstanceStatuses": [
+            {
+                "InstanceState": {"Events": [1, 2, 3]},
+                "InstanceId": "i-0odd",
+                "Events": [
+                    {"Code": "instance-stop", "Description": "[Canceled] degraded hardware"},
+                    {"Code": "\u202esystem-reboot", "Description": "[Completed] x", "NotBefore": 1714600000},
+                ],
+            },
+            {"InstanceId": "i-0none", "Events": None},
+            "i-0str",
+        ]
+    }
+    [s] = ingest_files(con, [write("odd.json", json.dumps(odd, indent=2))])
+    assert _counts(s) == (3, 1, 0, 1, 1) and _adds_up(s)
+    assert sql("SELECT node_id, category, timestamp_utc FROM events") == [
+        ("i-0odd", "\u202esystem-reboot", datetime(2024, 5, 1, 21, 46, 40))
+    ]
+    assert sql("SELECT reason FROM rejects") == [("not an InstanceStatus object (no InstanceId)",)]
