@@ -26,9 +26,10 @@ the host failed and the VM crashed, unplanned; ``terminateOnHostMaintenance``: t
 for host maintenance, planned; ``migrateOnHostMaintenance``: live-migrated, planned, the VM kept
 running so not interrupting). node_id = the instance name (last part of ``protoPayload.resourceName``
 ``projects/P/zones/Z/instances/NAME``), else ``resource.labels.instance_id``; timestamp = the entry's
-``timestamp``; message = ``protoPayload.status.message``. Other entries (admin activity,
-``automaticRestart`` after a host error, ``preempted`` Spot VMs: a capacity contract, not a
-failure or maintenance) are ignored and counted.
+``timestamp``; message = ``protoPayload.status.message``; a host error's resolved_at = the
+instance's next ``automaticRestart`` in the file (see ``_RESOLVED``). Other entries (admin activity,
+``automaticRestart`` itself, ``preempted`` Spot VMs: a capacity contract, not a failure or
+maintenance) are ignored and counted.
 
 The flag goes into ``attributes`` as ``{"planned": "true"|"false"}``, so ``failcast rates --by
 planned`` separates planned maintenance from unplanned failures. The taxonomy step classifies the
@@ -62,6 +63,7 @@ from pipeline.warehouse import UNKNOWN_CLUSTER
 FORMATS = ("ec2-status", "gce-audit")
 
 # methodName -> (planned, interrupting)
+RESTART = "compute.instances.automaticRestart"  # ends the outage of a host error, not a record
 GCE_METHODS = {
     "compute.instances.hostError": (False, True),
     "compute.instances.terminateOnHostMaintenance": (True, True),
@@ -72,6 +74,7 @@ _RAW_CHARS = 2000
 _BETWEEN = " \t\r\n,]"  # skipped between top-level values (a stray "]" after a broken array too)
 _DOCUMENT_START = re.compile(r"^[\[{]", re.M)
 
+_RESTART_SCHEMA = {"node_id": pl.String, "ts_text": pl.String}
 _SCHEMA = {
     "line": pl.Int64,
     "raw": pl.String,
@@ -227,13 +230,13 @@ def _gce_record(entry: object) -> _Record:
     payload = entry.get("protoPayload") if isinstance(entry.get("protoPayload"), dict) else {}
     method = _text(payload.get("methodName"))
     record = _Record(raw=_compact(entry), category=method, start_text=_text(entry.get("timestamp")))
+    labels = (entry.get("resource") or {}).get("labels") if isinstance(entry.get("resource"), dict) else None
+    name = _INSTANCE_NAME.search(_text(payload.get("resourceName")) or "")
+    record["node_id"] = name.group(1) if name else _text((labels or {}).get("instance_id"))
     if method not in GCE_METHODS:
         record["ignored"] = method or "no protoPayload.methodName"
         return record
     record["planned"], record["interrupting"] = GCE_METHODS[method]
-    labels = (entry.get("resource") or {}).get("labels") if isinstance(entry.get("resource"), dict) else None
-    name = _INSTANCE_NAME.search(_text(payload.get("resourceName")) or "")
-    record["node_id"] = name.group(1) if name else _text((labels or {}).get("instance_id"))
     status = payload.get("status") if isinstance(payload.get("status"), dict) else {}
     record["message"] = _text(status.get("message"))
     if record["node_id"] is None:
@@ -299,13 +302,33 @@ SELECT *,
 FROM typed
 """  # noqa: S608 - _time_sql() of fixed column names
 
+_RESTARTS = f"""
+CREATE OR REPLACE TEMP TABLE cloud_restarts AS
+SELECT node_id, {_time_sql("ts_text")} AS ts FROM cloud_restarts_frame
+"""  # noqa: S608 - _time_sql() of a fixed column name
+
+# A host error's outage ends at the instance's first automaticRestart in the file at or after it,
+# unless another host error of the instance comes first (that restart is the later error's).
+_RESOLVED = """
+CREATE OR REPLACE TEMP TABLE cloud_events_resolved AS
+SELECT p.*, coalesce(p.end_ts, (
+    SELECT min(r.ts) FROM cloud_restarts r
+    WHERE p.category = 'compute.instances.hostError' AND r.node_id = p.node_id AND r.ts >= p.start_ts
+      AND NOT EXISTS (SELECT 1 FROM cloud_events_parsed q
+                      WHERE q.node_id = p.node_id AND q.category = p.category AND q.reason IS NULL
+                        AND q.start_ts > p.start_ts AND q.start_ts <= r.ts)
+)) AS end_or_restart_ts
+FROM cloud_events_parsed p WHERE p.reason IS NULL
+"""
+
 _KEYED = """
 CREATE OR REPLACE TEMP TABLE cloud_events_keyed AS
 WITH rows AS (
-    SELECT line, timezone('UTC', start_ts) AS ts, timezone('UTC', end_ts) AS resolved,
+    SELECT line, timezone('UTC', start_ts) AS ts, timezone('UTC', end_or_restart_ts) AS resolved,
            $cluster AS cluster_id, node_id, category, interrupting, message,
-           CASE WHEN planned THEN '{"planned":"true"}' ELSE '{"planned":"false"}' END AS attributes
-    FROM cloud_events_parsed WHERE reason IS NULL
+           CASE WHEN planned THEN '{"planned":"true"}' ELSE '{"planned":"false"}' END AS attributes,
+           end_ts IS NULL AND end_or_restart_ts IS NOT NULL AS restarted
+    FROM cloud_events_resolved
 ), keyed AS (
     SELECT *,
            md5(concat_ws(chr(31), $format, cluster_id, node_id, CAST(ts AS VARCHAR), category)) AS event_key
@@ -352,11 +375,13 @@ def ingest_cloud_events(
         done = batch.bytes_done
     text = "\n".join("\n".join(p.to_list()) for p in parts)
     starts = [0, *(m.end() for m in re.finditer("\n", text))]
-    rows, ignored = [], {}
+    rows, restarts, ignored = [], [], {}
     for offset, record in _records(text, fmt):
         summary.rows_read += 1
         if "ignored" in record:
             ignored[record["ignored"]] = ignored.get(record["ignored"], 0) + 1
+            if record["ignored"] == RESTART and record["node_id"] and record["start_text"]:
+                restarts.append({"node_id": record["node_id"], "ts_text": record["start_text"]})
             continue
         rows.append({**{k: record.get(k) for k in _SCHEMA}, "line": bisect.bisect_right(starts, offset)})
     if not summary.rows_read and not text.strip():
@@ -365,7 +390,11 @@ def ingest_cloud_events(
         )
     with registered(con, "cloud_events_frame", pl.DataFrame(rows, schema=_SCHEMA)):
         con.execute(_STAGE)
+    with registered(con, "cloud_restarts_frame", pl.DataFrame(restarts, schema=_RESTART_SCHEMA)):
+        con.execute(_RESTARTS)
+    con.execute(_RESOLVED)
     con.execute(_KEYED, {"cluster": cluster or UNKNOWN_CLUSTER, "format": fmt})
+    restarted = con.sql("SELECT count(*) FILTER (WHERE restarted) FROM cloud_events_keyed").fetchall()[0][0]
     summary.rows_ingested = con.sql("SELECT count(*) FROM cloud_events_keyed").fetchall()[0][0]
     con.execute(_WRITE, {"file_id": file_id, "format": fmt})
     con.execute(
@@ -379,7 +408,9 @@ def ingest_cloud_events(
         summary.notes.append(f"{n} record(s) ignored: {why}")
     if cluster is None:
         summary.notes.append("cluster_id not given (--cluster): taken from the inventory by node name")
-    for table in ("cloud_events_keyed", "cloud_events_parsed"):
+    if restarted:
+        summary.notes.append(f"{restarted} host error(s) end at the instance's automaticRestart (outages)")
+    for table in ("cloud_events_keyed", "cloud_events_resolved", "cloud_restarts", "cloud_events_parsed"):
         con.execute(f"DROP TABLE {table}")
     return summary
 

@@ -186,7 +186,12 @@ def test_gce_host_errors_are_unplanned_and_maintenance_planned(con, write, sql):
             "Instance terminated by Compute Engine.",
         ),
     ]
+    # the host error's outage ends at the instance's automaticRestart (2 min 27 s later)
+    assert sql("SELECT node_id, resolved_at_utc FROM events WHERE resolved_at_utc IS NOT NULL") == [
+        ("gpu-007", datetime(2024, 5, 4, 14, 9, 50))
+    ]
     notes = " ".join(s.notes)
+    assert "1 host error(s) end at the instance's automaticRestart" in notes
     assert "method compute.instances.automaticRestart is not a host event" in notes
     assert "method compute.instances.preempted is not a host event" in notes
 
@@ -367,3 +372,20 @@ def test_odd_shapes_do_not_break_reading(con, write, sql):
         ("i-0odd", "\u202esystem-reboot", datetime(2024, 5, 1, 21, 46, 40))
     ]
     assert sql("SELECT reason FROM rejects") == [("not an InstanceStatus object (no InstanceId)",)]
+
+
+def test_a_restart_closes_only_its_own_host_error_in_any_order(con, write, sql):
+    # gcloud lists newest first: errors at 10:00 and 12:00, one restart at 12:05 (the 10:00 error's
+    # restart is missing), on gpu-1; gpu-2's restart belongs to no error of gpu-1
+    entries = [
+        _entry("compute.instances.automaticRestart", name="gpu-2", ts="2024-05-01T10:01:00Z"),
+        _entry("compute.instances.automaticRestart", name="gpu-1", ts="2024-05-01T12:05:00Z"),
+        _entry("compute.instances.hostError", name="gpu-1", ts="2024-05-01T12:00:00Z"),
+        _entry("compute.instances.hostError", name="gpu-1", ts="2024-05-01T10:00:00Z"),
+    ]
+    [s] = ingest_files(con, [write("newest_first.json", json.dumps(entries, indent=2))])
+    assert _counts(s) == (4, 2, 0, 0, 2)
+    assert sql("SELECT timestamp_utc, resolved_at_utc FROM events ORDER BY timestamp_utc") == [
+        (datetime(2024, 5, 1, 10), None),
+        (datetime(2024, 5, 1, 12), datetime(2024, 5, 1, 12, 5)),
+    ]
