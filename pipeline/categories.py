@@ -122,6 +122,22 @@ SYNONYMS: dict[str, FailureCategory] = {
         name: FailureCategory.UNDETERMINED
         for name in ("NodeNotReady", "KubeletNotReady", "NodeStatusUnknown")
     },
+    # cloud host events (pipeline.ingest.cloud_events): EC2 scheduled event codes (API reference,
+    # InstanceStatusEvent) and Compute Engine system events (audit log methodName); each concerns
+    # the host the instance runs on; the planned attribute tells maintenance from failure
+    **{
+        name: FailureCategory.HOST
+        for name in (
+            "system-reboot",
+            "system-maintenance",
+            "instance-reboot",
+            "instance-stop",
+            "instance-retirement",
+            "compute.instances.hostError",
+            "compute.instances.terminateOnHostMaintenance",
+            "compute.instances.migrateOnHostMaintenance",
+        )
+    },
     **{
         name: FailureCategory.UNDETERMINED
         for name in ("unavailable", "unknown", "N/A", "none", "not determined")

@@ -49,6 +49,11 @@ Formats (auto-detected from the name or the first lines, or --format); any may b
               Warning node events and NodeNotReady become events (reason as category); node
               conditions in trouble (Ready=False, KernelDeadlock=True ...) are outages that a
               later snapshot showing them healthy ends; other events and healthy nodes ignored
+  ec2-status  aws ec2 describe-instance-status --include-all-instances --output json: completed
+              scheduled events (Code as category, NotBefore-NotAfter), attribute planned=true
+              {"InstanceStatuses": [{"InstanceId": "i-0abc", "Events": [{"Code": "system-reboot", ...
+  gce-audit   gcloud logging read (system_event audit log) --format=json: compute.instances.hostError
+              (planned=false), terminateOnHostMaintenance / migrateOnHostMaintenance (planned=true)
 
 \b
 Public failure data sets (only with --format; incidents AND inventory from one file, see

@@ -5,7 +5,9 @@ Formats (auto-detected, or named with ``fmt``): canonical incidents/inventory ``
 codes mapped by :mod:`.xid`); Slurm ``sacct`` parsable output (:mod:`.sacct`), node events
 ``slurm-events`` (``sacctmgr show event -P``, :mod:`.slurm_events`) and ``slurmctld`` log lines
 (:mod:`.slurmctld`); Kubernetes events and node conditions ``kubernetes`` (``kubectl get events -A
--o json``, ``kubectl get nodes -o json``, :mod:`.kubernetes`); public data sets
+-o json``, ``kubectl get nodes -o json``, :mod:`.kubernetes`); cloud maintenance and host-error events
+``ec2-status`` (``aws ec2 describe-instance-status``) and ``gce-audit`` (Compute Engine system-event audit
+log entries), :mod:`.cloud_events`; public data sets
 ``lanl``, ``titan``, ``bgl`` (named only, :mod:`pipeline.datasets.load`). Any may be ``.gz``.
 
 Rules that every reader follows:
@@ -44,6 +46,8 @@ from pipeline.ingest.canonical import (
     TABLE_FORMATS,
     ingest_canonical,
 )
+from pipeline.ingest.cloud_events import FORMATS as CLOUD_FORMATS
+from pipeline.ingest.cloud_events import ingest_cloud_events
 from pipeline.ingest.common import FileSummary, InputError, checked_timezone, sha256_of
 from pipeline.ingest.kernel_log import ingest_kernel_log
 from pipeline.ingest.kubernetes import ingest_kubernetes
@@ -63,7 +67,7 @@ LOG_READERS = {
     "slurmctld": (ingest_slurmctld, ("cluster", "year")),
     "kubernetes": (ingest_kubernetes, ("cluster",)),
 }
-FORMATS = (*TABLE_FORMATS, *LOG_READERS, *DATASET_FORMATS)
+FORMATS = (*TABLE_FORMATS, *LOG_READERS, *CLOUD_FORMATS, *DATASET_FORMATS)
 
 __all__ = [
     "expand_pattern",
@@ -109,6 +113,12 @@ _KERNEL_XID = re.compile(r"Xid \((?:PCI:)?[0-9A-Fa-f]{4}:")
 _KUBERNETES = re.compile(r'"kind"\s*:\s*"(?:Event|Node)"')
 _KUBERNETES_API = re.compile(r'"apiVersion"\s*:\s*"(?:v1|events\.k8s\.io/v1(?:beta1)?)"')
 
+# JSON of the cloud readers, told from canonical JSON Lines by their own keys
+_CLOUD_JSON = (
+    ("ec2-status", re.compile(r'"(?:InstanceStatuses|InstanceEventId)"\s*:')),
+    ("gce-audit", re.compile(r'"protoPayload"\s*:|"methodName"\s*:\s*"compute\.instances\.')),
+)
+
 
 def expand_pattern(pattern: str) -> list[Path]:
     """The files a path or glob names (``**`` recursive), each once by real path: a symlink loop
@@ -124,13 +134,18 @@ def expand_pattern(pattern: str) -> list[Path]:
 
 
 def detect_format(path: Path) -> str:
-    """From the name (.csv, .jsonl/.ndjson/.json, .parquet), else from the first 64 KiB; JSON
-    that holds Kubernetes Events or Nodes is ``kubernetes`` whatever its name."""
+    """From the name (.csv, .jsonl/.ndjson/.json, .parquet), else from the first 64 KiB. JSON
+    (first character ``{`` or ``[``) that holds Kubernetes Events or Nodes is ``kubernetes``, EC2 or
+    GCE cloud events when its keys say so, whatever the file's name."""
     name = path.name.lower().removesuffix(".gz")
     if not name.endswith((".csv", ".parquet")):
         head = head_text(path).removeprefix(BOM)
         if head.lstrip().startswith("{") and _KUBERNETES.search(head) and _KUBERNETES_API.search(head):
             return "kubernetes"
+        if head.lstrip()[:1] in ("{", "["):
+            for fmt, keys in _CLOUD_JSON:
+                if keys.search(head):
+                    return fmt
     for suffix, fmt in ((".csv", "csv"), (".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "jsonl")):
         if name.endswith(suffix):
             return fmt
@@ -199,6 +214,16 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
 
                 summary = ingest_dataset(
                     con, path, sha=sha, fmt=fmt, timezone=options["timezone"], progress=progress
+                )
+            elif fmt in CLOUD_FORMATS:
+                summary = ingest_cloud_events(
+                    con,
+                    path,
+                    sha=sha,
+                    fmt=fmt,
+                    cluster=options["cluster"],
+                    progress=progress,
+                    max_decompressed_bytes=options["max_decompressed_bytes"],
                 )
             else:
                 reader, extra = LOG_READERS[fmt]
