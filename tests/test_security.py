@@ -64,6 +64,11 @@ ALLOWED_SQL_INTERPOLATIONS = {
     ("pipeline/ingest/slurm_events.py", "slurm_time('timeend')"): "SQL of a literal column name",
     ("pipeline/ingest/slurm_events.py", "table"): "temp table names from a literal tuple",
     ("pipeline/ingest/slurmctld.py", "table"): "temp table names from a literal tuple",
+    ("pipeline/ingest/kubernetes.py", "table"): "temp table names from a literal tuple",
+    ("pipeline/ingest/cloud_events.py", "table"): "temp table names from a literal tuple",
+    ("pipeline/ingest/cloud_events.py", "_time_sql('start_text')"): "SQL of a literal column name",
+    ("pipeline/ingest/cloud_events.py", "_time_sql('end_text')"): "SQL of a literal column name",
+    ("pipeline/ingest/cloud_events.py", "_time_sql('ts_text')"): "SQL of a literal column name",
 }
 
 
