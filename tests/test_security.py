@@ -64,6 +64,7 @@ ALLOWED_SQL_INTERPOLATIONS = {
     ("pipeline/ingest/slurm_events.py", "slurm_time('timeend')"): "SQL of a literal column name",
     ("pipeline/ingest/slurm_events.py", "table"): "temp table names from a literal tuple",
     ("pipeline/ingest/slurmctld.py", "table"): "temp table names from a literal tuple",
+    ("pipeline/ingest/sacct.py", "spec.table"): "a PipeExport's table name, a literal in each reader",
     ("pipeline/ingest/kubernetes.py", "table"): "temp table names from a literal tuple",
     ("pipeline/ingest/cloud_events.py", "table"): "temp table names from a literal tuple",
     ("pipeline/ingest/cloud_events.py", "_time_sql('start_text')"): "SQL of a literal column name",

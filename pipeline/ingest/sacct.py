@@ -16,6 +16,7 @@ Hostlists are expanded once per distinct NodeList value (:mod:`.hostlist`), not 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -58,24 +59,75 @@ def slurm_time(column: str) -> str:
     )
 
 
-def _header(path: Path, frame: pl.DataFrame) -> tuple[str, dict[str, int], int]:
-    """The header line, a lower-case column -> position map, and the expected field count."""
+Header = tuple[str, dict[str, int], int]
+"""A ``-P`` export's header line, its lower-case column -> position map and its field count."""
+
+
+@dataclass(frozen=True)
+class PipeExport:
+    """How one kind of Slurm ``-P`` (pipe-separated) export is staged: ``what`` names it in
+    messages, ``export`` is the command that writes a readable one, ``parse`` turns a block of
+    lines into rows of ``schema``, which land in the temp table ``table``."""
+
+    what: str
+    export: str
+    required: tuple[str, ...]
+    table: str
+    schema: dict[str, pl.DataType]
+    parse: Callable[[pl.DataFrame, Header], pl.DataFrame]
+
+
+def _pipe_header(path: Path, frame: pl.DataFrame, spec: PipeExport) -> Header:
+    """The first non-blank line; its columns must include ``spec.required`` (any order)."""
     first = frame.filter(pl.col("text").str.strip_chars() != "").head(1)
     if first.height == 0:
-        raise InputError(f"{path}: no header line; export sacct without -n/--noheader")
+        raise InputError(f"{path}: no header line; export {spec.what} without -n/--noheader")
     header = first["text"][0]
     names = [n.strip().lower() for n in header.removesuffix("|").split("|")]
-    missing = [c for c in REQUIRED if c not in names]
+    missing = [c for c in spec.required if c not in names]
     if missing:
         raise InputError(
-            f"{path}:{first['line'][0]}: sacct header lacks {missing}; export with "
-            "sacct -P -o JobID,JobName,State,Start,End,ElapsedRaw,NNodes,NodeList (header kept)"
+            f"{path}:{first['line'][0]}: {spec.what} header lacks {missing}; export with {spec.export}"
         )
     return header, {n: i for i, n in enumerate(names)}, len(names)
 
 
-def _parse_batch(frame: pl.DataFrame, header: str, columns: dict[str, int], trailing: bool) -> pl.DataFrame:
-    text = pl.col("text").str.strip_suffix("|") if trailing else pl.col("text")
+def stage_pipe_export(
+    con,
+    path: Path,
+    spec: PipeExport,
+    summary: FileSummary,
+    *,
+    progress: Callable[[int], None] | None,
+    max_decompressed_bytes: int,
+    block_bytes: int | None,
+) -> Header:
+    """Streams ``path`` block by block into the temp table ``spec.table`` (lines counted in
+    ``summary.rows_read``) and returns the header; the caller's SQL takes it from there. Shared by
+    the sacct and sacctmgr-event readers."""
+    with registered(con, "pipe_empty", pl.DataFrame(schema=spec.schema)):
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {spec.table} AS SELECT * FROM pipe_empty")  # noqa: S608
+    header: Header | None = None
+    done = 0
+    for batch in read_lines(path, block_bytes, max_decompressed_bytes):
+        summary.rows_read += batch.frame.height
+        if header is None:
+            header = _pipe_header(path, batch.frame, spec)
+        # read by SQL as a local variable (replacement scan), freed with the batch; a registered
+        # frame would stay alive until the file's transaction commits
+        pipe_batch = spec.parse(batch.frame, header)  # noqa: F841
+        con.execute(f"INSERT INTO {spec.table} SELECT * FROM pipe_batch")  # noqa: S608 - a PipeExport's literal name
+        if progress:
+            progress(batch.bytes_done - done)
+        done = batch.bytes_done
+    if header is None:
+        raise InputError(f"{path}: no lines; export {spec.what} with its header line")
+    return header
+
+
+def _parse_batch(frame: pl.DataFrame, header_fields: Header) -> pl.DataFrame:
+    header, columns, _ = header_fields
+    text = pl.col("text").str.strip_suffix("|") if header.endswith("|") else pl.col("text")
     split = frame.with_columns(parts=text.str.split("|"))
     keep = split.filter(
         pl.col("truncated")
@@ -169,6 +221,16 @@ FROM jobs_fresh;
 """
 
 
+_EXPORT = PipeExport(
+    what="sacct",
+    export="sacct -P -o JobID,JobName,State,Start,End,ElapsedRaw,NNodes,NodeList (header kept)",
+    required=REQUIRED,
+    table="jobs_lines",
+    schema=_SCHEMA,
+    parse=_parse_batch,
+)
+
+
 def ingest_sacct(
     con,
     path: Path,
@@ -183,23 +245,15 @@ def ingest_sacct(
     summary = FileSummary(str(path), "jobs", "sacct")
     file_id = register_file(con, path, sha, "jobs", "sacct")
     summary.file_id = file_id
-    with registered(con, "jobs_empty", pl.DataFrame(schema=_SCHEMA)):
-        con.execute("CREATE OR REPLACE TEMP TABLE jobs_lines AS SELECT * FROM jobs_empty")
-    header: tuple[str, dict[str, int], int] | None = None
-    done = 0
-    for batch in read_lines(path, block_bytes, max_decompressed_bytes):
-        summary.rows_read += batch.frame.height
-        if header is None:
-            header = _header(path, batch.frame)
-        # read by SQL as a local variable (replacement scan), freed with the batch; a registered
-        # frame would stay alive until the file's transaction commits
-        jobs_batch = _parse_batch(batch.frame, header[0], header[1], header[0].endswith("|"))  # noqa: F841
-        con.execute("INSERT INTO jobs_lines SELECT * FROM jobs_batch")
-        if progress:
-            progress(batch.bytes_done - done)
-        done = batch.bytes_done
-    if header is None:
-        raise InputError(f"{path}: no lines; export sacct with its header line")
+    header = stage_pipe_export(
+        con,
+        path,
+        _EXPORT,
+        summary,
+        progress=progress,
+        max_decompressed_bytes=max_decompressed_bytes,
+        block_bytes=block_bytes,
+    )
     con.execute(_STAGE, {"fields": header[2], "cluster": cluster})
     con.execute(_UPSERT, {"interrupted": list(INTERRUPTED_STATES)})
     con.execute(_REPLACE, {"file_id": file_id})  # DuckDB binds parameters of the last statement only

@@ -35,9 +35,9 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.ingest import hostlist
-from pipeline.ingest.common import FileSummary, InputError, account_lines, count, register_file, registered
-from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, read_lines
-from pipeline.ingest.sacct import slurm_time
+from pipeline.ingest.common import FileSummary, account_lines, count, register_file
+from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES
+from pipeline.ingest.sacct import Header, PipeExport, slurm_time, stage_pipe_export
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
 REQUIRED = ("nodename", "timestart", "state")
@@ -65,22 +65,8 @@ def state_base(state: pl.Expr) -> pl.Expr:
     return words.list.eval(pl.element().filter(pl.element().is_in(OUTAGE_STATES))).list.first()
 
 
-def _header(path: Path, frame: pl.DataFrame) -> tuple[str, dict[str, int], int]:
-    first = frame.filter(pl.col("text").str.strip_chars() != "").head(1)
-    if first.height == 0:
-        raise InputError(f"{path}: no header line; export sacctmgr events without -n/--noheader")
-    header = first["text"][0]
-    names = [n.strip().lower() for n in header.removesuffix("|").split("|")]
-    missing = [c for c in REQUIRED if c not in names]
-    if missing:
-        raise InputError(
-            f"{path}:{first['line'][0]}: sacctmgr event header lacks {missing}; export with sacctmgr -P "
-            "show event Format=Cluster,NodeName,TimeStart,TimeEnd,State,Reason,User (header kept)"
-        )
-    return header, {n: i for i, n in enumerate(names)}, len(names)
-
-
-def _parse_batch(frame: pl.DataFrame, header: str, columns: dict[str, int], expected: int) -> pl.DataFrame:
+def _parse_batch(frame: pl.DataFrame, header_fields: Header) -> pl.DataFrame:
+    header, columns, expected = header_fields
     trailing = header.endswith("|")
     text = pl.col("text").str.strip_suffix("|") if trailing else pl.col("text")
     split = frame.with_columns(parts=text.str.split("|")).with_columns(
@@ -187,6 +173,16 @@ FROM slurm_events_status WHERE status = 'new';
 """
 
 
+_EXPORT = PipeExport(
+    what="sacctmgr event",
+    export="sacctmgr -P show event Format=Cluster,NodeName,TimeStart,TimeEnd,State,Reason,User (header kept)",
+    required=REQUIRED,
+    table="slurm_events_lines",
+    schema=_SCHEMA,
+    parse=_parse_batch,
+)
+
+
 def ingest_slurm_events(
     con,
     path: Path,
@@ -203,22 +199,15 @@ def ingest_slurm_events(
     summary = FileSummary(str(path), "node_events", FORMAT)
     file_id = register_file(con, path, sha, "node_events", FORMAT)
     summary.file_id = file_id
-    with registered(con, "slurm_events_empty", pl.DataFrame(schema=_SCHEMA)):
-        con.execute("CREATE OR REPLACE TEMP TABLE slurm_events_lines AS SELECT * FROM slurm_events_empty")
-    header: tuple[str, dict[str, int], int] | None = None
-    done = 0
-    for batch in read_lines(path, block_bytes, max_decompressed_bytes):
-        summary.rows_read += batch.frame.height
-        if header is None:
-            header = _header(path, batch.frame)
-        # read by SQL as a local variable (replacement scan), freed with the batch
-        events_batch = _parse_batch(batch.frame, *header)  # noqa: F841
-        con.execute("INSERT INTO slurm_events_lines SELECT * FROM events_batch")
-        if progress:
-            progress(batch.bytes_done - done)
-        done = batch.bytes_done
-    if header is None:
-        raise InputError(f"{path}: no lines; export sacctmgr events with their header line")
+    header = stage_pipe_export(
+        con,
+        path,
+        _EXPORT,
+        summary,
+        progress=progress,
+        max_decompressed_bytes=max_decompressed_bytes,
+        block_bytes=block_bytes,
+    )
     con.execute(_STAGE, {"fields": header[2]})
     con.execute(_NODES, {"cluster": cluster or UNKNOWN_CLUSTER, "format": FORMAT})
     con.execute(_STATUS)
