@@ -122,6 +122,18 @@ SYNONYMS: dict[str, FailureCategory] = {
         name: FailureCategory.UNDETERMINED
         for name in ("NodeNotReady", "KubeletNotReady", "NodeStatusUnknown")
     },
+    # the EKS node monitoring agent's condition reasons (aws/eks-node-monitoring-agent
+    # pkg/reasons/reasons.go; its NvidiaXID<N>Error / Warning reasons go by the Xid catalog)
+    "NvidiaNVLinkError": FailureCategory.NVLINK,
+    "NvidiaDoubleBitError": FailureCategory.GPU_MEMORY,
+    "NvidiaPageRetirement": FailureCategory.GPU_MEMORY_WARNING,
+    "NvidiaDeviceCountMismatch": FailureCategory.GPU_FELL_OFF_BUS,  # a GPU missing from the node
+    **{
+        name: FailureCategory.HARDWARE
+        for name in ("NvidiaPCIeError", "DCGMError", "DCGMDiagnosticFailure", "NeuronHBMUncorrectableError")
+    },
+    **{name: FailureCategory.SOFTWARE for name in ("SoftLockup", "KernelBug", "ForkFailedOutOfPIDs")},
+    **{name: FailureCategory.NETWORK for name in ("InterfaceNotUp", "InterfaceNotRunning", "IPAMDNotReady")},
     # cloud host events (pipeline.ingest.cloud_events): EC2 scheduled event codes (API reference,
     # InstanceStatusEvent) and Compute Engine system events (audit log methodName); each concerns
     # the host the instance runs on; the planned attribute tells maintenance from failure

@@ -30,7 +30,11 @@ from pipeline.categories import SYNONYMS, CategoryMap, FailureCategory, class_na
 from pipeline.ingest import xid as xid_catalog
 from pipeline.ingest.common import registered
 
-_XID_IN_TEXT = re.compile(r"(?<![a-z])(s?)xid[^a-z0-9]{0,3}(\d{1,5})(?!\d)", re.IGNORECASE)
+# "Xid 79", "XID_48", "sxid 12028"; not inside a word ("Maxidle"), except an upper-case XID after a
+# lower-case letter, as in the EKS node monitoring agent's reasons "NvidiaXID79Error"
+_XID_IN_TEXT = re.compile(
+    r"(?:(?<![a-z])|(?<=[a-z])(?-i:(?=S?XID)))(s?)xid[^a-z0-9]{0,3}(\d{1,5})(?!\d)", re.IGNORECASE
+)
 _BUILT_IN = {
     **{normal_form(c.value): c for c in FailureCategory},
     **{normal_form(name): c for name, c in SYNONYMS.items()},

@@ -54,6 +54,17 @@ C = FailureCategory
         ("gpu_memory_warning", C.GPU_MEMORY_WARNING, False),
         ("Cosmic rays", C.OTHER, True),
         ("Maxidle 7", C.OTHER, True),  # "xid" inside a word is not an Xid
+        ("unixid 5", C.OTHER, True),
+        # the EKS node monitoring agent's reasons: Xid in CamelCase, GPU missing, NVLink, DBE
+        ("NvidiaXID79Error", C.GPU_FELL_OFF_BUS, True),
+        ("NvidiaXID13Warning", C.APPLICATION, False),
+        ("NvidiaSXID12028Error", C.NVLINK, True),
+        ("NvidiaXid79Error", C.OTHER, True),  # only the agent's upper-case XID counts inside a word
+        ("NvidiaDeviceCountMismatch", C.GPU_FELL_OFF_BUS, True),
+        ("NvidiaNVLinkError", C.NVLINK, True),
+        ("NvidiaDoubleBitError", C.GPU_MEMORY, True),
+        ("NvidiaPageRetirement", C.GPU_MEMORY_WARNING, False),
+        ("SoftLockup", C.SOFTWARE, True),
     ],
 )
 def test_built_in_classification(text, cls, interrupting):
