@@ -60,6 +60,9 @@ class FleetAnalysis:
     the uptime exposure (downtime of ``outages`` removed, :func:`pipeline.transform.uptime_intervals`)
     when ``exposure_basis`` is "uptime", else the calendar one. Gaps and trend tests run on the
     calendar intervals. ``repair_times`` is None when no outage has an end.
+    ``job_recoveries`` has one row per training-job interruption found in training logs, with the
+    measured detection and restart hours (:func:`pipeline.transform.job_recoveries`; empty without
+    training logs).
     """
 
     observed_until: datetime
@@ -101,6 +104,7 @@ class FleetAnalysis:
     rate_exposure: pl.DataFrame
     exposure_basis: str
     repair_times: models.RepairTimes | None
+    job_recoveries: pl.DataFrame
     job_backtest: JobBacktestResult | None = None
 
     @property
@@ -323,6 +327,28 @@ def rate_exposure(
     if basis == "calendar":
         return exposure, outages
     return transform.uptime_intervals(exposure, outages), outages
+
+
+def read_job_recoveries(con) -> pl.DataFrame:
+    """Training-job interruptions with measured detection and restart hours, from the events of
+    training logs only (four columns read; :func:`pipeline.transform.job_recoveries`)."""
+    events = con.sql(
+        "SELECT job_id, timestamp_utc, category, message FROM events WHERE source_format = ?",
+        params=[warehouse.JOB_SYMPTOMS_FORMAT],
+    ).pl()
+    return transform.job_recoveries(events)
+
+
+def measured_recovery_hours(fleet: FleetAnalysis) -> dict[str, float]:
+    """What the warehouse measured, as ``projection.measured_recovery`` keywords: the mean repair
+    time (MTTR) from outages, the mean detection and restart hours from training-job logs. Means,
+    not medians: the wall-time model takes the mean cost per failure (expected wall time is linear
+    in each failure's downtime), and a median would understate right-skewed restart times."""
+    times = {} if fleet.repair_times is None else {"repair_hours": fleet.repair_times.mean_hours_}
+    for row in transform.recovery_hours(fleet.job_recoveries).iter_rows(named=True):
+        if row["measured"]:
+            times[f"{row['measure']}_hours"] = row["mean_hours"]
+    return times
 
 
 def repair_times(outages: pl.DataFrame) -> models.RepairTimes | None:
@@ -572,6 +598,7 @@ def analyze(
         exposure_basis=exposure_basis,
         repair_times=repair_times(outages),
         job_backtest=backtest,
+        job_recoveries=read_job_recoveries(con),
     )
 
 

@@ -4,7 +4,8 @@ Formats (auto-detected, or named with ``fmt``): canonical incidents/inventory ``
 ``parquet`` (:mod:`.canonical`); NVIDIA XID lines in kernel logs, ``kernel-log`` (:mod:`.kernel_log`,
 codes mapped by :mod:`.xid`); Slurm ``sacct`` parsable output (:mod:`.sacct`), node events
 ``slurm-events`` (``sacctmgr show event -P``, :mod:`.slurm_events`) and ``slurmctld`` log lines
-(:mod:`.slurmctld`); public data sets
+(:mod:`.slurmctld`); PyTorch job logs ``training-log`` (NCCL watchdog, torchelastic restarts:
+:mod:`.training_log`); public data sets
 ``lanl``, ``titan``, ``bgl`` (named only, :mod:`pipeline.datasets.load`). Any may be ``.gz``.
 
 Rules that every reader follows:
@@ -50,6 +51,8 @@ from pipeline.ingest.sacct import ingest_sacct
 from pipeline.ingest.slurm_events import ingest_slurm_events
 from pipeline.ingest.slurmctld import ingest_slurmctld
 from pipeline.ingest.taxonomy import parse_category_map
+from pipeline.ingest.training_log import SNIFF as TRAINING_LOG_SNIFF
+from pipeline.ingest.training_log import ingest_training_log
 
 DATASET_FORMATS = ("lanl", "titan", "bgl")
 # Line-oriented log readers: each streams its file in blocks and takes the common options (sha,
@@ -59,6 +62,7 @@ LOG_READERS = {
     "sacct": (ingest_sacct, ("cluster",)),
     "slurm-events": (ingest_slurm_events, ("cluster",)),
     "slurmctld": (ingest_slurmctld, ("cluster", "year")),
+    "training-log": (ingest_training_log, ("cluster", "node", "job", "year")),
 }
 FORMATS = (*TABLE_FORMATS, *LOG_READERS, *DATASET_FORMATS)
 
@@ -135,6 +139,8 @@ def detect_format(path: Path) -> str:
         return "csv"
     if first.lstrip().startswith("{"):
         return "jsonl"
+    if any(mark in head for mark in TRAINING_LOG_SNIFF):
+        return "training-log"
     if not _KERNEL_XID.search(head) and _SLURMCTLD_LINE.search(head):
         return "slurmctld"
     if _LOG_LINE.search(head):
@@ -216,6 +222,7 @@ def ingest_files(
     year: int | None = None,
     cluster: str | None = None,
     node: str | None = None,
+    job: str | None = None,
     bus_order: Sequence[str] = (),
     progress: Callable[[int], None] | None = None,
     estimate_exposure: int | None = None,
@@ -226,7 +233,8 @@ def ingest_files(
     """Ingest each file in its own transaction, then rebuild ``incidents`` from ``events``.
 
     ``year``: year of the first line of year-less syslog files (default: from the file's mtime).
-    ``cluster`` / ``node``: for logs that do not name them. ``bus_order``: PCI bus number (hex) of
+    ``cluster`` / ``node``: for logs that do not name them; ``job``: the job of a training log
+    (default: its file name). ``bus_order``: PCI bus number (hex) of
     each gpu_index, e.g. ``("18", "2a", ...)``, so XID lines get a gpu_index. ``progress`` is called
     with the number of bytes just read (compressed bytes for ``.gz``). A ``.gz`` that expands past
     ``max_decompressed_bytes`` stops the ingest with an :class:`InputError` (a gzip bomb).
@@ -242,6 +250,7 @@ def ingest_files(
         "year": year,
         "cluster": cluster,
         "node": node,
+        "job": job,
         "bus_order": {b.lower().zfill(2): i for i, b in enumerate(bus_order)},
         "progress": progress,
         "max_decompressed_bytes": max_decompressed_bytes,

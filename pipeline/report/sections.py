@@ -13,7 +13,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.analysis import FleetAnalysis, left_out_note, size_laws_agreement
-from pipeline.report import charts, comparisons, drivers, lemons, repairs
+from pipeline.report import charts, comparisons, drivers, lemons, recovery, repairs
 from pipeline.report.backtest import backtest_section
 from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_chart, size_sweep_chart
 from pipeline.report.reliability import reliability_sections
@@ -159,6 +159,22 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
         *reliability_sections(analysis),
         *([backtest] if (backtest := backtest_section(analysis)) else []),
         *repair_sections(analysis),
+        *recovery_sections(analysis),
+    ]
+
+
+def recovery_sections(analysis: FleetAnalysis) -> list[Section]:
+    """Measured against assumed recovery times; nothing without training-job logs."""
+    if not recovery.has_job_recoveries(analysis):
+        return []
+    return [
+        Section(
+            "recovery-times",
+            "Recovery times: measured against assumed",
+            None,
+            recovery.recovery_table(analysis),
+            note=recovery.recovery_note(analysis),
+        )
     ]
 
 

@@ -6,8 +6,9 @@ times); ``durations`` rounds gaps to a relative grid and aggregates them into we
 the fits; ``outages`` pairs interruptions with their end (repair times, downtime, availability)
 and removes downtime from exposure; ``jobs`` compares Slurm job interruptions with the node rate;
 ``backtest`` predicts each job's interruptions from the data before it started; ``reliability``
-gives the points of the Weibull, mean cumulative function and Duane plots. Callers use this
-package's names (``from pipeline import transform; transform.failure_rates``), not the modules.
+gives the points of the Weibull, mean cumulative function and Duane plots; ``restarts`` measures
+detection and restart times of training jobs from their logs. Callers use this package's names
+(``from pipeline import transform; transform.failure_rates``), not the modules.
 """
 
 from pipeline.transform.backtest import (
@@ -59,6 +60,7 @@ from pipeline.transform.reliability import (
     weibull_plot_line,
     weibull_plot_points,
 )
+from pipeline.transform.restarts import job_recoveries, recovery_hours
 
 __all__ = [
     "END_SOURCES",
@@ -91,6 +93,7 @@ __all__ = [
     "job_interruption_rates",
     "mean_cumulative_function",
     "job_predictions",
+    "job_recoveries",
     "node_interruptions",
     "observation_end",
     "outages",
@@ -98,6 +101,7 @@ __all__ = [
     "poisson_upper_bound",
     "rate_source_counts",
     "rates_as_of",
+    "recovery_hours",
     "relative_grid",
     "size_bucket",
     "times_between_failures",
