@@ -62,7 +62,9 @@ class FleetAnalysis:
     calendar intervals. ``repair_times`` is None when no outage has an end.
     ``job_recoveries`` has one row per training-job interruption found in training logs, with the
     measured detection and restart hours (:func:`pipeline.transform.job_recoveries`; empty without
-    training logs).
+    training logs). ``badput`` is the job hours failures cost per failure class, from interrupted
+    Slurm jobs and training restarts (:func:`pipeline.transform.badput_by_class`; empty without
+    either).
     """
 
     observed_until: datetime
@@ -105,6 +107,7 @@ class FleetAnalysis:
     exposure_basis: str
     repair_times: models.RepairTimes | None
     job_recoveries: pl.DataFrame
+    badput: pl.DataFrame
     job_backtest: JobBacktestResult | None = None
 
     @property
@@ -339,6 +342,33 @@ def read_job_recoveries(con) -> pl.DataFrame:
     return transform.job_recoveries(events)
 
 
+_JOBS_FOR_BADPUT = {
+    "job_id": pl.String,
+    "interrupted": pl.Boolean,
+    "end_utc": pl.Datetime("us"),
+    "elapsed_hours": pl.Float64,
+    "nodes": pl.List(pl.String),
+    "nnodes": pl.Int64,
+}
+
+
+def job_badput(con, failures: pl.DataFrame, recoveries: pl.DataFrame) -> pl.DataFrame:
+    """Job hours lost per failure class (:func:`pipeline.transform.badput_by_class`) from the Slurm
+    jobs and the training restarts. A training log ingested with ``--node`` names its job's node
+    (without it the reader stores ``job:<job_id>``, which names no node)."""
+    jobs = read_jobs(con)
+    jobs = pl.DataFrame(schema=_JOBS_FOR_BADPUT) if jobs is None else jobs.select(list(_JOBS_FOR_BADPUT))
+    named = con.sql(
+        "SELECT job_id, [min(node_id)] AS nodes FROM events"
+        " WHERE source_format = ? AND node_id <> 'job:' || job_id GROUP BY job_id",
+        params=[warehouse.JOB_SYMPTOMS_FORMAT],
+    ).pl()
+    recoveries = recoveries.join(named, on="job_id", how="left").with_columns(
+        pl.col("nodes").cast(pl.List(pl.String))
+    )
+    return transform.badput_by_class(jobs.cast(_JOBS_FOR_BADPUT), recoveries, failures)
+
+
 def measured_recovery_hours(fleet: FleetAnalysis) -> dict[str, float]:
     """What the warehouse measured, as ``projection.measured_recovery`` keywords: the mean repair
     time (MTTR) from outages, the mean detection and restart hours from training-job logs. Means,
@@ -551,6 +581,7 @@ def analyze(
         regression_projection = _projection(regression.predict_mtbf_hours, sizes)
 
     jobs = job_interruptions(con, by_cluster)
+    recoveries = read_job_recoveries(con)
     backtest = job_backtest(con, failures, exposure)
 
     return FleetAnalysis(
@@ -598,7 +629,8 @@ def analyze(
         exposure_basis=exposure_basis,
         repair_times=repair_times(outages),
         job_backtest=backtest,
-        job_recoveries=read_job_recoveries(con),
+        job_recoveries=recoveries,
+        badput=job_badput(con, failures, recoveries),
     )
 
 

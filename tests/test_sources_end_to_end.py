@@ -96,6 +96,8 @@ def sacct(truth: list[Failure]) -> str:
         start = f.at - timedelta(hours=5 + i)
         rows.append(f"{500 + i}|finetune-{i}|NODE_FAIL|{ts(start)}|{ts(f.at)}|{(5 + i) * 3600}|1|{f.node}")
         rows.append(f"{500 + i}.batch|batch|CANCELLED|{ts(start)}|{ts(f.at)}|{(5 + i) * 3600}|1|{f.node}")
+    # the training job's own allocation (ingested with --job 4242): elastic restarts kept it alive
+    rows.append(f"4242|pretrain-42|COMPLETED|{ts(START)}|{ts(UNTIL)}|{30 * 86400}|8|gpu-[001-008]")
     rows.append(
         f"900|eval|COMPLETED|{ts(START + timedelta(days=1))}|{ts(START + timedelta(days=2))}|86400|2|"
         "gpu-[015-016]"
@@ -161,7 +163,18 @@ def fleet(tmp_path):
     runner = CliRunner()
     result = runner.invoke(
         main,
-        ["ingest", *(str(tmp_path / n) for n in files), "--db", str(db), "--year", "2024", "--json", "-q"],
+        [
+            "ingest",
+            *(str(tmp_path / n) for n in files),
+            "--db",
+            str(db),
+            "--year",
+            "2024",
+            "--job",
+            "4242",
+            "--json",
+            "-q",
+        ],
     )
     assert result.exit_code == 0, result.output
     return truth, db, {f["format"]: f for f in json.loads(result.stdout)}
@@ -246,3 +259,29 @@ def test_measured_recovery_from_training_log_and_outages(fleet):
     # one interruption per failure the job saw (two ranks' watchdogs and the agent's line are one)
     assert recoveries["failed_utc"].to_list() == [f.at for f in seen]
     assert recoveries["restart_hours"].to_list() == pytest.approx([f.restart_seconds / 3600 for f in seen])
+
+
+def test_badput_by_cause_from_the_jobs_and_the_restarts(fleet):
+    truth, db, _ = fleet
+    con = warehouse.connect(db, read_only=True)
+    try:
+        fleet_analysis = analysis.analyze(con, observed_until=UNTIL)
+    finally:
+        con.close()
+    got = {(r["failure_class"], r["measured_from"]): r for r in fleet_analysis.badput.iter_rows(named=True)}
+    expected: dict[tuple[str, str], list[float]] = {}
+    off_training = [f for f in truth if f.node not in TRAINING_NODES]
+    for i, f in enumerate(off_training):  # sacct job i ran 5 + i hours on one node until the failure
+        cls = "undetermined" if f.xid is None else XIDS[f.xid][0]
+        expected.setdefault((cls, "sacct job"), []).append(5.0 + i)
+    for f in truth:
+        if f.node in TRAINING_NODES:  # hung at the failure, restarted restart_seconds after detection
+            lost = (TIMEOUT_MS + 50) / 3.6e6 + f.restart_seconds / 3600
+            expected.setdefault((XIDS[f.xid][0], "training restart"), []).append(lost)
+    assert got.keys() == expected.keys()
+    for key, losses in expected.items():
+        row = got[key]
+        assert (row["losses"], row["attributed"]) == (len(losses), len(losses)), key
+        assert row["lost_job_hours"] == pytest.approx(sum(losses)), key
+        nodes = 8 if key[1] == "training restart" else 1  # the training job's 8 nodes from its sacct record
+        assert row["lost_node_hours"] == pytest.approx(nodes * sum(losses)), key

@@ -7,7 +7,8 @@ the fits; ``outages`` pairs interruptions with their end (repair times, downtime
 and removes downtime from exposure; ``jobs`` compares Slurm job interruptions with the node rate;
 ``backtest`` predicts each job's interruptions from the data before it started; ``reliability``
 gives the points of the Weibull, mean cumulative function and Duane plots; ``restarts`` measures
-detection and restart times of training jobs from their logs. Callers use this package's names
+detection and restart times of training jobs from their logs; ``badput`` adds up the job hours
+failures cost, per failure class. Callers use this package's names
 (``from pipeline import transform; transform.failure_rates``), not the modules.
 """
 
@@ -19,6 +20,7 @@ from pipeline.transform.backtest import (
     rate_source_counts,
     rates_as_of,
 )
+from pipeline.transform.badput import BADPUT_SCHEMA, badput_by_class
 from pipeline.transform.durations import FLOOR_HOURS, aggregate_durations, relative_grid
 from pipeline.transform.fleet import (
     EXPOSURE_KEYS,
@@ -63,6 +65,7 @@ from pipeline.transform.reliability import (
 from pipeline.transform.restarts import job_recoveries, recovery_hours
 
 __all__ = [
+    "BADPUT_SCHEMA",
     "END_SOURCES",
     "EXPOSURE_BASES",
     "EXPOSURE_KEYS",
@@ -75,6 +78,7 @@ __all__ = [
     "PERIODS",
     "DispersionTest",
     "aggregate_durations",
+    "badput_by_class",
     "availability",
     "category_shares",
     "count_dispersion",
