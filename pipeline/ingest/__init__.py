@@ -95,7 +95,8 @@ _LOG_LINE = re.compile(
 # Slurm's own log prefix ([2024-05-01T12:00:00.123]: LogTimeFormat iso8601[_ms], rfc5424, rfc3339;
 # [May 01 12:00:00]: short)
 # or a syslog line of slurmctld; a file that also has kernel Xid lines is read as a kernel log (a
-# drain reason may say "Xid 79", a kernel line says "Xid (PCI:0000:18:00): 79").
+# drain reason may say "Xid 79", a kernel line says "Xid (PCI:0000:18:00): 79"). The same holds for
+# training-log marks (a node's journal can hold both the kernel and the job's output).
 _SLURMCTLD_LINE = re.compile(
     r"^\[(?:\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
     r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{2} \d{2}:\d{2}:\d{2})\] "
@@ -139,7 +140,7 @@ def detect_format(path: Path) -> str:
         return "csv"
     if first.lstrip().startswith("{"):
         return "jsonl"
-    if any(mark in head for mark in TRAINING_LOG_SNIFF):
+    if not _KERNEL_XID.search(head) and any(mark in head for mark in TRAINING_LOG_SNIFF):
         return "training-log"
     if not _KERNEL_XID.search(head) and _SLURMCTLD_LINE.search(head):
         return "slurmctld"

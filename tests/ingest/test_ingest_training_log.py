@@ -181,6 +181,10 @@ def test_node_option_and_detection(con, write, sql):
     ingest_files(con, [path], node="gpu-001", job="881204", cluster="c1")
     assert sql("SELECT DISTINCT node_id, job_id, cluster_id FROM events") == [("gpu-001", "881204", "c1")]
     assert warehouse.table(con, "incidents").height == 0
+    # a node's journal with kernel Xid lines and the job's output is a kernel log: its Xids count
+    journal = "2025-08-10T03:04:10+00:00 gpu-001 kernel: NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off\n"
+    both = write("journal.txt", journal + LOG + "\n", mtime="2025-09-01")
+    assert detect_format(both) == "kernel-log"
 
 
 def test_hostile_text_is_stored_as_text(con, write, sql):
