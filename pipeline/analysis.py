@@ -343,6 +343,7 @@ def read_job_recoveries(con) -> pl.DataFrame:
 
 
 _JOBS_FOR_BADPUT = {
+    "cluster_id": pl.String,
     "job_id": pl.String,
     "interrupted": pl.Boolean,
     "end_utc": pl.Datetime("us"),

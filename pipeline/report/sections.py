@@ -166,13 +166,22 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
 
 
 def recovery_sections(analysis: FleetAnalysis) -> list[Section]:
-    """Measured against assumed recovery times; nothing without training-job logs."""
+    """Measured against assumed recovery times; without training-job logs a note naming them."""
+    title = "Recovery times: measured against assumed"
     if not recovery.has_job_recoveries(analysis):
-        return []
+        return [
+            Section(
+                "recovery-times",
+                title,
+                None,
+                note="No training-job interruption: detection and restart times stay assumed. Ingest "
+                "PyTorch job logs (failcast ingest --format training-log) to measure them.",
+            )
+        ]
     return [
         Section(
             "recovery-times",
-            "Recovery times: measured against assumed",
+            title,
             None,
             recovery.recovery_table(analysis),
             note=recovery.recovery_note(analysis),

@@ -16,12 +16,13 @@ A job in both (a training log whose job id is a sacct job's) counts from its tra
 measures the loss; its sacct record would count the same failure again.
 
 Cause: the node failure (a row of ``failures``: node interruptions, one per failure whatever
-records saw it) on one of the job's nodes nearest in time to the loss's moment, within
-``window_minutes`` either side (sacct: the job's end; restart: when the collective hung, else the
-detection); its ``failure_class``. Job nodes: sacct's NodeList; for a training log the sacct job of
-the same id, else the node given at ingest (``--node``). Without such a failure the class is the
-job's own evidence: ``nccl_timeout`` for a restart whose watchdog fired, else ``undetermined``
-(Slurm or the agent saw the job fail, no node record says why); ``attributed`` says which.
+records saw it) on one of the job's nodes (in the job's cluster, when the job names one) nearest
+in time to the loss's moment, within ``window_minutes`` either side (sacct: the job's end;
+restart: when the collective hung, else the detection); its ``failure_class``. Job nodes:
+sacct's NodeList; for a training log the sacct job of the same id, else the node given at ingest
+(``--node``). Without such a failure the class is the job's own evidence: ``nccl_timeout`` for a
+restart whose watchdog fired, else ``undetermined`` (Slurm or the agent saw the job fail, no node
+record says why); ``attributed`` says which.
 
 Badput here is time a job held its nodes without progress because of a failure; the rest of a
 job's wall time is its effective training time (ETTR's numerator in Kokolis et al., "Revisiting
@@ -48,6 +49,7 @@ BADPUT_SCHEMA = {
 _LOSS = {
     "loss": pl.UInt32,
     "measured_from": pl.String,
+    "cluster_id": pl.String,
     "moment_utc": pl.Datetime("us"),
     "nodes": pl.List(pl.String),
     "nnodes": pl.Int64,
@@ -61,6 +63,7 @@ def _sacct_losses(jobs: pl.DataFrame, logged_jobs: pl.Series) -> pl.DataFrame:
     ended = jobs.filter(pl.col("interrupted") & ~pl.col("job_id").is_in(logged_jobs.implode()))
     return ended.select(
         measured_from=pl.lit(SOURCES[0]),
+        cluster_id="cluster_id",
         moment_utc=pl.col("end_utc"),
         nodes="nodes",
         nnodes="nnodes",
@@ -71,10 +74,11 @@ def _sacct_losses(jobs: pl.DataFrame, logged_jobs: pl.Series) -> pl.DataFrame:
 
 def _restart_losses(recoveries: pl.DataFrame, jobs: pl.DataFrame) -> pl.DataFrame:
     sacct_nodes = jobs.group_by("job_id").agg(
-        pl.col("nodes").first().alias("sacct_nodes"), pl.col("nnodes").first()
+        pl.col("cluster_id").first(), pl.col("nodes").first().alias("sacct_nodes"), pl.col("nnodes").first()
     )
     return recoveries.join(sacct_nodes, on="job_id", how="left").select(
         measured_from=pl.lit(SOURCES[1]),
+        cluster_id="cluster_id",
         moment_utc=pl.coalesce("failed_utc", "detected_utc"),
         nodes=pl.coalesce("sacct_nodes", "nodes"),
         nnodes="nnodes",
@@ -97,11 +101,12 @@ def badput_by_class(
     whose node count is known; null when none is) and ``losses_without_node_count``; largest loss
     first. See the module docstring.
 
-    ``jobs``: the warehouse ``jobs`` columns ``job_id``, ``interrupted``, ``end_utc``,
-    ``elapsed_hours``, ``nodes``, ``nnodes``. ``recoveries``: :func:`job_recoveries` rows plus
-    ``nodes`` (the node given at ingest as a one-element list, null when none). ``failures``: node
-    interruptions (``node_id``, ``timestamp_utc``, ``failure_class``). Empty inputs give an empty
-    frame (no data, nothing to draw)."""
+    ``jobs``: the warehouse ``jobs`` columns ``cluster_id`` (null: any), ``job_id``,
+    ``interrupted``, ``end_utc``, ``elapsed_hours``, ``nodes``, ``nnodes``. ``recoveries``:
+    :func:`job_recoveries` rows plus ``nodes`` (the node given at ingest as a one-element list,
+    null when none). ``failures``: node interruptions (``cluster_id``, ``node_id``,
+    ``timestamp_utc``, ``failure_class``). Empty inputs give an empty frame (no data, nothing to
+    draw)."""
     if window_minutes < 0:
         raise ValueError("window_minutes must not be negative")
     losses = (
@@ -116,11 +121,17 @@ def badput_by_class(
     )
     window = timedelta(minutes=window_minutes)
     candidates = (
-        losses.select("loss", "moment_utc", node_id=pl.col("nodes"))
+        losses.select("loss", "cluster_id", "moment_utc", node_id=pl.col("nodes"))
         .explode("node_id")
-        .join(failures.select("node_id", "timestamp_utc", "failure_class"), on="node_id")
+        .join(
+            failures.select("node_id", "timestamp_utc", "failure_class", failure_cluster="cluster_id"),
+            on="node_id",
+        )
         .with_columns(gap=(pl.col("timestamp_utc") - pl.col("moment_utc")).abs())
-        .filter(pl.col("gap") <= window)
+        .filter(
+            (pl.col("gap") <= window)
+            & (pl.col("cluster_id").is_null() | (pl.col("cluster_id") == pl.col("failure_cluster")))
+        )
         .sort("loss", "gap", "timestamp_utc", "node_id")
         .group_by("loss", maintain_order=True)
         .agg(pl.col("failure_class").first().alias("node_class"))

@@ -17,11 +17,12 @@ def h(hours: float) -> datetime:
     return T0 + timedelta(hours=hours)
 
 
-def jobs_frame(rows) -> pl.DataFrame:
+def jobs_frame(rows, cluster: str | None = "c1") -> pl.DataFrame:
     """rows: (job_id, interrupted, end hour, elapsed hours, nodes)."""
     return pl.DataFrame(
-        [(j, i, h(e), el, nodes, len(nodes)) for j, i, e, el, nodes in rows],
+        [(cluster, j, i, h(e), el, nodes, len(nodes)) for j, i, e, el, nodes in rows],
         schema={
+            "cluster_id": pl.String,
             "job_id": pl.String,
             "interrupted": pl.Boolean,
             "end_utc": pl.Datetime("us"),
@@ -49,11 +50,16 @@ def recoveries_frame(rows) -> pl.DataFrame:
     )
 
 
-def failures_frame(rows) -> pl.DataFrame:
+def failures_frame(rows, cluster: str = "c1") -> pl.DataFrame:
     """rows: (node, hour, class)."""
     return pl.DataFrame(
-        [(n, h(t), c) for n, t, c in rows],
-        schema={"node_id": pl.String, "timestamp_utc": pl.Datetime("us"), "failure_class": pl.String},
+        [(cluster, n, h(t), c) for n, t, c in rows],
+        schema={
+            "cluster_id": pl.String,
+            "node_id": pl.String,
+            "timestamp_utc": pl.Datetime("us"),
+            "failure_class": pl.String,
+        },
         orient="row",
     )
 
@@ -128,6 +134,15 @@ def test_boundaries_no_data_exact_window_and_negative_window():
     assert narrow["failure_class"].to_list() == ["undetermined"]
     with pytest.raises(ValueError, match="negative"):
         transform.badput_by_class(jobs, NO_RESTARTS, at_edge, window_minutes=-1)
+
+
+@pytest.mark.parametrize(
+    ("job_cluster", "expected"), [("c1", "host"), ("c2", "undetermined"), (None, "host")]
+)
+def test_a_node_name_in_another_cluster_is_another_node(job_cluster, expected):
+    jobs = jobs_frame([("1", True, 10.0, 2.0, ["a"])], cluster=job_cluster)
+    failures = failures_frame([("a", 10.0, "host")], cluster="c1")  # a job without a cluster: any
+    assert transform.badput_by_class(jobs, NO_RESTARTS, failures)["failure_class"].to_list() == [expected]
 
 
 def test_simulated_jobs_recover_the_generated_loss_per_class():
