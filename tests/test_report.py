@@ -94,6 +94,7 @@ def with_jobs(fleet: analysis.FleetAnalysis) -> analysis.FleetAnalysis:
     killed = fleet.interruptions.head(12)  # jobs ended by the first failures, on the failed node
     ended = pl.DataFrame(
         {
+            "cluster_id": killed["cluster_id"],
             "job_id": [f"j{i}" for i in range(killed.height)],
             "interrupted": [True] * killed.height,
             "end_utc": killed["timestamp_utc"].cast(pl.Datetime("us")),
