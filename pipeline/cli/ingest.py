@@ -99,7 +99,11 @@ stored count as duplicates, so a log that grew adds only its new lines.
 )
 @click.option("--cluster", help="cluster_id for logs that do not name one (default: from the inventory).")
 @click.option("--node", help="node_id for log lines without a hostname (dmesg -T output, training logs).")
-@click.option("--job", help="job_id of a training log (default: the file name without .log/.gz).")
+@click.option(
+    "--job",
+    help="job_id of a training log (default: the file name without .log/.gz); its Slurm JobID links it "
+    "to the job's sacct record (nodes, node count) for badput by cause.",
+)
 @click.option(
     "--gpu-bus-order",
     default="",
