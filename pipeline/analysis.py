@@ -60,6 +60,11 @@ class FleetAnalysis:
     the uptime exposure (downtime of ``outages`` removed, :func:`pipeline.transform.uptime_intervals`)
     when ``exposure_basis`` is "uptime", else the calendar one. Gaps and trend tests run on the
     calendar intervals. ``repair_times`` is None when no outage has an end.
+    ``job_recoveries`` has one row per training-job interruption found in training logs, with the
+    measured detection and restart hours (:func:`pipeline.transform.job_recoveries`; empty without
+    training logs). ``badput`` is the job hours failures cost per failure class, from interrupted
+    Slurm jobs and training restarts (:func:`pipeline.transform.badput_by_class`; empty without
+    either).
     """
 
     observed_until: datetime
@@ -101,6 +106,8 @@ class FleetAnalysis:
     rate_exposure: pl.DataFrame
     exposure_basis: str
     repair_times: models.RepairTimes | None
+    job_recoveries: pl.DataFrame
+    badput: pl.DataFrame
     job_backtest: JobBacktestResult | None = None
 
     @property
@@ -325,6 +332,56 @@ def rate_exposure(
     return transform.uptime_intervals(exposure, outages), outages
 
 
+def read_job_recoveries(con) -> pl.DataFrame:
+    """Training-job interruptions with measured detection and restart hours, from the events of
+    training logs only (four columns read; :func:`pipeline.transform.job_recoveries`)."""
+    events = con.sql(
+        "SELECT job_id, timestamp_utc, category, message FROM events WHERE source_format = ?",
+        params=[warehouse.JOB_SYMPTOMS_FORMAT],
+    ).pl()
+    return transform.job_recoveries(events)
+
+
+_JOBS_FOR_BADPUT = {
+    "cluster_id": pl.String,
+    "job_id": pl.String,
+    "interrupted": pl.Boolean,
+    "end_utc": pl.Datetime("us"),
+    "elapsed_hours": pl.Float64,
+    "nodes": pl.List(pl.String),
+    "nnodes": pl.Int64,
+}
+
+
+def job_badput(con, failures: pl.DataFrame, recoveries: pl.DataFrame) -> pl.DataFrame:
+    """Job hours lost per failure class (:func:`pipeline.transform.badput_by_class`) from the Slurm
+    jobs and the training restarts. A training log ingested with ``--node`` names its job's node
+    (without it the reader stores ``job:<job_id>``, which names no node)."""
+    jobs = read_jobs(con)
+    jobs = pl.DataFrame(schema=_JOBS_FOR_BADPUT) if jobs is None else jobs.select(list(_JOBS_FOR_BADPUT))
+    named = con.sql(
+        "SELECT job_id, [min(node_id)] AS nodes FROM events"
+        " WHERE source_format = ? AND node_id <> 'job:' || job_id GROUP BY job_id",
+        params=[warehouse.JOB_SYMPTOMS_FORMAT],
+    ).pl()
+    recoveries = recoveries.join(named, on="job_id", how="left").with_columns(
+        pl.col("nodes").cast(pl.List(pl.String))
+    )
+    return transform.badput_by_class(jobs.cast(_JOBS_FOR_BADPUT), recoveries, failures)
+
+
+def measured_recovery_hours(fleet: FleetAnalysis) -> dict[str, float]:
+    """What the warehouse measured, as ``projection.measured_recovery`` keywords: the mean repair
+    time (MTTR) from outages, the mean detection and restart hours from training-job logs. Means,
+    not medians: the wall-time model takes the mean cost per failure (expected wall time is linear
+    in each failure's downtime), and a median would understate right-skewed restart times."""
+    times = {} if fleet.repair_times is None else {"repair_hours": fleet.repair_times.mean_hours_}
+    for row in transform.recovery_hours(fleet.job_recoveries).iter_rows(named=True):
+        if row["measured"]:
+            times[f"{row['measure']}_hours"] = row["mean_hours"]
+    return times
+
+
 def repair_times(outages: pl.DataFrame) -> models.RepairTimes | None:
     """Repair-time fit of the outages whose repair time is known or censored; None when no
     outage has a completed repair."""
@@ -526,6 +583,7 @@ def analyze(
         regression_projection = _projection(regression.predict_mtbf_hours, sizes)
 
     jobs = job_interruptions(con, by_cluster)
+    recoveries = read_job_recoveries(con)
     backtest = job_backtest(con, failures, exposure)
 
     return FleetAnalysis(
@@ -573,6 +631,8 @@ def analyze(
         exposure_basis=exposure_basis,
         repair_times=repair_times(outages),
         job_backtest=backtest,
+        job_recoveries=recoveries,
+        badput=job_badput(con, failures, recoveries),
     )
 
 

@@ -154,6 +154,12 @@ SYNONYMS: dict[str, FailureCategory] = {
         name: FailureCategory.UNDETERMINED
         for name in ("unavailable", "unknown", "N/A", "none", "not determined")
     },
+    # what a training job's own log says (pipeline.ingest.training_log): the torchelastic agent sees
+    # its workers fail, not why; a rendezvous is the restart (the reader flags it non-interrupting)
+    **{
+        name: FailureCategory.UNDETERMINED
+        for name in ("worker_group_failed", "worker_group_unhealthy", "rendezvous_complete")
+    },
     # a node that stopped answering, or a bare Slurm state with no reason: the cause is not known
     **{
         name: FailureCategory.UNDETERMINED

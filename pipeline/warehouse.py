@@ -7,13 +7,15 @@ run leaves the warehouse as it was before that file.
 Tables
 ------
 ingested_files  one row per input file committed: path, sha256, size, kind (incidents, inventory,
-                xid_log, jobs, node_events), format, line counts (read = ingested + duplicate + rejected +
-                ignored, where ignored lines are ordinary log lines that carry no fault).
+                xid_log, jobs, node_events, training_log), format, line counts (read = ingested +
+                duplicate + rejected + ignored, where ignored lines are ordinary log lines that carry
+                no fault).
 events          every accepted raw event (a canonical incident row, one XID line ...), keyed by
                 content (``event_key``). Columns: time, cluster, node, category, interrupting,
                 gpu_index, job_id, message, resolved time; ``xid`` (NVIDIA Xid or SXid code),
                 ``pci_bus_id`` (``0000:18:00``: identifies the GPU when no gpu_index mapping is
-                known), ``source_format`` (canonical, kernel-log, slurm-events, slurmctld). XID
+                known), ``source_format`` (canonical, kernel-log, slurm-events, slurmctld,
+                training-log: job symptoms kept out of incidents, see ``JOB_SYMPTOMS_FORMAT``). XID
                 and slurmctld lines whose node's cluster is not known at ingest carry cluster_id
                 ``UNKNOWN_CLUSTER``; the rebuild resolves it from the inventory. ``category`` is
                 the source's text; ``failure_class`` (a FailureCategory value) and ``interrupting``
@@ -173,6 +175,10 @@ CREATE TABLE IF NOT EXISTS runs (
 """
 
 UNKNOWN_CLUSTER = "unknown"
+JOB_SYMPTOMS_FORMAT = "training-log"
+"""Events of this source_format are what a job saw (NCCL timeouts, restarts), not node faults: they
+stay in ``events`` for the measured recovery times and never become incidents (the node's own
+records count the fault; counting the job's view too would count it twice)."""
 
 # Incidents are rebuilt from events: consecutive events of one node, category and GPU closer than
 # the window belong to one incident (a storm of XID lines, or one fault reported by two sources).
@@ -200,7 +206,7 @@ WITH listed AS (
                     ELSE e.cluster_id END AS cluster_id),
            coalesce(CAST(e.gpu_index AS VARCHAR), e.pci_bus_id) AS gpu_key
     FROM events e LEFT JOIN listed l ON l.node_id = e.node_id
-    WHERE e.node_id IN (SELECT node_id FROM rebuild_nodes)
+    WHERE e.node_id IN (SELECT node_id FROM rebuild_nodes) AND e.source_format IS DISTINCT FROM $job_symptoms
 ), ordered AS (
     SELECT *,
            first_value(row_id) OVER w AS fault,
@@ -346,7 +352,10 @@ def rebuild_incidents(
         con.execute("DELETE FROM incidents")
     else:
         con.execute("DELETE FROM incidents WHERE node_id IN (SELECT node_id FROM rebuild_nodes)")
-    con.execute(_INSERT_INCIDENTS, {"window_seconds": window_seconds, "unknown": UNKNOWN_CLUSTER})
+    con.execute(
+        _INSERT_INCIDENTS,
+        {"window_seconds": window_seconds, "unknown": UNKNOWN_CLUSTER, "job_symptoms": JOB_SYMPTOMS_FORMAT},
+    )
     con.execute("DROP TABLE rebuild_nodes")
     con.execute("DELETE FROM incidents_built")
     con.execute(

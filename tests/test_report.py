@@ -91,8 +91,22 @@ def with_jobs(fleet: analysis.FleetAnalysis) -> analysis.FleetAnalysis:
     backtest = models.JobBacktest().fit(
         scored["expected_interruptions"], scored["interrupted"], scored["hazard_per_hour"]
     )
+    killed = fleet.interruptions.head(12)  # jobs ended by the first failures, on the failed node
+    ended = pl.DataFrame(
+        {
+            "cluster_id": killed["cluster_id"],
+            "job_id": [f"j{i}" for i in range(killed.height)],
+            "interrupted": [True] * killed.height,
+            "end_utc": killed["timestamp_utc"].cast(pl.Datetime("us")),
+            "elapsed_hours": [4.0 + i for i in range(killed.height)],
+            "nodes": killed["node_id"].map_elements(lambda n: [n], return_dtype=pl.List(pl.String)),
+            "nnodes": [1] * killed.height,
+        }
+    )
+    restarts = fleet.job_recoveries.with_columns(nodes=pl.lit(None, pl.List(pl.String)))
     return dataclasses.replace(
         fleet,
+        badput=transform.badput_by_class(ended, restarts, fleet.interruptions),
         job_interruptions=transform.job_interruption_rates(jobs, fleet.rates_by_cluster),
         job_backtest=analysis.JobBacktestResult(predictions, backtest, transform.MIN_HISTORY_FAILURES),
     )
@@ -555,6 +569,21 @@ def test_job_section_is_a_chart_with_jobs_and_a_note_without(pages, rich_analysi
     assert hostile_analysis.job_interruptions is None
     text = report.render_html(hostile_analysis)
     assert "spec-job-interruptions" not in text and "failcast ingest --format sacct" in text
+
+
+def test_badput_section_is_a_chart_with_losses_and_a_note_without(pages, rich_analysis, hostile_analysis):
+    section = next(s for s in report.sections(rich_analysis) if s.slug == "what-stops-our-jobs")
+    badput = rich_analysis.badput
+    assert section.table.equals(badput) and badput["losses"].sum() == 12
+    drawn = [r for rows in pages[False].specs["what-stops-our-jobs"]["datasets"].values() for r in rows]
+    assert sorted(r["lost_job_hours"] for r in drawn) == sorted(badput["lost_job_hours"])
+    top = badput.group_by("failure_class").agg(pl.col("lost_job_hours").sum()).sort("lost_job_hours")[-1]
+    assert section.note.startswith(f"{top['failure_class'][0]} cost the most job time")
+    assert "Job time lost (h)" in pages[False].html
+    # no Slurm job and no training log: listed with what to ingest, not drawn
+    assert hostile_analysis.badput.height == 0
+    text = report.render_html(hostile_analysis)
+    assert "spec-what-stops-our-jobs" not in text and "No job losses to show" in text
 
 
 @pytest.mark.parametrize("estimated", [False, True])

@@ -54,6 +54,11 @@ Formats (auto-detected from the name or the first lines, or --format); any may b
               {"InstanceStatuses": [{"InstanceId": "i-0abc", "Events": [{"Code": "system-reboot", ...
   gce-audit   gcloud logging read (system_event audit log) --format=json: compute.instances.hostError
               (planned=false), terminateOnHostMaintenance / migrateOnHostMaintenance (planned=true)
+  training-log  PyTorch job logs: NCCL watchdog timeouts, torchelastic worker-group failures and
+              rendezvous completions (restarts) give measured detection and restart times, e.g.
+              [rank1]:[E810 03:04:11.061727749 ProcessGroupNCCL.cpp:683] [Rank 1] Watchdog caught ...
+              I0501 12:00:00.123000 140 torch/.../agent/server/api.py:700] [default] Worker group FAILED. ...
+              one job per file (--job, default the file name); --node for the host, if known
 
 \b
 Public failure data sets (only with --format; incidents AND inventory from one file, see
@@ -102,7 +107,12 @@ stored count as duplicates, so a log that grew adds only its new lines.
     help="Year of the first line of year-less syslog files (default: from each file's modification time).",
 )
 @click.option("--cluster", help="cluster_id for logs that do not name one (default: from the inventory).")
-@click.option("--node", help="node_id for log lines without a hostname (dmesg -T output).")
+@click.option("--node", help="node_id for log lines without a hostname (dmesg -T output, training logs).")
+@click.option(
+    "--job",
+    help="job_id of a training log (default: the file name without .log/.gz); its Slurm JobID links it "
+    "to the job's sacct record (nodes, node count) for badput by cause.",
+)
 @click.option(
     "--gpu-bus-order",
     default="",
@@ -143,6 +153,7 @@ def ingest(
     year: int | None,
     cluster: str | None,
     node: str | None,
+    job: str | None,
     gpu_bus_order: str,
     window_minutes: float,
     estimate_exposure: int | None,
@@ -170,6 +181,7 @@ def ingest(
             year=year,
             cluster=cluster,
             node=node,
+            job=job,
             bus_order=bus_order,
             progress=bar.update,
             estimate_exposure=estimate_exposure,

@@ -57,7 +57,8 @@ from pipeline.projection import cannot_finish
     default="assumed",
     show_default=True,
     help="measured: the manual mode waits for the fleet's measured mean repair time (MTTR) from the "
-    "warehouse (--db); detection, spare swap and restart stay assumed (docs/projection.md).",
+    "warehouse (--db); detection and restart times come from training-job logs where ingested; the "
+    "rest stays assumed (docs/projection.md).",
 )
 @click.option("--monte-carlo-runs", type=int, default=10_000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -125,18 +126,20 @@ def project(
         node_ages=node_ages,
     )
     spec = proj.job_spec_for_fleet(spec_path, fleet_failure=fleet_failure, **overrides)
-    repair = None
+    assumed_recovery = spec.recovery
+    repair, measured = None, {}
     if recovery_source == "measured" or Path(db).exists():
-        repair = fleet_analysis("--recovery measured needs the fleet's repair data").repair_times
-        if repair is None and recovery_source == "measured":
+        fleet = fleet_analysis("--recovery measured needs the fleet's repair data or training logs")
+        repair = fleet.repair_times
+    if recovery_source == "measured":
+        measured = analysis_mod.measured_recovery_hours(fleet)
+        if not measured:
             raise ValueError(
                 f"--recovery measured: no outage in {db} has an end (resolved_at or a return in the "
-                "inventory); use --recovery assumed"
+                "inventory) and no training log has an interruption; use --recovery assumed"
             )
-    if recovery_source == "measured":
-        spec = dataclasses.replace(
-            spec, recovery=proj.measured_recovery(spec.recovery, repair_hours=repair.mean_hours_)
-        )
+        spec = dataclasses.replace(spec, recovery=proj.measured_recovery(spec.recovery, **measured))
+        sources = proj.recovery_sources(assumed_recovery, **measured)
     spares = (
         None
         if repair is None
@@ -151,6 +154,8 @@ def project(
             payload["sensitivity"] = records(proj.sensitivity_table(spec))
         payload["explain"] = proj.explain(result)
         payload["recovery_source"] = recovery_source
+        if measured:
+            payload["recovery_measured"] = {"hours": measured, "by_mode": sources}
         payload["spares"] = spares
         echo_json(payload)
         return
@@ -181,10 +186,18 @@ def project(
         click.echo(
             f"  {sv.mode} saves {sv.days:,.1f} days ({sv.percent:.1f}%) and ${sv.usd:,.0f} over {sv.baseline}"
         )
-    if recovery_source == "measured":
-        click.echo(
-            f"  recovery: manual waits for the measured MTTR {repair.mean_hours_:,.1f} h; the rest assumed"
-        )
+    if measured:
+        click.echo("  recovery times (h), assumed -> used; * measured:")
+        for mode in spec.recovery:
+            click.echo(
+                f"    {mode:10s} "
+                + "  ".join(
+                    f"{r['time']} {r['assumed_hours']:,.2f} -> {r['used_hours']:,.2f}"
+                    + ("*" if r["measured"] else "")
+                    for r in sources
+                    if r["mode"] == mode
+                )
+            )
     if spares is not None:
         click.echo(
             f"  hot spares: {spares['spares']} for a failure to find one free with >= "

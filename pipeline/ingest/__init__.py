@@ -7,7 +7,8 @@ codes mapped by :mod:`.xid`); Slurm ``sacct`` parsable output (:mod:`.sacct`), n
 (:mod:`.slurmctld`); Kubernetes events and node conditions ``kubernetes`` (``kubectl get events -A
 -o json``, ``kubectl get nodes -o json``, :mod:`.kubernetes`); cloud maintenance and host-error events
 ``ec2-status`` (``aws ec2 describe-instance-status``) and ``gce-audit`` (Compute Engine system-event audit
-log entries), :mod:`.cloud_events`; public data sets
+log entries), :mod:`.cloud_events`; PyTorch job logs ``training-log`` (NCCL watchdog, torchelastic
+restarts: :mod:`.training_log`); public data sets
 ``lanl``, ``titan``, ``bgl`` (named only, :mod:`pipeline.datasets.load`). Any may be ``.gz``.
 
 Rules that every reader follows:
@@ -56,6 +57,8 @@ from pipeline.ingest.sacct import ingest_sacct
 from pipeline.ingest.slurm_events import ingest_slurm_events
 from pipeline.ingest.slurmctld import ingest_slurmctld
 from pipeline.ingest.taxonomy import parse_category_map
+from pipeline.ingest.training_log import SNIFF as TRAINING_LOG_SNIFF
+from pipeline.ingest.training_log import ingest_training_log
 
 DATASET_FORMATS = ("lanl", "titan", "bgl")
 # Line-oriented log readers: each streams its file in blocks and takes the common options (sha,
@@ -66,6 +69,7 @@ LOG_READERS = {
     "slurm-events": (ingest_slurm_events, ("cluster",)),
     "slurmctld": (ingest_slurmctld, ("cluster", "year")),
     "kubernetes": (ingest_kubernetes, ("cluster",)),
+    "training-log": (ingest_training_log, ("cluster", "node", "job", "year")),
 }
 FORMATS = (*TABLE_FORMATS, *LOG_READERS, *CLOUD_FORMATS, *DATASET_FORMATS)
 
@@ -98,7 +102,8 @@ _LOG_LINE = re.compile(
 # Slurm's own log prefix ([2024-05-01T12:00:00.123]: LogTimeFormat iso8601[_ms], rfc5424, rfc3339;
 # [May 01 12:00:00]: short)
 # or a syslog line of slurmctld; a file that also has kernel Xid lines is read as a kernel log (a
-# drain reason may say "Xid 79", a kernel line says "Xid (PCI:0000:18:00): 79").
+# drain reason may say "Xid 79", a kernel line says "Xid (PCI:0000:18:00): 79"). The same holds for
+# training-log marks (a node's journal can hold both the kernel and the job's output).
 _SLURMCTLD_LINE = re.compile(
     r"^\[(?:\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
     r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{2} \d{2}:\d{2}:\d{2})\] "
@@ -163,6 +168,8 @@ def detect_format(path: Path) -> str:
         return "csv"
     if first.lstrip().startswith("{"):
         return "jsonl"
+    if not _KERNEL_XID.search(head) and any(mark in head for mark in TRAINING_LOG_SNIFF):
+        return "training-log"
     if not _KERNEL_XID.search(head) and _SLURMCTLD_LINE.search(head):
         return "slurmctld"
     if _LOG_LINE.search(head):
@@ -254,6 +261,7 @@ def ingest_files(
     year: int | None = None,
     cluster: str | None = None,
     node: str | None = None,
+    job: str | None = None,
     bus_order: Sequence[str] = (),
     progress: Callable[[int], None] | None = None,
     estimate_exposure: int | None = None,
@@ -264,7 +272,8 @@ def ingest_files(
     """Ingest each file in its own transaction, then rebuild ``incidents`` from ``events``.
 
     ``year``: year of the first line of year-less syslog files (default: from the file's mtime).
-    ``cluster`` / ``node``: for logs that do not name them. ``bus_order``: PCI bus number (hex) of
+    ``cluster`` / ``node``: for logs that do not name them; ``job``: the job of a training log
+    (default: its file name). ``bus_order``: PCI bus number (hex) of
     each gpu_index, e.g. ``("18", "2a", ...)``, so XID lines get a gpu_index. ``progress`` is called
     with the number of bytes just read (compressed bytes for ``.gz``). A ``.gz`` that expands past
     ``max_decompressed_bytes`` stops the ingest with an :class:`InputError` (a gzip bomb).
@@ -280,6 +289,7 @@ def ingest_files(
         "year": year,
         "cluster": cluster,
         "node": node,
+        "job": job,
         "bus_order": {b.lower().zfill(2): i for i, b in enumerate(bus_order)},
         "progress": progress,
         "max_decompressed_bytes": max_decompressed_bytes,

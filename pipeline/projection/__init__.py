@@ -21,12 +21,14 @@ Formulas and sources (details in docs/projection.md):
 - Fitted Weibull model (renewal.py): every instance slot a Weibull renewal process (fresh node
   after replacement, stationary or new node ages at start), failures drawn in bulk, O(failures).
 - Measured recovery: without a spare a job waits for the node's repair (the fleet's MTTR); with
-  a spare only for detection and the swap (:func:`measured_recovery`).
+  a spare only for detection and the swap; detection and restart times measured in training-job
+  logs replace the assumed ones (:func:`measured_recovery`, :func:`recovery_sources`).
 - Monte Carlo: renewal-reward sampling (negative-binomial failure counts, truncated-exponential
   lost work), vectorised over runs with numpy.random.default_rng(seed).
 """
 
 from .explain import explain, weibull_difference
+from .measured import measured_recovery, recovery_sources
 from .model import (
     expected_wall_hours,
     first_order_ettr,
@@ -61,7 +63,6 @@ from .spec import (
     job_spec_for_fleet,
     job_spec_from_mapping,
     load_job_spec,
-    measured_recovery,
     read_job_document,
 )
 
@@ -94,6 +95,7 @@ __all__ = [
     "monte_carlo",
     "project",
     "read_job_document",
+    "recovery_sources",
     "sensitivity_table",
     "superposed_failure_times",
     "sweep_cluster_size",

@@ -107,31 +107,6 @@ DEFAULT_RECOVERY: dict[str, RecoveryProfile] = {
 RECOVERY_SOURCES = ("assumed", "measured")
 
 
-def measured_recovery(
-    recovery: dict[str, RecoveryProfile], *, repair_hours: float, detect_hours: float | None = None
-) -> dict[str, RecoveryProfile]:
-    """The recovery profiles with what the fleet measured in place of the assumptions.
-
-    Which part of an outage blocks the job: without a spare ("manual") the job waits for the failed
-    node to be repaired, so its ``replace_hours`` becomes the measured mean repair time (MTTR; the
-    wall-time model takes the mean cost per failure). With a spare ("automatic" and any other mode)
-    the job waits for detection and the swap to a spare, not for the repair: nothing in repair
-    data measures that, so those profiles stay as they are. ``detect_hours`` (not in repair data:
-    from training-job logs, when known) replaces every mode's detection time. Restart and
-    checkpoint costs stay assumed.
-    """
-    _non_negative("measured repair_hours", repair_hours)
-    out = {}
-    for mode, profile in recovery.items():
-        values = {f.name: getattr(profile, f.name) for f in fields(profile)}
-        if mode == "manual":
-            values["replace_hours"] = repair_hours
-        if detect_hours is not None:
-            values["detect_hours"] = detect_hours
-        out[mode] = RecoveryProfile(**values)
-    return out
-
-
 @dataclass(frozen=True)
 class FailureModel:
     """Per-instance failure process: exponential (rate) or Weibull (shape, scale) between failures.

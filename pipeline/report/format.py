@@ -66,6 +66,11 @@ LABELS: dict[str, str] = {
     "rows_rejected": "Rejected",
     "ingested_at_utc": "Ingested (UTC)",
     "sha256": "SHA-256",
+    "losses": "Jobs stopped",
+    "attributed": "Attributed to a node failure",
+    "lost_job_hours": "Job time lost (h)",
+    "lost_node_hours": "Node time lost (node-h)",
+    "losses_without_node_count": "Without a node count",
 }
 
 # unit suffixes of column names, longest first: (suffix, words appended to the label)

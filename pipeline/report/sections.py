@@ -13,8 +13,9 @@ import altair as alt
 import polars as pl
 
 from pipeline.analysis import FleetAnalysis, left_out_note, size_laws_agreement
-from pipeline.report import charts, comparisons, drivers, lemons, repairs
+from pipeline.report import charts, comparisons, drivers, lemons, recovery, repairs
 from pipeline.report.backtest import backtest_section
+from pipeline.report.badput import badput_section
 from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_chart, size_sweep_chart
 from pipeline.report.reliability import reliability_sections
 
@@ -89,7 +90,7 @@ def _rates_section(analysis: FleetAnalysis) -> Section:
 
 def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
     if not analysis.has_failures:  # nothing to fit, share or rank: exposure and bounds only
-        return [_rates_section(analysis), _job_section(analysis)]
+        return [_rates_section(analysis), _job_section(analysis), badput_section(analysis)]
     trends = drivers.trend_table(analysis)
     flat = (trends["crow_verdict"] == "flat").sum()
     return [
@@ -156,9 +157,35 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             note=_scaling_note(analysis),
         ),
         _job_section(analysis),
+        badput_section(analysis),
         *reliability_sections(analysis),
         *([backtest] if (backtest := backtest_section(analysis)) else []),
         *repair_sections(analysis),
+        *recovery_sections(analysis),
+    ]
+
+
+def recovery_sections(analysis: FleetAnalysis) -> list[Section]:
+    """Measured against assumed recovery times; without training-job logs a note naming them."""
+    title = "Recovery times: measured against assumed"
+    if not recovery.has_job_recoveries(analysis):
+        return [
+            Section(
+                "recovery-times",
+                title,
+                None,
+                note="No training-job interruption: detection and restart times stay assumed. Ingest "
+                "PyTorch job logs (failcast ingest --format training-log) to measure them.",
+            )
+        ]
+    return [
+        Section(
+            "recovery-times",
+            title,
+            None,
+            recovery.recovery_table(analysis),
+            note=recovery.recovery_note(analysis),
+        )
     ]
 
 

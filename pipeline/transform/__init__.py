@@ -6,8 +6,10 @@ times); ``durations`` rounds gaps to a relative grid and aggregates them into we
 the fits; ``outages`` pairs interruptions with their end (repair times, downtime, availability)
 and removes downtime from exposure; ``jobs`` compares Slurm job interruptions with the node rate;
 ``backtest`` predicts each job's interruptions from the data before it started; ``reliability``
-gives the points of the Weibull, mean cumulative function and Duane plots. Callers use this
-package's names (``from pipeline import transform; transform.failure_rates``), not the modules.
+gives the points of the Weibull, mean cumulative function and Duane plots; ``restarts`` measures
+detection and restart times of training jobs from their logs; ``badput`` adds up the job hours
+failures cost, per failure class. Callers use this package's names
+(``from pipeline import transform; transform.failure_rates``), not the modules.
 """
 
 from pipeline.transform.backtest import (
@@ -18,6 +20,7 @@ from pipeline.transform.backtest import (
     rate_source_counts,
     rates_as_of,
 )
+from pipeline.transform.badput import BADPUT_SCHEMA, badput_by_class
 from pipeline.transform.durations import FLOOR_HOURS, aggregate_durations, relative_grid
 from pipeline.transform.fleet import (
     EXPOSURE_KEYS,
@@ -59,8 +62,10 @@ from pipeline.transform.reliability import (
     weibull_plot_line,
     weibull_plot_points,
 )
+from pipeline.transform.restarts import job_recoveries, recovery_hours
 
 __all__ = [
+    "BADPUT_SCHEMA",
     "END_SOURCES",
     "EXPOSURE_BASES",
     "EXPOSURE_KEYS",
@@ -73,6 +78,7 @@ __all__ = [
     "PERIODS",
     "DispersionTest",
     "aggregate_durations",
+    "badput_by_class",
     "availability",
     "category_shares",
     "count_dispersion",
@@ -91,6 +97,7 @@ __all__ = [
     "job_interruption_rates",
     "mean_cumulative_function",
     "job_predictions",
+    "job_recoveries",
     "node_interruptions",
     "observation_end",
     "outages",
@@ -98,6 +105,7 @@ __all__ = [
     "poisson_upper_bound",
     "rate_source_counts",
     "rates_as_of",
+    "recovery_hours",
     "relative_grid",
     "size_bucket",
     "times_between_failures",

@@ -343,8 +343,10 @@ def node_interruptions(
     """Interrupting incidents of one node within ``window_minutes`` of an interruption's first
     incident, collapsed into that interruption: the first incident's row (its ``category`` is the
     root cause) plus ``categories`` (all, in time order), ``faults`` (how many) and
-    ``last_fault_utc``. Non-interrupting incidents are dropped. Incidents of one node at the same
-    time and category keep their input order.
+    ``last_fault_utc``; ``resolved_at_utc`` (when present) is the latest of its incidents', so the
+    end that one source records (the Slurm event that drained the node) is kept when another
+    source without ends (the kernel's Xid line) saw the failure first. Non-interrupting incidents
+    are dropped. Incidents of one node at the same time and category keep their input order.
 
     Why: one node failure often logs several faults within minutes (XID 79, then the NCCL
     watchdog's timeout; a machine check, then the link going down). The warehouse collapses
@@ -362,16 +364,18 @@ def node_interruptions(
     frame = incidents.filter(pl.col("interrupting")).sort(
         *keys, "timestamp_utc", "category", maintain_order=True
     )
+    ends = [c for c in ("resolved_at_utc",) if c in frame.columns]
     return (
         frame.with_columns(_seq=pl.Series(_interruption_starts(frame, keys, window)).cum_sum())
         .group_by("_seq", maintain_order=True)
         .agg(
-            pl.all().first(),
+            pl.all().exclude(ends).first(),
+            *[pl.col(c).max() for c in ends],
             categories=pl.col("category"),
             faults=pl.len(),
             last_fault_utc=pl.col("timestamp_utc").max(),
         )
-        .drop("_seq")
+        .select(*frame.columns, "categories", "faults", "last_fault_utc")
     )
 
 

@@ -324,6 +324,28 @@ def test_node_interruptions_collapse_a_nodes_faults(rows, window, expected):
     assert result["interrupting"].all()
 
 
+@pytest.mark.parametrize(
+    ("ends", "expected"),
+    [
+        ((None, 5.0), 5.0),  # a kernel line (no end) first, the Slurm drain with its end second
+        ((7.0, None), 7.0),
+        ((7.0, 5.0), 7.0),  # the node is back when the last record of the failure says so
+        ((None, None), None),
+    ],
+)
+def test_node_interruptions_keep_the_end_any_source_recorded(ends, expected):
+    base = datetime(2024, 5, 1)
+    faults = _incidents([("a", "a1", 0, "gpu_memory"), ("a", "a1", 0.025, "gpu_fell_off_bus")])
+    incidents = faults.with_columns(
+        resolved_at_utc=pl.Series([None if e is None else base + timedelta(hours=e) for e in ends]).cast(
+            pl.Datetime("us")
+        )
+    )
+    [row] = transform.node_interruptions(incidents).to_dicts()
+    assert row["resolved_at_utc"] == (None if expected is None else base + timedelta(hours=expected))
+    assert row["category"] == "gpu_memory" and row["faults"] == 2
+
+
 def test_node_interruptions_reject_negative_window():
     with pytest.raises(ValueError, match="must not be negative"):
         transform.node_interruptions(_incidents([("a", "a1", 0, "host")]), window_minutes=-1)

@@ -1,0 +1,87 @@
+"""Recovery times measured by the fleet in place of the assumed ones (``project --recovery measured``).
+
+:func:`measured_recovery` is the one place that takes what is known: the mean repair time (MTTR)
+from outages (:mod:`pipeline.transform.outages`) and the mean detection and restart times from
+training-job logs (:mod:`pipeline.transform.restarts`). :func:`recovery_sources` says, per mode
+and time, what was assumed and what is used, so every output can tell measured from assumed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from pipeline.projection.spec import RecoveryProfile, _non_negative
+
+TIMES = ("detect_hours", "replace_hours", "restart_hours")
+
+
+def _measured_times(
+    mode: str, repair_hours: float | None, detect_hours: float | None, restart_hours: float | None
+) -> dict[str, float]:
+    times = {"detect_hours": detect_hours, "restart_hours": restart_hours}
+    if mode == "manual":
+        times["replace_hours"] = repair_hours
+    return {k: v for k, v in times.items() if v is not None}
+
+
+def measured_recovery(
+    recovery: dict[str, RecoveryProfile],
+    *,
+    repair_hours: float | None = None,
+    detect_hours: float | None = None,
+    restart_hours: float | None = None,
+) -> dict[str, RecoveryProfile]:
+    """The recovery profiles with what the fleet measured in place of the assumptions (None: not
+    measured, the assumption stays).
+
+    Which part of an outage blocks the job: without a spare ("manual") the job waits for the failed
+    node to be repaired, so its ``replace_hours`` becomes the measured mean repair time (MTTR; the
+    wall-time model takes the mean cost per failure). With a spare ("automatic" and any other mode)
+    the job waits for detection and the swap to a spare, not for the repair: nothing in repair
+    data measures that, so those ``replace_hours`` stay as they are. From training-job logs
+    (:func:`pipeline.transform.recovery_hours`, means): ``detect_hours`` (failure to the NCCL
+    watchdog's detection) and ``restart_hours`` (detection to the workers' next rendezvous)
+    replace every mode's: the job's own watchdog and launcher do both whatever the spare policy.
+    Checkpoint costs stay assumed.
+    """
+    for name, value in (
+        ("repair_hours", repair_hours),
+        ("detect_hours", detect_hours),
+        ("restart_hours", restart_hours),
+    ):
+        if value is not None:
+            _non_negative(f"measured {name}", value)
+    out = {}
+    for mode, profile in recovery.items():
+        values = {f.name: getattr(profile, f.name) for f in fields(profile)}
+        values.update(_measured_times(mode, repair_hours, detect_hours, restart_hours))
+        out[mode] = RecoveryProfile(**values)
+    return out
+
+
+def recovery_sources(
+    recovery: dict[str, RecoveryProfile],
+    *,
+    repair_hours: float | None = None,
+    detect_hours: float | None = None,
+    restart_hours: float | None = None,
+) -> list[dict]:
+    """Per mode and recovery time (detect, replace, restart): the assumed hours, the hours used with
+    these measurements (:func:`measured_recovery`) and whether the used value is measured."""
+    used = measured_recovery(
+        recovery, repair_hours=repair_hours, detect_hours=detect_hours, restart_hours=restart_hours
+    )
+    rows = []
+    for mode, profile in recovery.items():
+        measured = _measured_times(mode, repair_hours, detect_hours, restart_hours)
+        rows += [
+            {
+                "mode": mode,
+                "time": name.removesuffix("_hours"),
+                "assumed_hours": getattr(profile, name),
+                "used_hours": getattr(used[mode], name),
+                "measured": name in measured,
+            }
+            for name in TIMES
+        ]
+    return rows
