@@ -1,0 +1,78 @@
+"""Analysis: read the warehouse once, run the transforms and fit the models, return one result.
+
+This is the single entry point that the CLI, the report and the notebooks share, so none of them
+re-implements the chain warehouse -> transform -> models. :func:`analyze` (fleet.py) builds a
+:class:`FleetAnalysis` from the warehouse readers and evidence of failures.py, the job-level
+analyses of jobs.py and the repair analyses of repairs.py; outlook.py turns an analysis into the
+failure model of a projected job.
+"""
+
+from pipeline.analysis.failures import (
+    FAILURE_COLUMNS,
+    LEMON_FDR,
+    TREND_SCHEMA,
+    cluster_mtbf,
+    left_out_note,
+    node_evidence,
+    rate_exposure,
+    read_failures,
+    trend_tests,
+)
+from pipeline.analysis.fleet import (
+    FIT_RELATIVE_RESOLUTION,
+    PROJECTED_SIZES,
+    FleetAnalysis,
+    analyze,
+)
+from pipeline.analysis.jobs import (
+    JobBacktestResult,
+    job_backtest,
+    job_badput,
+    job_interruptions,
+    read_job_recoveries,
+    read_jobs,
+)
+from pipeline.analysis.outlook import (
+    failure_model_for,
+    rate_model_for,
+    size_laws_agreement,
+)
+from pipeline.analysis.repairs import (
+    REPAIR_SCHEMA,
+    SPARE_PROBABILITY,
+    measured_recovery_hours,
+    repair_summary,
+    repair_times,
+    spares_for_job,
+)
+
+__all__ = [
+    "FAILURE_COLUMNS",
+    "FIT_RELATIVE_RESOLUTION",
+    "FleetAnalysis",
+    "JobBacktestResult",
+    "LEMON_FDR",
+    "PROJECTED_SIZES",
+    "REPAIR_SCHEMA",
+    "SPARE_PROBABILITY",
+    "TREND_SCHEMA",
+    "analyze",
+    "cluster_mtbf",
+    "failure_model_for",
+    "job_backtest",
+    "job_badput",
+    "job_interruptions",
+    "left_out_note",
+    "measured_recovery_hours",
+    "node_evidence",
+    "rate_exposure",
+    "rate_model_for",
+    "read_failures",
+    "read_job_recoveries",
+    "read_jobs",
+    "repair_summary",
+    "repair_times",
+    "size_laws_agreement",
+    "spares_for_job",
+    "trend_tests",
+]

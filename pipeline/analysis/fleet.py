@@ -1,0 +1,280 @@
+"""``analyze``: read the warehouse once, run the transforms and fit the models, and return one
+:class:`FleetAnalysis`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import polars as pl
+
+from pipeline import models, transform, warehouse
+from pipeline.analysis.failures import (
+    LEMON_FDR,
+    cluster_mtbf,
+    node_evidence,
+    rate_exposure,
+    read_failures,
+    trend_tests,
+)
+from pipeline.analysis.jobs import (
+    JobBacktestResult,
+    job_backtest,
+    job_badput,
+    job_interruptions,
+    read_job_recoveries,
+)
+from pipeline.analysis.repairs import repair_times
+
+PROJECTED_SIZES = (256, 512, 2048, 16384)
+
+
+@dataclass
+class FleetAnalysis:
+    """Everything the report shows, as Polars frames and fitted models.
+
+    Times between failures (``node_durations``, ``node_fits``, ``kaplan_meier``, ``nelson_aalen``,
+    ``cluster_durations``, ``size_regression``) follow ``first_gap`` (see
+    :func:`pipeline.transform.times_between_failures`): by default the span from a window's start
+    to its first failure is left out because it is a forward-recurrence time, not a full gap;
+    when fewer than two gaps start at a failure that leaves too little to fit, and ``first_gap``
+    says "keep".
+    ``cluster_kaplan_meier`` holds, per cluster with a failure, the survival of the time to the
+    cluster's next interrupting failure (what a job on the whole cluster sees).
+    ``count_dispersion`` is the Pearson dispersion of node failure counts (1 for Poisson; > 1
+    means the Garwood intervals are too narrow); the scaling law's interval uses it.
+    ``exposure_estimated`` is True when the inventory was inferred from the logs (every rate and
+    MTBF then rests on guessed service intervals). Rates, fits, shares and trend tests count
+    ``interruptions`` (:func:`pipeline.transform.node_interruptions`: a node's faults within
+    ``interruption_window_minutes`` are one failure, by its root cause; the columns of
+    ``FAILURE_COLUMNS`` only); with a window of None the interrupting incidents are counted as
+    they are. ``incidents`` is the warehouse's whole table, one row per fault, as a lazy frame
+    (:func:`pipeline.warehouse.scan_incidents`: collect what you need while the connection is
+    open); nothing in the analysis loads it.
+    ``failures_left_out`` counts the failures no statistic counts, by reason
+    (:func:`pipeline.transform.failures_left_out`: after the window end, node without a service
+    interval, node out of service); :func:`left_out_note` says it in one line.
+    A fleet with no failures in service yet (``has_failures`` False) has exposure, rates (0
+    failures, with the one-sided ``rate_upper_bound``) and trend rows but nothing to fit:
+    ``node_fits`` is empty and ``best_family``, ``kaplan_meier``, ``nelson_aalen`` are None.
+    ``job_interruptions`` is None without Slurm jobs; jobs on clusters without inventory are left
+    out of it. ``rates_by_node`` has one row per node (the report shows only the nodes with the
+    most failures), with exact intervals; ``lemons`` tests each against the rest of its cluster
+    (:class:`pipeline.models.LemonTest`). The other rate tables carry ``interval_method``
+    intervals: "overdispersed" (quasi-Poisson with ``dispersion_test.phi``) or "exact" (Garwood);
+    by default "overdispersed" exactly when the Pearson test of the non-lemon nodes' counts
+    rejects Poisson at 5% (:func:`node_evidence`).
+    ``job_backtest`` (None without jobs) holds each job's interruptions predicted
+    from the data before it started, against what happened.
+    ``exposure`` holds the calendar service intervals; rates divide by ``rate_exposure``, which is
+    the uptime exposure (downtime of ``outages`` removed, :func:`pipeline.transform.uptime_intervals`)
+    when ``exposure_basis`` is "uptime", else the calendar one. Gaps and trend tests run on the
+    calendar intervals. ``repair_times`` is None when no outage has an end.
+    ``job_recoveries`` has one row per training-job interruption found in training logs, with the
+    measured detection and restart hours (:func:`pipeline.transform.job_recoveries`; empty without
+    training logs). ``badput`` is the job hours failures cost per failure class, from interrupted
+    Slurm jobs and training restarts (:func:`pipeline.transform.badput_by_class`; empty without
+    either).
+    """
+
+    observed_until: datetime
+    exposure: pl.DataFrame
+    incidents: pl.LazyFrame
+    rates_overall: pl.DataFrame
+    rates_by_cluster: pl.DataFrame
+    rates_by_category: pl.DataFrame
+    rates_by_month: pl.DataFrame
+    rates_by_node: pl.DataFrame
+    node_fits: dict[str, models.ParametricTBF]
+    best_family: str | None
+    kaplan_meier: models.KaplanMeier | None
+    cluster_mtbf: pl.DataFrame
+    scaling: models.MTBFScaling | None
+    scaling_projection: pl.DataFrame
+    files: pl.DataFrame
+    rejects: pl.DataFrame
+    rates_by_size_bucket: pl.DataFrame
+    category_shares: pl.DataFrame
+    trend_tests: pl.DataFrame
+    first_gap: str
+    node_durations: pl.DataFrame
+    nelson_aalen: models.NelsonAalen | None
+    cluster_durations: pl.DataFrame
+    size_regression: models.WeibullSizeRegression | None
+    size_regression_projection: pl.DataFrame
+    job_interruptions: pl.DataFrame | None
+    count_dispersion: float
+    exposure_estimated: bool
+    cluster_kaplan_meier: dict[str, models.KaplanMeier]
+    interruptions: pl.DataFrame
+    interruption_window_minutes: float | None
+    lemons: models.LemonTest
+    dispersion_test: transform.DispersionTest
+    interval_method: str
+    failures_left_out: pl.DataFrame
+    outages: pl.DataFrame
+    rate_exposure: pl.DataFrame
+    exposure_basis: str
+    repair_times: models.RepairTimes | None
+    job_recoveries: pl.DataFrame
+    badput: pl.DataFrame
+    job_backtest: JobBacktestResult | None = None
+
+    @property
+    def fleet_rate(self) -> models.PoissonRate:
+        row = self.rates_overall.row(0, named=True)
+        return models.PoissonRate().fit(row["failures"], row["exposure_node_hours"])
+
+    @property
+    def has_failures(self) -> bool:
+        """True when at least one failure counts (in service, in the window): else nothing to fit."""
+        return bool(self.rates_overall["failures"].sum())
+
+
+def _projection(predict, sizes: np.ndarray) -> pl.DataFrame:
+    mtbf, low, high = predict(sizes)
+    return pl.DataFrame(
+        {"instances": sizes, "mtbf_hours": mtbf, "mtbf_ci_low_hours": low, "mtbf_ci_high_hours": high}
+    )
+
+
+FIT_RELATIVE_RESOLUTION = 1e-3
+
+
+def analyze(
+    con,
+    *,
+    observed_until: datetime | None = None,
+    first_gap: str = "drop",
+    relative_resolution: float | None = FIT_RELATIVE_RESOLUTION,
+    interruption_window_minutes: float | None = transform.INTERRUPTION_WINDOW_MINUTES,
+    interval: str = "auto",
+    lemon_fdr: float = LEMON_FDR,
+    exposure_basis: str = "uptime",
+) -> FleetAnalysis:
+    """Run every transform and fit on the warehouse behind ``con``.
+
+    Failures are node interruptions: a node's interrupting incidents closer than
+    ``interruption_window_minutes`` count once (None: every incident counts).
+
+    Gaps are rounded to a relative grid (``relative_resolution`` 1e-3: each gap at most 0.05% off,
+    a minute or a month, see :mod:`pipeline.transform.durations`) and aggregated before fitting,
+    which bounds the rows lifelines sees whatever the fleet's size; ``None`` fits the exact
+    durations. See bench/RESULTS.md "Fitting" for the speed-up and the shift in estimates.
+
+    ``interval`` ("exact", "overdispersed", "auto") picks the rate intervals (see
+    :func:`node_evidence`); ``lemon_fdr`` is the lemon test's false-discovery rate.
+    Rates divide by uptime (``exposure_basis`` "uptime": the outages' downtime removed, see
+    :func:`rate_exposure`) or by calendar service time ("calendar").
+    """
+    incidents = warehouse.scan_incidents(con)
+    inventory = warehouse.table(con, "inventory")
+    if inventory.height == 0:
+        raise ValueError(
+            "the warehouse has no inventory: ingest an inventory file (cluster_id, "
+            "node_id, instance_type, gpus_per_node, in_service_from, in_service_to)"
+        )
+    end = observed_until or transform.observation_end(incidents, inventory)
+    failures = read_failures(incidents, window_minutes=interruption_window_minutes)
+    exposure = transform.exposure_intervals(inventory, end)
+    at_risk, outages = rate_exposure(failures, inventory, exposure, end, exposure_basis)
+    by_node, lemons, dispersion_check = node_evidence(failures, at_risk, lemon_fdr=lemon_fdr)
+    phi = dispersion_check.dispersion(interval)
+
+    def rates(by: list[str], **options) -> pl.DataFrame:
+        return transform.failure_rates(failures, at_risk, by=by, dispersion=phi, **options)
+
+    by_cluster = rates(["cluster_id"])
+    overall = rates([])
+
+    gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap)
+    if first_gap == "drop" and gaps["observed"].sum() < 2:
+        # at most one node failed twice in one window: too few full gaps to fit two parameters,
+        # the first gaps are all there is
+        first_gap = "keep"
+        gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap)
+    durations = transform.aggregate_durations(gaps, relative_resolution=relative_resolution)
+    args = (durations["duration_hours"], durations["observed"], durations["count"])
+    fitted = bool(overall["failures"].sum())  # no failure yet: exposure and bounds, nothing to fit
+    fits = models.fit_families(*args) if fitted else {}
+
+    per_cluster = cluster_mtbf(by_cluster, exposure)
+    sizes = np.array(sorted({*PROJECTED_SIZES, *per_cluster["instances"].round().to_list()}), dtype=float)
+    cluster_durations = transform.aggregate_durations(
+        transform.times_between_failures(failures, exposure, level="cluster", first_gap=first_gap),
+        by=["cluster_id", "instances"],
+        relative_resolution=relative_resolution,
+    )
+    dispersion = transform.dispersion_test(by_node).phi  # every node: the scaling law's spread
+    scaling, projection, regression, regression_projection = None, pl.DataFrame(), None, pl.DataFrame()
+    if fitted and per_cluster["instances"].n_unique() >= 2:
+        scaling = models.MTBFScaling().fit(
+            per_cluster["instances"],
+            per_cluster["failures"],
+            per_cluster["exposure_cluster_hours"],
+            dispersion=dispersion,
+        )
+        projection = _projection(scaling.predict_mtbf_hours, sizes)
+    if cluster_durations.filter("observed")["instances"].n_unique() >= 2:
+        regression = models.WeibullSizeRegression().fit(
+            cluster_durations["instances"],
+            cluster_durations["duration_hours"],
+            cluster_durations["observed"],
+            cluster_durations["count"],
+            dispersion=dispersion,
+        )
+        regression_projection = _projection(regression.predict_mtbf_hours, sizes)
+
+    jobs = job_interruptions(con, by_cluster)
+    recoveries = read_job_recoveries(con)
+    backtest = job_backtest(con, failures, exposure)
+
+    return FleetAnalysis(
+        observed_until=end,
+        exposure=exposure,
+        incidents=incidents,
+        rates_overall=overall,
+        rates_by_cluster=by_cluster,
+        rates_by_category=rates(["failure_class"]),
+        rates_by_month=rates(["cluster_id"], period="month"),
+        rates_by_node=by_node,
+        node_fits=fits,
+        best_family=models.best_by_aic(fits) if fitted else None,
+        kaplan_meier=models.KaplanMeier().fit(*args) if fitted else None,
+        cluster_mtbf=per_cluster,
+        scaling=scaling,
+        scaling_projection=projection,
+        files=warehouse.table(con, "ingested_files"),
+        rejects=warehouse.table(con, "rejects"),
+        rates_by_size_bucket=rates(["size_bucket"]),
+        category_shares=transform.category_shares(failures, at_risk, by=["cluster_id"]),
+        trend_tests=trend_tests(transform.failure_operating_times(failures, exposure), exposure),
+        first_gap=first_gap,
+        node_durations=durations,
+        nelson_aalen=models.NelsonAalen().fit(*args) if fitted else None,
+        cluster_durations=cluster_durations,
+        size_regression=regression,
+        size_regression_projection=regression_projection,
+        job_interruptions=jobs,
+        count_dispersion=dispersion,
+        exposure_estimated=transform.exposure_estimated(inventory),
+        cluster_kaplan_meier={
+            cluster: models.KaplanMeier().fit(g["duration_hours"], g["observed"], g["count"])
+            for (cluster,), g in cluster_durations.group_by("cluster_id")
+            if g["observed"].any()
+        },
+        interruptions=failures,
+        interruption_window_minutes=interruption_window_minutes,
+        lemons=lemons,
+        dispersion_test=dispersion_check,
+        interval_method=dispersion_check.method(interval),
+        failures_left_out=transform.failures_left_out(failures, at_risk, end),
+        outages=outages,
+        rate_exposure=at_risk,
+        exposure_basis=exposure_basis,
+        repair_times=repair_times(outages),
+        job_backtest=backtest,
+        job_recoveries=recoveries,
+        badput=job_badput(con, failures, recoveries),
+    )

@@ -1,0 +1,102 @@
+"""Slurm jobs and training-job restarts from the warehouse: interruption rates, the backtest and badput."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import polars as pl
+
+from pipeline import models, transform, warehouse
+
+
+def read_jobs(con) -> pl.DataFrame | None:
+    """The warehouse's Slurm jobs, or None for a warehouse file from before the jobs table."""
+    try:
+        return warehouse.table(con, "jobs")
+    except duckdb.CatalogException:  # opened read-only, so the schema could not be upgraded
+        return None
+
+
+@dataclass(frozen=True)
+class JobBacktestResult:
+    """Every job with its prediction from earlier data or the reason it has none
+    (:func:`pipeline.transform.job_predictions`), and the backtest of the scored ones (None when
+    no job could be scored)."""
+
+    predictions: pl.DataFrame
+    backtest: models.JobBacktest | None
+    min_history_failures: int
+
+
+def job_backtest(
+    con,
+    failures: pl.DataFrame,
+    exposure: pl.DataFrame,
+    *,
+    min_history_failures: int = transform.MIN_HISTORY_FAILURES,
+) -> JobBacktestResult | None:
+    """Each Slurm job's interruptions predicted from the failures and exposure before it started,
+    against what happened (:class:`pipeline.models.JobBacktest`); None without jobs."""
+    jobs = read_jobs(con)
+    if jobs is None or jobs.height == 0:
+        return None
+    predictions = transform.job_predictions(
+        jobs, failures, exposure, min_history_failures=min_history_failures
+    )
+    scored = predictions.filter(pl.col("rate_source").is_in(transform.SCORED))
+    fitted = None
+    if scored["expected_interruptions"].sum() > 0:
+        fitted = models.JobBacktest().fit(
+            scored["expected_interruptions"], scored["interrupted"], scored["hazard_per_hour"]
+        )
+    return JobBacktestResult(predictions, fitted, min_history_failures)
+
+
+def job_interruptions(con, rates_by_cluster: pl.DataFrame) -> pl.DataFrame | None:
+    """Slurm job interruption rates against each job's cluster node rate
+    (:func:`pipeline.transform.job_interruption_rates`), or None without jobs. Jobs on clusters
+    with no inventory (or no cluster_id) have no node rate to compare with and are left out."""
+    jobs = read_jobs(con)
+    if jobs is None:
+        return None
+    jobs = jobs.filter(pl.col("cluster_id").is_in(rates_by_cluster["cluster_id"].implode()))
+    return transform.job_interruption_rates(jobs, rates_by_cluster) if jobs.height else None
+
+
+def read_job_recoveries(con) -> pl.DataFrame:
+    """Training-job interruptions with measured detection and restart hours, from the events of
+    training logs only (four columns read; :func:`pipeline.transform.job_recoveries`)."""
+    events = con.sql(
+        "SELECT job_id, timestamp_utc, category, message FROM events WHERE source_format = ?",
+        params=[warehouse.JOB_SYMPTOMS_FORMAT],
+    ).pl()
+    return transform.job_recoveries(events)
+
+
+_JOBS_FOR_BADPUT = {
+    "cluster_id": pl.String,
+    "job_id": pl.String,
+    "interrupted": pl.Boolean,
+    "end_utc": pl.Datetime("us"),
+    "elapsed_hours": pl.Float64,
+    "nodes": pl.List(pl.String),
+    "nnodes": pl.Int64,
+}
+
+
+def job_badput(con, failures: pl.DataFrame, recoveries: pl.DataFrame) -> pl.DataFrame:
+    """Job hours lost per failure class (:func:`pipeline.transform.badput_by_class`) from the Slurm
+    jobs and the training restarts. A training log ingested with ``--node`` names its job's node
+    (without it the reader stores ``job:<job_id>``, which names no node)."""
+    jobs = read_jobs(con)
+    jobs = pl.DataFrame(schema=_JOBS_FOR_BADPUT) if jobs is None else jobs.select(list(_JOBS_FOR_BADPUT))
+    named = con.sql(
+        "SELECT job_id, [min(node_id)] AS nodes FROM events"
+        " WHERE source_format = ? AND node_id <> 'job:' || job_id GROUP BY job_id",
+        params=[warehouse.JOB_SYMPTOMS_FORMAT],
+    ).pl()
+    recoveries = recoveries.join(named, on="job_id", how="left").with_columns(
+        pl.col("nodes").cast(pl.List(pl.String))
+    )
+    return transform.badput_by_class(jobs.cast(_JOBS_FOR_BADPUT), recoveries, failures)

@@ -1,0 +1,132 @@
+"""From a fleet's analysis to the failure model of a job: which rate, which scaling law, and
+whether the two scaling laws agree."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+
+from pipeline import models, projection, transform
+from pipeline.analysis.failures import cluster_mtbf
+
+if TYPE_CHECKING:
+    from pipeline.analysis.fleet import FleetAnalysis
+
+
+def failure_model_for(
+    analysis: FleetAnalysis, instances: int, instance_type: str | None = None
+) -> projection.FailureModel:
+    """The fleet's rate for a job of ``instances`` (:func:`rate_model_for`) with the node-level
+    Weibull fit's shape and the covariance of (log scale, log shape): the projection shows the
+    exponential (Poisson at that rate) and the fitted Weibull renewal model side by side."""
+    rate = rate_model_for(analysis, instances, instance_type)
+    fit = analysis.node_fits.get("weibull")
+    if fit is None or fit.shape_ is None:
+        return rate
+    scale, shape = fit.params_["lambda_"], fit.params_["rho_"]
+    jacobian = np.diag([1 / scale, 1 / shape])  # delta method: covariance of the logs
+    cov = jacobian @ fit.variance_matrix_ @ jacobian
+    log_cov = ((float(cov[0, 0]), float(cov[0, 1])), (float(cov[1, 0]), float(cov[1, 1])))
+    return rate.with_weibull_shape(shape, log_cov)
+
+
+def rate_model_for(
+    analysis: FleetAnalysis, instances: int, instance_type: str | None = None
+) -> projection.FailureModel:
+    """The per-instance failure model of a job on ``instances`` instances of this fleet, for
+    :func:`pipeline.projection.project`, from the most direct evidence there is:
+
+    1. the measured rate of the clusters in the job's size bucket (the power of two nearest
+       ``instances``, as in ``rates_by_size_bucket``) with its exact interval, if they failed;
+    2. else the scaling law MTBF(N) = MTBF_1 / N^alpha at N = ``instances``: per-instance rate
+       1 / (N MTBF(N)), its interval from the law's 95% interval (wider the further N is from the
+       observed sizes), e.g. a 16 384-instance job on a fleet of 32-1 024-instance clusters;
+    3. else (one cluster size only: no law) the rate of the whole fleet;
+    4. with no failure yet, the fleet's exact one-sided 95% upper bound (-ln 0.05 / T = 3.0 / T for
+       T instance-hours, :func:`pipeline.transform.poisson_upper_bound`): a worst case, labelled
+       as such in ``source``.
+
+    Failures are the analysis' interruptions. ``instance_type`` restricts all three to nodes of
+    that type (the law is refitted on their clusters). The model's ``source`` says which was used.
+    """
+    if instances < 1:
+        raise ValueError(f"instances must be at least 1, got {instances}")
+    exposure, at_risk, label = analysis.exposure, analysis.rate_exposure, "fleet"
+    if instance_type is not None:
+        of_type = pl.col("instance_type") == instance_type
+        exposure, at_risk, label = exposure.filter(of_type), at_risk.filter(of_type), f"{instance_type} nodes"
+        if exposure.is_empty():
+            known = ", ".join(sorted(analysis.exposure["instance_type"].unique()))
+            raise ValueError(f"no nodes of instance type {instance_type!r} in the fleet; it has {known}")
+    if analysis.exposure_estimated:
+        label += " (exposure estimated)"
+    failures = analysis.interruptions
+    bucket = pl.select(transform.size_bucket(pl.lit(instances))).item()
+    measured = transform.failure_rates(failures, at_risk, by=["size_bucket"]).filter(
+        (pl.col("size_bucket") == bucket) & (pl.col("failures") > 0)
+    )
+    if measured.height:
+        row = measured.row(0, named=True)
+        source = f"{label}: measured rate of clusters of ~{bucket} instances"
+        return projection.FailureModel.from_counts(row["failures"], row["exposure_node_hours"], source)
+    per_cluster = cluster_mtbf(transform.failure_rates(failures, at_risk, by=["cluster_id"]), exposure)
+    if per_cluster["instances"].n_unique() >= 2 and per_cluster["failures"].sum() > 0:
+        law = models.MTBFScaling().fit(
+            per_cluster["instances"],
+            per_cluster["failures"],
+            per_cluster["exposure_cluster_hours"],
+            dispersion=analysis.count_dispersion,
+        )
+        (mtbf,), (low,), (high,) = law.predict_mtbf_hours([instances])
+        source = (
+            f"{label}: scaling law MTBF(N) = {law.mtbf_one_hours_:.0f} h / N^{law.alpha_:.2f} "
+            f"at N = {instances}"
+        )
+        return projection.FailureModel.exponential(
+            1 / (instances * mtbf), 1 / (instances * high), 1 / (instances * low), source
+        )
+    total = transform.failure_rates(failures, at_risk, by=[]).row(0, named=True)
+    if not total["failures"]:
+        return projection.FailureModel.exponential(
+            total["rate_upper_bound"],
+            source=f"{label}: no failures yet in {total['exposure_node_hours']:,.0f} instance-hours; "
+            "UPPER BOUND (95% one-sided, -ln 0.05 / T), a worst case",
+        )
+    return projection.FailureModel.from_counts(
+        total["failures"], total["exposure_node_hours"], f"{label}: rate"
+    )
+
+
+def size_laws_agreement(analysis: FleetAnalysis) -> str:
+    """One paragraph on the two size laws: empty unless both are fitted; when their alpha
+    intervals do not overlap, that they disagree, the heterogeneity test behind it, and which
+    law the projection uses."""
+    count, gaps = analysis.scaling, analysis.size_regression
+    if count is None or gaps is None:
+        return ""
+    (a_lo, a_hi), (b_lo, b_hi) = count.alpha_confidence_interval_, gaps.alpha_confidence_interval_
+    if a_lo <= b_hi and b_lo <= a_hi:
+        return "The two size laws agree (their 95% intervals for alpha overlap)."
+    clusters = analysis.cluster_mtbf
+    test = models.ClusterHeterogeneity().fit(
+        clusters["instances"], clusters["failures"], clusters["exposure_cluster_hours"], count
+    )
+    if test.df_ > 0:
+        verdict = "rejects" if test.p_value_ < 0.05 else "does not reject"
+        shown = (
+            f"Pearson chi-square of the {clusters.height} clusters' failure counts around the count "
+            f"law: {test.statistic_:.1f} on {test.df_} df (dispersion {test.dispersion_:.2f}, "
+            f"p = {test.p_value_:.2g}) {verdict} 'clusters differ only by size'"
+        )
+    else:
+        shown = "with only two clusters the heterogeneity test has no degrees of freedom"
+    return (
+        f"The two size laws disagree: alpha = {count.alpha_:.2f} (95% CI {a_lo:.2f}–{a_hi:.2f}) from "
+        f"failure counts vs {gaps.alpha_:.2f} ({b_lo:.2f}–{b_hi:.2f}) from cluster-level gaps. "
+        f"Why: clusters differ in more than size (heterogeneity), and the count fit weighs each "
+        f"cluster by its exposure while the gap fit weighs it by its number of gaps; {shown}. "
+        "The projection uses the count law (Poisson regression) for job sizes without a measured "
+        "cluster of that size, and the measured rate where there is one."
+    )

@@ -1,0 +1,136 @@
+"""Outages and repair: repair-time fits, the per-cluster repair summary, measured recovery and hot spares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from pipeline import models, transform
+
+if TYPE_CHECKING:
+    from pipeline.analysis.fleet import FleetAnalysis
+
+
+def repair_times(outages: pl.DataFrame) -> models.RepairTimes | None:
+    """Repair-time fit of the outages whose repair time is known or censored; None when no
+    outage has a completed repair."""
+    known = outages.filter(pl.col("repair_hours").is_not_null())
+    if not known["resolved"].any():
+        return None
+    return models.RepairTimes().fit(known["repair_hours"], known["resolved"])
+
+
+REPAIR_SCHEMA = {
+    "interruptions": pl.Int64,
+    "outages": pl.Int64,
+    "unresolved": pl.Int64,
+    "unknown_end": pl.Int64,
+    "downtime_hours": pl.Float64,
+    "availability": pl.Float64,
+    "mttr_hours": pl.Float64,
+    "mttr_ci_low_hours": pl.Float64,
+    "mttr_ci_high_hours": pl.Float64,
+    "mttr_restricted": pl.Boolean,
+    "repair_hours_p50": pl.Float64,
+    "repair_hours_p50_ci_low": pl.Float64,
+    "repair_hours_p50_ci_high": pl.Float64,
+    "repair_hours_p90": pl.Float64,
+    "repair_hours_p90_ci_low": pl.Float64,
+    "repair_hours_p90_ci_high": pl.Float64,
+}
+
+
+def repair_summary(
+    outages: pl.DataFrame, exposure: pl.DataFrame, uptime: pl.DataFrame, by: Sequence[str] = ()
+) -> pl.DataFrame:
+    """One row per group of ``by`` (any outage column: cluster_id, node_id, category ...):
+    outages, ``unresolved`` (no end by the window end: right-censored), ``unknown_end`` (no end
+    recorded but the node failed again: left out of the repair statistics), downtime, the
+    Kaplan–Meier median (``repair_hours_p50``) and p90 with intervals, the mean (MTTR, restricted
+    when the longest repair is open: :class:`pipeline.models.RepairTimes`) and, when every key
+    is a property of the node (cluster_id, node_id), ``availability`` = uptime / (uptime +
+    downtime). Statistics of a group without a completed repair are null."""
+    unknown = [k for k in by if k not in outages.columns]
+    if unknown:
+        raise ValueError(f"cannot group repairs by {unknown}; use any of {', '.join(outages.columns)}")
+    keys = list(by)
+    node_keys = all(k in ("cluster_id", "node_id") for k in keys)
+    share = (
+        transform.availability(exposure, uptime, outages, keys).select(*keys, "availability")
+        if node_keys
+        else None
+    )
+    rows = []
+    groups = outages.group_by(keys, maintain_order=True) if keys else [((), outages)]
+    for values, group in groups:
+        row = dict(zip(keys, values, strict=True)) | dict.fromkeys(REPAIR_SCHEMA)
+        known = group.filter(pl.col("repair_hours").is_not_null())
+        row |= {
+            "interruptions": int(group["interruptions"].sum()),
+            "outages": group.height,
+            "unresolved": int((~known["resolved"]).sum()),
+            "unknown_end": group.height - known.height,
+            "downtime_hours": float(group["downtime_hours"].sum()),
+        }
+        if known["resolved"].any():
+            fit = models.RepairTimes().fit(known["repair_hours"], known["resolved"])
+            (p50, p50_low, p50_high), (p90, p90_low, p90_high) = fit.quantiles_[0.5], fit.quantiles_[0.9]
+            row |= {
+                "mttr_hours": fit.mean_hours_,
+                "mttr_ci_low_hours": fit.mean_confidence_interval_[0],
+                "mttr_ci_high_hours": fit.mean_confidence_interval_[1],
+                "mttr_restricted": fit.mean_restricted_,
+                "repair_hours_p50": p50,
+                "repair_hours_p50_ci_low": p50_low,
+                "repair_hours_p50_ci_high": p50_high,
+                "repair_hours_p90": p90,
+                "repair_hours_p90_ci_low": p90_low,
+                "repair_hours_p90_ci_high": p90_high,
+            }
+        rows.append(row)
+    schema = {k: outages.schema[k] for k in keys} | REPAIR_SCHEMA
+    frame = pl.DataFrame(rows, schema=schema, orient="row")
+    if share is not None and keys:
+        frame = frame.drop("availability").join(share, on=keys, how="left").select(list(schema))
+    elif share is not None:
+        frame = frame.with_columns(availability=pl.lit(share["availability"].item()))
+    return frame.sort(keys) if keys else frame
+
+
+def measured_recovery_hours(fleet: FleetAnalysis) -> dict[str, float]:
+    """What the warehouse measured, as ``projection.measured_recovery`` keywords: the mean repair
+    time (MTTR) from outages, the mean detection and restart hours from training-job logs. Means,
+    not medians: the wall-time model takes the mean cost per failure (expected wall time is linear
+    in each failure's downtime), and a median would understate right-skewed restart times."""
+    times = {} if fleet.repair_times is None else {"repair_hours": fleet.repair_times.mean_hours_}
+    for row in transform.recovery_hours(fleet.job_recoveries).iter_rows(named=True):
+        if row["measured"]:
+            times[f"{row['measure']}_hours"] = row["mean_hours"]
+    return times
+
+
+SPARE_PROBABILITY = 0.99
+
+
+def spares_for_job(
+    repair: models.RepairTimes,
+    instances: int,
+    rate_per_instance_hour: float,
+    probability: float = SPARE_PROBABILITY,
+) -> dict:
+    """Hot spares for a job of ``instances`` such that a failure finds a free spare with at least
+    ``probability``: nodes in repair ~ Poisson(N * rate * E[repair]) (M/G/inf, see
+    :func:`pipeline.models.spares_needed`), E[repair] the fleet's measured MTTR (a lower bound when
+    the longest repair is still open, ``mttr_restricted``)."""
+    mean_in_repair = instances * rate_per_instance_hour * repair.mean_hours_
+    return {
+        "spares": models.spares_needed(mean_in_repair, probability),
+        "probability": probability,
+        "mean_in_repair": mean_in_repair,
+        "mttr_hours": repair.mean_hours_,
+        "mttr_restricted": repair.mean_restricted_,
+        "instances": instances,
+        "rate_per_instance_hour": rate_per_instance_hour,
+    }
