@@ -1,14 +1,15 @@
 """Transform: warehouse tables -> exposure, failure rates and times between failures (Polars).
 
-``fleet`` holds the node and fleet statistics (exposure from service intervals, rates with exact
-Poisson intervals, node interruptions, times between failures, category shares, operating
-times); ``durations`` rounds gaps to a relative grid and aggregates them into weighted rows for
-the fits; ``outages`` pairs interruptions with their end (repair times, downtime, availability)
-and removes downtime from exposure; ``jobs`` compares Slurm job interruptions with the node rate;
-``backtest`` predicts each job's interruptions from the data before it started; ``reliability``
-gives the points of the Weibull, mean cumulative function and Duane plots; ``restarts`` measures
-detection and restart times of training jobs from their logs; ``badput`` adds up the job hours
-failures cost, per failure class. Callers use this package's names
+``fleet`` holds the node and fleet statistics (exposure from service intervals, the interval rule,
+rates with exact Poisson intervals, category shares); ``interruptions`` collapses faults into node
+interruptions and gives times between failures and operating times; ``dispersion`` measures over-
+dispersion and picks the rate interval; ``durations`` rounds gaps to a relative grid and aggregates
+them into weighted rows for the fits; ``outages`` pairs interruptions with their end (repair times,
+downtime, availability) and removes downtime from exposure; ``jobs`` compares Slurm job
+interruptions with the node rate; ``backtest`` predicts each job's interruptions from the data
+before it started; ``reliability`` gives the points of the Weibull, mean cumulative function and
+Duane plots; ``restarts`` measures detection and restart times of training jobs from their logs;
+``badput`` adds up the job hours failures cost, per failure class. Callers use this package's names
 (``from pipeline import transform; transform.failure_rates``), not the modules.
 """
 
@@ -21,30 +22,34 @@ from pipeline.transform.backtest import (
     rates_as_of,
 )
 from pipeline.transform.badput import BADPUT_SCHEMA, badput_by_class
+from pipeline.transform.dispersion import (
+    INTERVAL_METHODS,
+    DispersionTest,
+    count_dispersion,
+    dispersion_test,
+)
 from pipeline.transform.durations import FLOOR_HOURS, aggregate_durations, relative_grid
 from pipeline.transform.fleet import (
     EXPOSURE_KEYS,
-    FIRST_GAP_CHOICES,
-    INTERRUPTION_WINDOW_MINUTES,
-    INTERVAL_METHODS,
     LEFT_OUT_REASONS,
     PERIODS,
-    DispersionTest,
     category_shares,
-    count_dispersion,
-    dispersion_test,
     exposure_estimated,
     exposure_intervals,
-    failure_operating_times,
     failure_rates,
     failures_in_service,
     failures_left_out,
     in_service,
-    node_interruptions,
     observation_end,
     poisson_interval,
     poisson_upper_bound,
     size_bucket,
+)
+from pipeline.transform.interruptions import (
+    FIRST_GAP_CHOICES,
+    INTERRUPTION_WINDOW_MINUTES,
+    failure_operating_times,
+    node_interruptions,
     times_between_failures,
 )
 from pipeline.transform.jobs import job_interruption_rates

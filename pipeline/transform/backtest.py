@@ -32,7 +32,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from pipeline.transform.fleet import _cumulative_exposure, failures_in_service
+from pipeline.transform.fleet import failures_in_service
+from pipeline.transform.interruptions import _cumulative_exposure
 
 MIN_HISTORY_FAILURES = 10
 RATE_SOURCES = ("cluster", "fleet", "no history", "did not run")

@@ -1,4 +1,4 @@
-"""Node and fleet statistics: exposure, failure rates, interruptions, times between failures.
+"""Node and fleet statistics: exposure, the interval rule, failure rates, category shares.
 
 Exposure is computed from service *intervals*, never from hourly rows: a node in service from
 ``a`` to ``b`` contributes ``b - a`` node-hours and ``(b - a) * gpus_per_node`` GPU-hours.
@@ -23,14 +23,10 @@ in the window, or after the window end are kept as incidents but are not failure
 exposure behind them and would bias rates upwards. :func:`failures_left_out` counts them by
 reason so every output can say how many were left out and why.
 
-When node failures cluster
-(renewal with Weibull shape < 1) counts are over-dispersed and the exact interval is too narrow;
-the quasi-Poisson interval (McCullagh & Nelder 1989) takes the Garwood interval of k / phi
-failures in T / phi hours, phi the Pearson dispersion of per-node counts.
+The quasi-Poisson interval of over-dispersed counts is in :mod:`.dispersion`; node
+interruptions, times between failures and operating times in :mod:`.interruptions`.
 
-Category shares carry the exact Clopper–Pearson binomial interval. Trend tests run on each
-cluster's operating clock (node-hours accrued), so a cluster that grows is not read as a rising
-rate.
+Category shares carry the exact Clopper–Pearson binomial interval.
 
 Published per-instance-hour rates (Llama 3.1, OPT-175B, MPT-7B) are the same quantity as
 ``rate_per_node_hour`` here: one instance is one node.
@@ -39,7 +35,6 @@ Published per-instance-hour rates (Llama 3.1, OPT-175B, MPT-7B) are the same qua
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -334,169 +329,6 @@ def failure_rates(
     )
 
 
-INTERRUPTION_WINDOW_MINUTES = 30.0
-
-
-def node_interruptions(
-    incidents: pl.DataFrame, *, window_minutes: float = INTERRUPTION_WINDOW_MINUTES
-) -> pl.DataFrame:
-    """Interrupting incidents of one node within ``window_minutes`` of an interruption's first
-    incident, collapsed into that interruption: the first incident's row (its ``category`` is the
-    root cause) plus ``categories`` (all, in time order), ``faults`` (how many) and
-    ``last_fault_utc``; ``resolved_at_utc`` (when present) is the latest of its incidents', so the
-    end that one source records (the Slurm event that drained the node) is kept when another
-    source without ends (the kernel's Xid line) saw the failure first. Non-interrupting incidents
-    are dropped. Incidents of one node at the same time and category keep their input order.
-
-    Why: one node failure often logs several faults within minutes (XID 79, then the NCCL
-    watchdog's timeout; a machine check, then the link going down). The warehouse collapses
-    repeats of one fault (category and GPU); counting the different faults of one failure as
-    separate failures inflates rates and adds near-zero gaps that push the Weibull shape down. The
-    default 30 minutes is PyTorch's common NCCL watchdog timeout, the longest usual delay from a
-    fault to its consequence; two independent failures of one node that close are rare (at a
-    2 000 h MTBF and shape 0.85, about 1 gap in 1 000). The window is anchored at the first fault,
-    not chained from fault to fault, so a run of echoes cannot swallow a later independent failure.
-    """
-    if window_minutes < 0:
-        raise ValueError("window_minutes must not be negative")
-    keys = ["cluster_id", "node_id"]
-    window = timedelta(minutes=window_minutes)
-    frame = incidents.filter(pl.col("interrupting")).sort(
-        *keys, "timestamp_utc", "category", maintain_order=True
-    )
-    ends = [c for c in ("resolved_at_utc",) if c in frame.columns]
-    return (
-        frame.with_columns(_seq=pl.Series(_interruption_starts(frame, keys, window)).cum_sum())
-        .group_by("_seq", maintain_order=True)
-        .agg(
-            pl.all().exclude(ends).first(),
-            *[pl.col(c).max() for c in ends],
-            categories=pl.col("category"),
-            faults=pl.len(),
-            last_fault_utc=pl.col("timestamp_utc").max(),
-        )
-        .select(*frame.columns, "categories", "faults", "last_fault_utc")
-    )
-
-
-def _interruption_starts(frame: pl.DataFrame, keys: list[str], window: timedelta) -> np.ndarray:
-    """True at each interruption's first incident of ``frame`` (sorted by ``keys`` and time).
-
-    A gap longer than the window always starts one; within a *run* of closer incidents whose span
-    exceeds the window, the starts are the chain i -> next(i), next(i) being the first incident
-    later than time(i) + window. Both steps are vectorised so a node logging a fault every few
-    minutes for weeks costs log(run length) array passes, not one pass per interruption: next()
-    by bisection of all rows at once, the chain by pointer doubling (mark next^(2^k) of the marked
-    rows, then square next, until nothing new is marked).
-    """
-    time = pl.col("timestamp_utc")
-    gap = time.diff().over(keys)
-    runs = (
-        frame.select(time, _start=gap.is_null() | (gap > window))
-        .with_columns(_run=pl.col("_start").cum_sum())
-        .with_columns(_long=((time.max() - time.min()).over("_run") > window).fill_null(False))
-        .with_row_index("_row")
-    )
-    starts = runs["_start"].to_numpy(writable=True)
-    long = runs.filter("_long")
-    if long.is_empty():
-        return starts
-    unit = "ns" if frame.schema["timestamp_utc"].time_unit == "ns" else "us"  # exact in both
-    t = long["timestamp_utc"].dt.cast_time_unit(unit).to_physical().to_numpy()
-    late_after = t + window // timedelta(microseconds=1) * (1000 if unit == "ns" else 1)
-    is_first = long["_start"].to_numpy()
-    rows = np.arange(t.size)
-    run_end = (
-        np.maximum.accumulate(np.where(is_first, rows, 0))
-        + long.select(pl.len().over("_run")).to_series().to_numpy()
-    )
-    low, high = rows + 1, run_end
-    while (active := low < high).any():
-        mid = (low + high) // 2
-        late = t[np.minimum(mid, t.size - 1)] > late_after
-        high = np.where(active & late, mid, high)
-        low = np.where(active & ~late, mid + 1, low)
-    # a window reaching its run's end jumps to the next run's first row (a start anyway); t.size is
-    # past the last run and maps to itself
-    jump = np.append(low, t.size)
-    marked = np.append(is_first, False)
-    while True:
-        reached = marked.copy()
-        reached[jump[marked]] = True
-        reached[-1] = False
-        if (reached == marked).all():
-            break
-        marked, jump = reached, jump[jump]
-    starts[long["_row"].to_numpy()] = marked[:-1]
-    return starts
-
-
-FIRST_GAP_CHOICES = ("drop", "keep")
-
-
-def times_between_failures(
-    incidents: pl.DataFrame, exposure: pl.DataFrame, *, level: str = "node", first_gap: str = "drop"
-) -> pl.DataFrame:
-    """Durations (hours) between successive interrupting failures, right-censored at the end of
-    each service interval (node level) or of the cluster's observed window (cluster level).
-
-    ``first_gap`` decides what to do with the span from a window's start to its first failure
-    (or to its end when it has none). That span is a full time-between-failures only if the node
-    was as good as new at the window start. When observation starts on a node already running
-    (logs begin after installation, or the stationary renewal of ``pipeline.sample``), it is a
-    *forward-recurrence* time, longer-tailed than a real gap: keeping it biases the Weibull
-    shape up towards 1 and the MTBF up (2245 h for a true 2000 h on the sample fleet). "drop"
-    (default) fits only the gaps that start at a failure, which is exact for any renewal
-    process whatever the age at window start (the process after a failure is independent of its
-    past), at the price of the windows with no failure. "keep" uses every span, right for nodes
-    observed from installation.
-
-    Only failures while the node was in service count (:func:`failures_in_service`); a failure
-    at an interval's end closes that interval's last gap (the censored tail there is empty).
-
-    Returns ``cluster_id`` (and ``node_id`` at node level), ``instances``, ``duration_hours``,
-    ``observed`` (True for a failure, False for a censored tail) and ``first_gap``.
-    """
-    if level not in ("node", "cluster"):
-        raise ValueError(f"level must be 'node' or 'cluster', not {level!r}")
-    if first_gap not in FIRST_GAP_CHOICES:
-        raise ValueError(f"first_gap must be one of {', '.join(FIRST_GAP_CHOICES)}, not {first_gap!r}")
-    if level == "node":
-        windows = exposure.select("cluster_id", "node_id", "instances", "start_utc", "end_utc")
-        keys = ["cluster_id", "node_id"]
-    else:
-        windows = exposure.group_by("cluster_id").agg(
-            pl.col("instances").first(), pl.col("start_utc").min(), pl.col("end_utc").max()
-        )
-        keys = ["cluster_id"]
-    windows = windows.with_row_index("window")
-    join_on = [*keys, "start_utc"] if level == "node" else keys
-    failures = (
-        failures_in_service(incidents.filter(pl.col("interrupting")), exposure, with_interval=True)
-        .lazy()
-        .join(windows.lazy().select("window", *join_on), on=join_on, how="inner")
-        .select("window", time_utc=pl.col("timestamp_utc"), observed=pl.lit(True))
-    )
-    ends = windows.lazy().select("window", time_utc=pl.col("end_utc"), observed=pl.lit(False))
-    durations = (
-        pl.concat([failures, ends])
-        .join(windows.lazy(), on="window")
-        .sort("window", "time_utc", "observed", descending=[False, False, True])
-        .with_columns(previous_utc=pl.col("time_utc").shift(1).over("window"))
-        .with_columns(
-            first_gap=pl.col("previous_utc").is_null(),
-            duration_hours=(
-                pl.col("time_utc") - pl.col("previous_utc").fill_null(pl.col("start_utc"))
-            ).dt.total_seconds(fractional=True)
-            / 3600,
-        )
-        .filter(pl.col("observed") | (pl.col("duration_hours") > 0))
-    )
-    if first_gap == "drop":
-        durations = durations.filter(~pl.col("first_gap"))
-    return durations.select(*keys, "instances", "duration_hours", "observed", "first_gap").collect()
-
-
 def category_shares(
     incidents: pl.DataFrame,
     exposure: pl.DataFrame,
@@ -525,113 +357,3 @@ def category_shares(
         share_ci_low=pl.Series(np.where(n > 0, low, np.nan)),
         share_ci_high=pl.Series(np.where(n > 0, high, np.nan)),
     ).fill_nan(None)
-
-
-def count_dispersion(incidents: pl.DataFrame, exposure: pl.DataFrame) -> float:
-    """Pearson dispersion of per-node failure counts around each cluster's rate (McCullagh &
-    Nelder 1989, 4.5): phi = sum (k - mu)^2 / mu / (nodes - clusters), mu = cluster rate x the
-    node's hours. 1 for Poisson counts; a node renewal process with Weibull shape < 1 gives
-    phi > 1 (clustered failures), shape > 1 phi < 1. Quasi-Poisson intervals scale by sqrt(phi).
-    """
-    return dispersion_test(failure_rates(incidents, exposure, by=["cluster_id", "node_id"])).phi
-
-
-INTERVAL_METHODS = ("exact", "overdispersed", "auto")
-DISPERSION_TEST_LEVEL = 0.05
-
-
-@dataclass(frozen=True)
-class DispersionTest:
-    """Pearson's test of Poisson node counts: X2 = phi x dof ~ chi2(dof) under Poisson.
-
-    ``nodes_excluded`` nodes (lemons, see :mod:`pipeline.models.lemons`) were left out of it.
-    """
-
-    phi: float
-    dof: int
-    p_value: float
-    nodes_excluded: int = 0
-
-    @property
-    def rejects_poisson(self) -> bool:
-        return self.p_value < DISPERSION_TEST_LEVEL
-
-    def method(self, choice: str = "auto") -> str:
-        """The interval method ``choice`` resolves to: "auto" is "overdispersed" when the test
-        rejects Poisson at 5% with phi > 1, else "exact"."""
-        if choice not in INTERVAL_METHODS:
-            raise ValueError(f"interval must be one of {', '.join(INTERVAL_METHODS)}, not {choice!r}")
-        if choice == "auto":
-            return "overdispersed" if self.rejects_poisson and self.phi > 1 else "exact"
-        return choice
-
-    def dispersion(self, choice: str = "auto") -> float:
-        """The phi to pass to :func:`poisson_interval` for ``choice`` (never below 1)."""
-        return max(self.phi, 1.0) if self.method(choice) == "overdispersed" else 1.0
-
-
-def dispersion_test(nodes: pl.DataFrame, exclude: pl.DataFrame | None = None) -> DispersionTest:
-    """Pearson dispersion of per-node counts (:func:`count_dispersion`) and its chi-square test,
-    from one row per node (``cluster_id``, ``node_id``, ``failures``, ``exposure_node_hours``).
-
-    ``exclude`` (rows with ``cluster_id``, ``node_id``) leaves nodes out, cluster rates then taken
-    over the rest. Why: the fleet rate is a statement about *this* fleet's nodes, so its
-    variance is that of their summed counts. A few nodes with their own high rate (lemons) inflate
-    phi without making the total any less Poisson; clustering of failures in time (Weibull shape
-    < 1) does make it over-dispersed. Pulling the lemons out first leaves phi to measure the latter.
-    """
-    if exclude is not None and exclude.height:
-        nodes = nodes.join(exclude.select("cluster_id", "node_id"), on=["cluster_id", "node_id"], how="anti")
-    excluded = 0 if exclude is None else exclude.height
-    nodes = nodes.with_columns(
-        mu=pl.col("exposure_node_hours")
-        * (pl.col("failures").sum() / pl.col("exposure_node_hours").sum()).over("cluster_id")
-    )
-    dof = nodes.height - nodes["cluster_id"].n_unique()
-    nodes = nodes.filter(pl.col("mu") > 0)
-    if dof <= 0 or nodes.height == 0:
-        return DispersionTest(1.0, max(dof, 0), 1.0, excluded)
-    x2 = float(((nodes["failures"] - nodes["mu"]) ** 2 / nodes["mu"]).sum())
-    return DispersionTest(x2 / dof, dof, float(chi2.sf(x2, dof)), excluded)
-
-
-def _cumulative_exposure(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Node-hours accrued by ``at`` over intervals [starts, ends]: a piecewise-linear clock whose
-    slope is the number of nodes in service."""
-    edges = np.concatenate([starts, ends])
-    order = np.argsort(edges, kind="stable")
-    edges = edges[order]
-    active = np.cumsum(np.concatenate([np.ones_like(starts), -np.ones_like(ends)])[order])
-    accrued = np.concatenate([[0.0], np.cumsum(active[:-1] * np.diff(edges))])
-    return np.interp(at, edges, accrued)
-
-
-def failure_operating_times(incidents: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
-    """Each cluster's interrupting failures on its *operating* clock, the node-hours accrued
-    since the cluster's first service start, with the cluster's total ``observed_node_hours``.
-
-    Trend tests run on this clock so that nodes joining or leaving (a growing cluster) are not
-    mistaken for a rising or falling failure rate.
-    """
-    schema = {"cluster_id": pl.String, "operating_node_hours": pl.Float64, "observed_node_hours": pl.Float64}
-    failures = failures_in_service(incidents.filter(pl.col("interrupting")), exposure).with_columns(
-        t=pl.col("timestamp_utc").dt.epoch("us") / 3.6e9
-    )
-    windows = exposure.with_columns(
-        a=pl.col("start_utc").dt.epoch("us") / 3.6e9, b=pl.col("end_utc").dt.epoch("us") / 3.6e9
-    )
-    frames = [pl.DataFrame(schema=schema)]
-    for (cluster,), nodes in windows.group_by("cluster_id"):
-        starts, ends = nodes["a"].to_numpy(), nodes["b"].to_numpy()
-        at = np.sort(failures.filter(pl.col("cluster_id") == cluster)["t"].to_numpy())
-        frames.append(
-            pl.DataFrame(
-                {
-                    "cluster_id": [cluster] * at.size,
-                    "operating_node_hours": _cumulative_exposure(starts, ends, at),
-                    "observed_node_hours": [float((ends - starts).sum())] * at.size,
-                },
-                schema=schema,
-            )
-        )
-    return pl.concat(frames).sort("cluster_id", "operating_node_hours")

@@ -1,0 +1,86 @@
+"""Over-dispersion of node failure counts and the interval it calls for.
+
+When node failures cluster (renewal with Weibull shape < 1) counts are over-dispersed and the
+exact interval is too narrow; the quasi-Poisson interval (McCullagh & Nelder 1989) takes the
+Garwood interval of k / phi failures in T / phi hours, phi the Pearson dispersion of per-node
+counts (:func:`dispersion_test`, which can leave lemon nodes out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+from scipy.stats import chi2
+
+from pipeline.transform.fleet import failure_rates
+
+
+def count_dispersion(incidents: pl.DataFrame, exposure: pl.DataFrame) -> float:
+    """Pearson dispersion of per-node failure counts around each cluster's rate (McCullagh &
+    Nelder 1989, 4.5): phi = sum (k - mu)^2 / mu / (nodes - clusters), mu = cluster rate x the
+    node's hours. 1 for Poisson counts; a node renewal process with Weibull shape < 1 gives
+    phi > 1 (clustered failures), shape > 1 phi < 1. Quasi-Poisson intervals scale by sqrt(phi).
+    """
+    return dispersion_test(failure_rates(incidents, exposure, by=["cluster_id", "node_id"])).phi
+
+
+INTERVAL_METHODS = ("exact", "overdispersed", "auto")
+
+
+DISPERSION_TEST_LEVEL = 0.05
+
+
+@dataclass(frozen=True)
+class DispersionTest:
+    """Pearson's test of Poisson node counts: X2 = phi x dof ~ chi2(dof) under Poisson.
+
+    ``nodes_excluded`` nodes (lemons, see :mod:`pipeline.models.lemons`) were left out of it.
+    """
+
+    phi: float
+    dof: int
+    p_value: float
+    nodes_excluded: int = 0
+
+    @property
+    def rejects_poisson(self) -> bool:
+        return self.p_value < DISPERSION_TEST_LEVEL
+
+    def method(self, choice: str = "auto") -> str:
+        """The interval method ``choice`` resolves to: "auto" is "overdispersed" when the test
+        rejects Poisson at 5% with phi > 1, else "exact"."""
+        if choice not in INTERVAL_METHODS:
+            raise ValueError(f"interval must be one of {', '.join(INTERVAL_METHODS)}, not {choice!r}")
+        if choice == "auto":
+            return "overdispersed" if self.rejects_poisson and self.phi > 1 else "exact"
+        return choice
+
+    def dispersion(self, choice: str = "auto") -> float:
+        """The phi to pass to :func:`poisson_interval` for ``choice`` (never below 1)."""
+        return max(self.phi, 1.0) if self.method(choice) == "overdispersed" else 1.0
+
+
+def dispersion_test(nodes: pl.DataFrame, exclude: pl.DataFrame | None = None) -> DispersionTest:
+    """Pearson dispersion of per-node counts (:func:`count_dispersion`) and its chi-square test,
+    from one row per node (``cluster_id``, ``node_id``, ``failures``, ``exposure_node_hours``).
+
+    ``exclude`` (rows with ``cluster_id``, ``node_id``) leaves nodes out, cluster rates then taken
+    over the rest. Why: the fleet rate is a statement about *this* fleet's nodes, so its
+    variance is that of their summed counts. A few nodes with their own high rate (lemons) inflate
+    phi without making the total any less Poisson; clustering of failures in time (Weibull shape
+    < 1) does make it over-dispersed. Pulling the lemons out first leaves phi to measure the latter.
+    """
+    if exclude is not None and exclude.height:
+        nodes = nodes.join(exclude.select("cluster_id", "node_id"), on=["cluster_id", "node_id"], how="anti")
+    excluded = 0 if exclude is None else exclude.height
+    nodes = nodes.with_columns(
+        mu=pl.col("exposure_node_hours")
+        * (pl.col("failures").sum() / pl.col("exposure_node_hours").sum()).over("cluster_id")
+    )
+    dof = nodes.height - nodes["cluster_id"].n_unique()
+    nodes = nodes.filter(pl.col("mu") > 0)
+    if dof <= 0 or nodes.height == 0:
+        return DispersionTest(1.0, max(dof, 0), 1.0, excluded)
+    x2 = float(((nodes["failures"] - nodes["mu"]) ** 2 / nodes["mu"]).sum())
+    return DispersionTest(x2 / dof, dof, float(chi2.sf(x2, dof)), excluded)
