@@ -17,6 +17,7 @@ import pytest
 from scipy.stats import binom, poisson
 
 from pipeline import analysis, models, sample, transform
+from pipeline.report.format import format_value
 
 RATE = 0.0005
 HOURS = 2880.0
@@ -330,5 +331,20 @@ def test_rates_name_their_interval(sample_warehouse, args, method):
         assert result.rates_by_cluster["rate_ci_high"].to_list() == pytest.approx(
             [r["rate_ci_high"] for r in rows]
         )
-    text = _run("rates", "--db", str(sample_warehouse), *args)
-    assert text.startswith("95% intervals: " + ("quasi-Poisson" if expected == "overdispersed" else "exact"))
+    verdict, interval, *table = _run("rates", "--db", str(sample_warehouse), *args).splitlines()
+    assert interval.startswith(
+        "95% intervals: " + ("quasi-Poisson" if expected == "overdispersed" else "exact")
+    )
+    # the verdict first: the fleet's rate in % per instance-hour and its interval, as the report has it
+    fleet = result.rates_overall.row(0, named=True) if method is None else None
+    assert verdict.startswith("Fleet: ") and "per instance-hour (95% CI" in verdict
+    if fleet is not None:
+        rate, low, high = (
+            format_value("rate_per_node_hour", fleet[k])
+            for k in ("rate_per_node_hour", "rate_ci_low", "rate_ci_high")
+        )
+        assert f"Fleet: {rate} failures per instance-hour (95% CI {low} to {high})" in verdict
+        assert f"{fleet['failures']:,} failures" in verdict
+    # a table for people: headers in words with units, one row per cluster, rates in percent
+    assert table[0].split("  ")[0] == "Cluster" and "Rate (% per instance-hour)" in table[0]
+    assert len(table) == 2 + result.rates_by_cluster.height and table[2].split()[-1].endswith("%")

@@ -2,9 +2,10 @@
 
 import math
 
+import polars as pl
 import pytest
 
-from pipeline.report.format import column_label, format_value
+from pipeline.report.format import column_label, format_value, text_table
 
 
 @pytest.mark.parametrize(
@@ -42,7 +43,7 @@ def test_headers_are_words_with_units(column, label):
         ("expected_days", 223.86, "223.9"),
         ("cost_usd", 49517559.4, "$49,517,559"),
         ("goodput", 0.591, "59.1%"),
-        ("availability", 0.99731, "99.7%"),
+        ("availability", 0.99731, "99.73%"),
         ("laplace_p_value", 0.2601, "0.260"),
         ("crow_p_value", 1e-9, "< 0.001"),
         ("crow_beta", 0.000123456, "0.000123"),
@@ -56,3 +57,24 @@ def test_headers_are_words_with_units(column, label):
 )
 def test_values_have_sensible_digits(column, value, text):
     assert format_value(column, value) == text
+
+
+def test_text_table_reads_like_the_report():
+    frame = pl.DataFrame(
+        {
+            "cluster_id": ["c0032", "c1024-long-name"],
+            "failures": [5, 1_411],
+            "rate_per_node_hour": [5.77e-4, 4.8e-5],
+        }
+    )
+    header, rule, *rows = text_table(frame).splitlines()
+    assert header.split("  ")[0] == "Cluster" and header.endswith("Rate (% per instance-hour)")
+    assert rows[1].startswith("c1024-long-name") and rows[1].endswith("0.00480%")
+    # columns line up: numbers right-aligned under their header, text left-aligned
+    assert len({len(line) for line in (header, rule, *rows)}) == 1
+    assert rows[0].index("5 ") + 1 == rows[1].index("1,411") + len("1,411")
+
+
+def test_text_table_says_how_many_rows_it_leaves_out():
+    lines = text_table(pl.DataFrame({"failures": list(range(10))}), max_rows=3).splitlines()
+    assert len(lines) == 2 + 3 + 1 and lines[-1] == "... 7 more rows (--json prints all)"

@@ -263,8 +263,17 @@ def escape_fleet_db(tmp_path_factory) -> str:
     return db
 
 
-def test_rates_text_output_neutralises_terminal_escapes(escape_fleet_db):
-    result = CliRunner().invoke(main, ["rates", "--db", escape_fleet_db, "--by", "cluster_id"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["rates", "--by", "cluster_id"],
+        ["rates", "--by", "node_id", "--view", "rates"],
+        ["repairs", "--by", "cluster_id"],
+        ["lemons", "--fdr", "0.999"],
+    ],
+)
+def test_tables_in_text_output_neutralise_terminal_escapes(escape_fleet_db, args):
+    result = CliRunner().invoke(main, [*args, "--db", escape_fleet_db])
     assert result.exit_code == 0, result.output
     assert_neutralised(result.output, "\\x1b[2J")
 

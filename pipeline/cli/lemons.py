@@ -13,6 +13,7 @@ from pipeline import transform, warehouse
 from pipeline.cli.common import db_option, echo_json, json_option, main, records, safe_lines, until_option
 from pipeline.cli.stats import fdr_option, interruption_window_option
 from pipeline.ingest.hostlist import compress, host_order
+from pipeline.report.format import text_table
 from pipeline.report.lemons import lemon_note, lemon_table
 
 
@@ -77,8 +78,4 @@ def lemons(
     else:
         click.echo(f"{lemon_note(test)} Observed until {end:%Y-%m-%d %H:%M} UTC.")
         if test.lemons_.height:
-            with pl.Config(
-                tbl_rows=-1, tbl_cols=-1, tbl_width_chars=250, tbl_hide_column_data_types=True,
-                tbl_hide_dataframe_shape=True, fmt_str_lengths=60,
-            ):  # fmt: skip
-                click.echo(safe_lines(str(lemon_table(test))))
+            click.echo(safe_lines(text_table(lemon_table(test))))

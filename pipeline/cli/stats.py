@@ -19,6 +19,7 @@ from pipeline.cli.common import (
     safe_text,
     until_option,
 )
+from pipeline.report.format import format_value, text_table
 
 # --- rates ---------------------------------------------------------------------------------------
 RATE_VIEWS = ("rates", "shares", "trend", "jobs")
@@ -179,13 +180,44 @@ def rates(
         click.echo(_no_failures_line(transform.failure_rates(incidents, at_risk, by=[])), err=True)
     if as_json:
         echo_json(records(frame))
-    else:
-        if view == "rates":
-            click.echo(interval_line(check, method))
-        with pl.Config(
-            tbl_rows=100, tbl_cols=30, float_precision=6, tbl_width_chars=240, tbl_hide_column_data_types=True
-        ):
-            click.echo(safe_lines(str(frame)))
+        return
+    if view == "rates":
+        fleet = transform.failure_rates(
+            incidents, at_risk, by=[], interrupting_only=not all_categories, dispersion=dispersion
+        )
+        click.echo(rate_verdict(fleet.row(0, named=True), exposure_basis))
+        click.echo(interval_line(check, method))
+        # said once above, not in every row; the per-GPU interval is in --json (the text keeps to
+        # the instance-hour one); the rate bound only where a group has no failure
+        said = [
+            "interval",
+            "dispersion",
+            "exposure_basis",
+            "rate_per_gpu_hour_ci_low",
+            "rate_per_gpu_hour_ci_high",
+        ]
+        if frame["failures"].min():
+            said.append("rate_upper_bound")
+        frame = frame.drop(said, strict=False)
+    if transform.exposure_estimated(inventory):
+        click.echo("exposure estimated from the logs (no inventory): rates rest on guessed service intervals")
+    click.echo(safe_lines(text_table(frame.drop("exposure_estimated"))))
+
+
+def rate_verdict(fleet: dict, exposure_basis: str) -> str:
+    """One line first: the fleet's rate with its interval, the MTBF of one instance, and the counts
+    behind them (the unit of the published figures: % per instance-hour)."""
+    hours = f"{fleet['exposure_node_hours']:,.0f} instance-hours of {exposure_basis}"
+    if not fleet["failures"]:
+        bound = format_value("rate_upper_bound", fleet["rate_upper_bound"])
+        return f"Fleet: no failures in {hours}; the rate is below {bound} per instance-hour (95%)."
+    rate = format_value("rate_per_node_hour", fleet["rate_per_node_hour"])
+    low, high = (format_value("rate_per_node_hour", fleet[k]) for k in ("rate_ci_low", "rate_ci_high"))
+    mtbf = format_value("mtbf_hours", 1 / fleet["rate_per_node_hour"])
+    return (
+        f"Fleet: {rate} failures per instance-hour (95% CI {low} to {high}), MTBF of one instance "
+        f"{mtbf} h: {fleet['failures']:,} failures in {hours}."
+    )
 
 
 def _group_keys(con, by: tuple[str, ...]) -> tuple[list[str], list[str]]:

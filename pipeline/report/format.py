@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 
+import polars as pl
+
 LABELS: dict[str, str] = {
     "cluster_id": "Cluster",
     "node_id": "Node",
@@ -71,6 +73,14 @@ LABELS: dict[str, str] = {
     "lost_job_hours": "Job time lost (h)",
     "lost_node_hours": "Node time lost (node-h)",
     "losses_without_node_count": "Without a node count",
+    "rate_upper_bound": "95% upper bound (% per instance-hour)",
+    "outages": "Outages",
+    "unresolved": "Still open",
+    "downtime_node_hours": "Downtime (node-h)",
+    "availability": "Availability",
+    "mttr_hours": "MTTR (h)",
+    "repair_hours_p50": "Median repair (h)",
+    "repair_hours_p90": "P90 repair (h)",
 }
 
 # unit suffixes of column names, longest first: (suffix, words appended to the label)
@@ -86,7 +96,7 @@ _UNITS = (
 )
 _WORDS = {"mtbf": "MTBF", "mttr": "MTTR", "aft": "AFT", "gpu": "GPU", "ci": "CI", "p": "p", "id": "id"}
 
-_RATE_PREFIXES = ("rate_per_node_hour", "rate_per_gpu_hour", "rate_ci_")
+_RATE_PREFIXES = ("rate_per_node_hour", "rate_per_gpu_hour", "rate_ci_", "rate_upper_bound")
 _PERCENT = ("share", "goodput", "availability", "percent_of", "_ratio", "_share", "_probability")
 _INTEGERS = ("instances", "size_bucket")
 
@@ -132,7 +142,9 @@ def format_value(column: str, value) -> str:
         return f"{_significant(value * 100, 3)}%"
     if column.endswith("_usd") or column == "usd":
         return f"${value:,.0f}"
-    if column in ("share", "goodput", "availability") or any(p in column for p in _PERCENT):
+    if column == "availability":  # 99.8% and 99.5% are far apart for a fleet: two decimals
+        return f"{value:.2%}"
+    if column in ("share", "goodput") or any(p in column for p in _PERCENT):
         return f"{value:.1%}"
     if column.endswith("p_value"):
         return "< 0.001" if value < 0.001 else f"{value:.3f}"
@@ -141,3 +153,31 @@ def format_value(column: str, value) -> str:
     if abs(value) >= 1000:
         return f"{value:,.0f}"
     return _significant(value, 4 if abs(value) >= 1 else 3)
+
+
+def text_table(frame: pl.DataFrame, *, max_rows: int = 200) -> str:
+    """``frame`` as an aligned plain-text table for a terminal: headers by :func:`column_label`,
+    cells by :func:`format_value`, numbers right-aligned. At most ``max_rows`` rows, then a line
+    saying how many more (``--json`` has them all). Text from logs is not escaped here: callers
+    print it through the CLI's ``safe_lines``."""
+    shown = frame.head(max_rows)
+    numeric = [dtype.is_numeric() for dtype in shown.dtypes]
+    cells = [
+        [format_value(c, v) for c, v in zip(shown.columns, row, strict=True)] for row in shown.iter_rows()
+    ]
+    header = [column_label(c) for c in shown.columns]
+    widths = (
+        [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+        if cells
+        else [len(h) for h in header]
+    )
+
+    def line(values: list[str]) -> str:
+        return "  ".join(
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)
+        ).rstrip()
+
+    lines = [line(header), "  ".join("-" * w for w in widths), *(line(r) for r in cells)]
+    if frame.height > max_rows:
+        lines.append(f"... {frame.height - max_rows:,} more rows (--json prints all)")
+    return "\n".join(lines)
