@@ -176,6 +176,10 @@ def outlook_frames(modes=("manual", "automatic"), job_instances=256) -> report.J
                 "expected_days": [600.0, 300.0, 150.0, math.inf] * len(modes),
                 "cost_usd": [3e7, 3.1e7, 3.2e7, math.inf] * len(modes),
                 "goodput": [0.9, 0.85, 0.8, 0.0] * len(modes),
+                "checkpoint_interval_hours": [1.0] * len(sizes) * len(modes),
+                "optimal_interval_hours": [2.0, 1.4, 1.0, 0.7] * len(modes),
+                "optimal_expected_days": [590.0, 295.0, 150.0, None] * len(modes),
+                "optimal_cost_usd": [2.9e7, 3.0e7, 3.2e7, None] * len(modes),
             }
         ),
         days_histogram=pl.DataFrame(
@@ -422,6 +426,16 @@ def test_job_outlook_matches_the_projection(sample_warehouse):
         assert lo < row["optimal_interval_hours"] < hi
         assert curve["expected_days"].min() >= row["optimal_expected_days"] * (1 - 1e-9)
     assert set(outlook.size_sweep["mode"]) == set(spec.recovery)
+    # the size chart draws both the configured and the re-optimised interval, per mode, and no
+    # point where the job cannot finish
+    drawn = pl.DataFrame(report.size_sweep_chart(outlook.size_sweep, spec.instances).vconcat[0].layer[0].data)
+    assert set(drawn["interval"]) == {"configured", "re-optimised per size"}
+    optimal = drawn.filter(pl.col("interval") == "re-optimised per size").sort("mode", "instances")
+    finishing = outlook.size_sweep.filter(pl.col("optimal_expected_days").is_not_null()).sort(
+        "mode", "instances"
+    )
+    assert optimal["expected_days"].to_list() == pytest.approx(finishing["optimal_expected_days"].to_list())
+    assert (optimal["interval_hours"] > 0).all()
     assert outlook.days_histogram.group_by("mode").agg(pl.col("runs").sum())["runs"].to_list() == [500, 500]
     assert outlook.savings["mode"].to_list() == ["automatic"]
 

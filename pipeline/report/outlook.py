@@ -91,6 +91,7 @@ def job_outlook(spec: proj.JobSpec, *, monte_carlo_runs: int = 10_000, seed: int
             goodput=pl.col(f"{m}_goodput"),
             optimal_interval_hours=pl.col(f"{m}_optimal_interval_hours"),
             optimal_expected_days=pl.col(f"{m}_optimal_expected_days"),
+            optimal_cost_usd=pl.col(f"{m}_optimal_cost_usd"),
         )
         for m in modes
     )
@@ -177,18 +178,38 @@ def _assumptions(spec: proj.JobSpec, result: proj.Projection, runs: int, seed: i
 
 
 def size_sweep_chart(size_sweep: pl.DataFrame, job_instances: int) -> alt.VConcatChart:
-    """Expected training days and cost against cluster size, one line per recovery mode."""
-    finite = pl.col("expected_days").is_finite() & pl.col("cost_usd").is_finite()
-    data = size_sweep.select("instances", "mode", "expected_days", "cost_usd", "goodput").filter(finite)
+    """Expected training days and cost against cluster size, one colour per recovery mode: solid at
+    the configured checkpoint interval, dashed with the interval re-optimised for each size (what
+    a job of that size should use). Sizes where the job cannot finish have no point."""
+    data = pl.concat(
+        size_sweep.select(
+            "instances",
+            "mode",
+            interval=pl.lit(label),
+            interval_hours=pl.col(hours),
+            expected_days=pl.col(days),
+            cost_usd=pl.col(cost),
+        )
+        for label, hours, days, cost in (
+            ("configured", "checkpoint_interval_hours", "expected_days", "cost_usd"),
+            ("re-optimised per size", "optimal_interval_hours", "optimal_expected_days", "optimal_cost_usd"),
+        )
+    ).filter(pl.col("expected_days").is_finite() & pl.col("cost_usd").is_finite())
     modes = data["mode"].unique(maintain_order=True).to_list()
     color = alt.Color("mode:N", title="recovery", scale=mode_color(modes))
+    dash = alt.StrokeDash(
+        "interval:N",
+        title="checkpoint interval",
+        scale=alt.Scale(domain=["configured", "re-optimised per size"], range=[[1, 0], [5, 3]]),
+    )
     x = alt.X("instances:Q", scale=alt.Scale(type="log", nice=False), title="instances in the job")
     tooltip = [
         "mode:N",
+        alt.Tooltip("interval:N", title="checkpoint interval"),
+        alt.Tooltip("interval_hours:Q", format=",.2f", title="interval (h)"),
         alt.Tooltip("instances:Q", format=",.0f"),
         alt.Tooltip("expected_days:Q", format=",.1f", title="expected days"),
         alt.Tooltip("cost_usd:Q", format="$,.0f", title="cost"),
-        alt.Tooltip("goodput:Q", format=".1%"),
     ]
     marker = alt.Chart(pl.DataFrame({"instances": [job_instances]})).mark_rule(
         strokeDash=[2, 2], color="#555"
@@ -202,6 +223,8 @@ def size_sweep_chart(size_sweep: pl.DataFrame, job_instances: int) -> alt.VConca
                 x=x,
                 y=alt.Y(f"{field}:Q", scale=alt.Scale(type="log"), title=title, axis=alt.Axis(format=fmt)),
                 color=color,
+                strokeDash=dash,
+                detail="interval:N",
                 tooltip=tooltip,
             )
         )
