@@ -1,7 +1,7 @@
 """Fleet-scale benchmark: failcast per stage against a bare DuckDB scan and a naive pandas script.
 
     /work/main/.venv/bin/python -m bench.fleet_bench --scale small|full [--repeats 3]
-        [--workdir /tmp/failcast-bench] [--keep]
+        [--rows N] [--workdir /tmp/failcast-bench] [--keep] [--only STAGE ...]
 
 Generates (once per workdir and scale) a fleet with the project's renewal generator
 (:func:`pipeline.sample.stationary_renewal_times`, vectorised): canonical ``incidents.csv`` and
@@ -41,6 +41,19 @@ SCALES = {
     },
 }
 START = np.datetime64("2025-01-01T00:00:00", "us")
+
+
+def rows_scale(rows: int) -> dict:
+    """A one-year fleet shaped like ``small`` whose incidents table has about ``rows`` rows: the
+    node count follows from the incident rate (interrupting + non-interrupting per node-hour),
+    split into clusters of at most 16,384 nodes. The kernel logs stay at the small scale's size
+    (bench/ingest_kernel_log.py measures them)."""
+    days, rate, noise = 365, 0.002, 0.0038
+    nodes = max(math.ceil(rows / (days * 24 * (rate + noise))), 3)
+    clusters = [16_384] * (nodes // 16_384) + ([nodes % 16_384] if nodes % 16_384 else [])
+    return {"clusters": tuple(clusters), "days": days, "rate": rate, "noise": noise, "log_lines": 500_000}
+
+
 SLOW_STAGES = ("ingest_canonical", "fits", "report", "naive")
 
 
@@ -371,7 +384,8 @@ def run_stage(stage: str, args) -> dict:
     process would inherit our high-water mark), its wall time with interpreter start-up, and the
     stage's time measured inside it (imports the stage needs included)."""
     usage = args.workdir / "usage.txt"
-    cmd = [sys.executable, "-m", "bench.fleet_bench", "--scale", args.scale, "--workdir", str(args.workdir)]
+    size = ["--rows", str(args.rows)] if args.rows else ["--scale", args.scale]
+    cmd = [sys.executable, "-m", "bench.fleet_bench", *size, "--workdir", str(args.workdir)]
     out = subprocess.run(
         ["/usr/bin/time", "-f", "%M %e", "-o", str(usage), *cmd, "--stage", stage],
         stdout=subprocess.PIPE,
@@ -534,7 +548,13 @@ def main() -> None:
     parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
     parser.add_argument("--only", nargs="*", choices=STAGES, help="run only these stages")
     parser.add_argument("--keep", action="store_true", help="keep the generated data in --workdir")
+    parser.add_argument(
+        "--rows", type=int, help="size knob: a fleet with about N canonical incident rows (overrides --scale)"
+    )
     args = parser.parse_args()
+    if args.rows:
+        args.scale = f"rows-{args.rows}"
+        SCALES[args.scale] = rows_scale(args.rows)
     if args.stage:
         paths = generate(args.workdir, args.scale)
         facts, elapsed = _timed(
