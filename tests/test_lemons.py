@@ -331,4 +331,7 @@ def test_rates_name_their_interval(sample_warehouse, args, method):
             [r["rate_ci_high"] for r in rows]
         )
     text = _run("rates", "--db", str(sample_warehouse), *args)
-    assert text.startswith("95% intervals: " + ("quasi-Poisson" if expected == "overdispersed" else "exact"))
+    verdict, interval = text.splitlines()[:2]  # the fleet's rate first, then which interval
+    assert verdict.startswith("fleet: ") and "MTBF of one instance" in verdict
+    kind = "quasi-Poisson" if expected == "overdispersed" else "exact"
+    assert interval.startswith(f"95% intervals: {kind}")

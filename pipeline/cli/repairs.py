@@ -6,12 +6,12 @@ import math
 from pathlib import Path
 
 import click
-import polars as pl
 
 from pipeline import analysis as analysis_mod
 from pipeline import transform, warehouse
-from pipeline.cli.common import db_option, echo_json, json_option, main, records, safe_text, until_option
+from pipeline.cli.common import db_option, echo_json, json_option, main, records, safe_lines, until_option
 from pipeline.cli.stats import interruption_window_option
+from pipeline.report.format import text_table
 
 
 def _hours(value: float | None) -> str:
@@ -102,15 +102,6 @@ def repairs(db: Path, by, interruption_window: float, observed_until, as_json: b
         click.echo("no outages: no interrupting failures in the window")
         return
     click.echo("\n".join(_verdict(total, left_out)))
-    table = groups.select(
-        *[pl.col(k).cast(pl.String).map_elements(safe_text, return_dtype=pl.String) for k in by],
-        pl.col("outages").alias("outages"),
-        pl.col("unresolved").alias("unresolved"),
-        pl.col("downtime_hours").round(0).alias("downtime (node-h)"),
-        (pl.col("availability") * 100).round(3).alias("availability (%)"),
-        pl.col("mttr_hours").round(1).alias("MTTR (h)"),
-        pl.col("repair_hours_p50").round(1).alias("median repair (h)"),
-        pl.col("repair_hours_p90").round(1).alias("p90 repair (h)"),
-    )
-    with pl.Config(tbl_rows=200, tbl_cols=20, tbl_width_chars=200, tbl_hide_column_data_types=True):
-        click.echo(str(table))
+    columns = [*by, "outages", "unresolved", "downtime_hours", "availability", "mttr_hours"]
+    columns += ["repair_hours_p50", "repair_hours_p90"]
+    click.echo(safe_lines(text_table(groups.select(columns).to_dicts(), columns)))

@@ -19,6 +19,7 @@ from pipeline.cli.common import (
     safe_text,
     until_option,
 )
+from pipeline.report.format import format_value, text_table
 
 # --- rates ---------------------------------------------------------------------------------------
 RATE_VIEWS = ("rates", "shares", "trend", "jobs")
@@ -179,13 +180,53 @@ def rates(
         click.echo(_no_failures_line(transform.failure_rates(incidents, at_risk, by=[])), err=True)
     if as_json:
         echo_json(records(frame))
-    else:
-        if view == "rates":
-            click.echo(interval_line(check, method))
-        with pl.Config(
-            tbl_rows=100, tbl_cols=30, float_precision=6, tbl_width_chars=240, tbl_hide_column_data_types=True
-        ):
-            click.echo(safe_lines(str(frame)))
+        return
+    if view == "rates":
+        overall = transform.failure_rates(
+            incidents, at_risk, by=[], interrupting_only=not all_categories, dispersion=dispersion
+        )
+        click.echo(_fleet_line(overall, exposure_basis))
+        click.echo(interval_line(check, method))
+    if transform.exposure_estimated(inventory):
+        click.echo("exposure is estimated (the inventory has no service end for some nodes)")
+    shown = [c for c in frame.columns if c not in _SAID_ABOVE]
+    if view == "rates":
+        shown = [c for c in shown if c in (*by, "period", "failure_class", *_RATE_COLUMNS)]
+        if frame["failures"].min():
+            shown.remove("rate_upper_bound")
+    click.echo(safe_lines(text_table(frame.select(shown).to_dicts(), shown)))
+
+
+# columns every row shares, said once in the lines above the text table (all stay in --json)
+_SAID_ABOVE = ("interval", "dispersion", "exposure_basis", "exposure_estimated")
+# the rate columns a person reads (the GPU-hour interval is in --json); the one-sided upper bound
+# only when a group has no failure
+_RATE_COLUMNS = (
+    "failures",
+    "exposure_node_hours",
+    "rate_per_node_hour",
+    "rate_ci_low",
+    "rate_ci_high",
+    "rate_upper_bound",
+    "rate_per_gpu_hour",
+)
+
+
+def _fleet_line(overall: pl.DataFrame, exposure_basis: str) -> str:
+    """The verdict first: the fleet's rate with its interval and the MTBF of one instance."""
+    row = overall.row(0, named=True)
+    if not row["failures"]:
+        return (
+            f"fleet: no failures yet in {row['exposure_node_hours']:,.0f} instance-hours ({exposure_basis})"
+        )
+    rate = format_value("rate_per_node_hour", row["rate_per_node_hour"])
+    low = format_value("rate_ci_low", row["rate_ci_low"])
+    high = format_value("rate_ci_high", row["rate_ci_high"])
+    return (
+        f"fleet: {rate} per instance-hour (95% CI {low}–{high}), MTBF of one instance "
+        f"{format_value('mtbf_hours', 1 / row['rate_per_node_hour'])} h; {row['failures']:,} failures in "
+        f"{row['exposure_node_hours']:,.0f} instance-hours of {exposure_basis}"
+    )
 
 
 def _group_keys(con, by: tuple[str, ...]) -> tuple[list[str], list[str]]:

@@ -9,7 +9,7 @@ in words with its unit, and a value into text with sensible digits:
 * shares, goodput, availability and ratios in percent; money in dollars with thousands
   separators; hours and days with thousands separators and 3-4 significant digits;
 * counts as integers with separators; time-averaged instance counts rounded to whole instances;
-* p-values with 3 digits, below 0.001 as "< 0.001".
+* p-values with 3 digits, below 0.001 as "< 0.001"; timestamps to the second, whole days as dates.
 
 A column this module does not know keeps a readable form of its name and the generic number
 format, so a new table is never unreadable, only less polished.
@@ -18,6 +18,7 @@ format, so a new table is never unreadable, only less polished.
 from __future__ import annotations
 
 import math
+from datetime import datetime, time
 
 LABELS: dict[str, str] = {
     "cluster_id": "Cluster",
@@ -71,6 +72,19 @@ LABELS: dict[str, str] = {
     "lost_job_hours": "Job time lost (h)",
     "lost_node_hours": "Node time lost (node-h)",
     "losses_without_node_count": "Without a node count",
+    "rate_upper_bound": "95% upper bound (% per instance-hour)",
+    "outages": "Outages",
+    "unresolved": "Unresolved at window end",
+    "downtime_hours": "Downtime (node-hours)",
+    "downtime_share": "Share of downtime",
+    "availability": "Availability",
+    "mttr_hours": "MTTR (h)",
+    "repair_hours_p50": "Median repair (h)",
+    "repair_hours_p90": "P90 repair (h)",
+    "interval": "Interval",
+    "dispersion": "Dispersion φ",
+    "exposure_basis": "Exposure",
+    "exposure_estimated": "Exposure estimated",
 }
 
 # unit suffixes of column names, longest first: (suffix, words appended to the label)
@@ -86,7 +100,7 @@ _UNITS = (
 )
 _WORDS = {"mtbf": "MTBF", "mttr": "MTTR", "aft": "AFT", "gpu": "GPU", "ci": "CI", "p": "p", "id": "id"}
 
-_RATE_PREFIXES = ("rate_per_node_hour", "rate_per_gpu_hour", "rate_ci_")
+_RATE_PREFIXES = ("rate_per_node_hour", "rate_per_gpu_hour", "rate_ci_", "rate_upper_bound")
 _PERCENT = ("share", "goodput", "availability", "percent_of", "_ratio", "_share", "_probability")
 _INTEGERS = ("instances", "size_bucket")
 
@@ -122,6 +136,8 @@ def format_value(column: str, value) -> str:
         return "yes" if value else "no"
     if isinstance(value, int):
         return f"{value:,}"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d" if value.time() == time() else "%Y-%m-%d %H:%M:%S")
     if not isinstance(value, float):
         return str(value)
     if math.isnan(value):
@@ -141,3 +157,30 @@ def format_value(column: str, value) -> str:
     if abs(value) >= 1000:
         return f"{value:,.0f}"
     return _significant(value, 4 if abs(value) >= 1 else 3)
+
+
+def text_table(rows: list[dict], columns: list[str]) -> str:
+    """``rows`` as an aligned plain-text table for a terminal: the same headers and number formats
+    as the report's tables (text columns left-aligned, numbers right-aligned)."""
+    header = [column_label(c) for c in columns]
+    cells = [[format_value(c, row[c]) for c in columns] for row in rows]
+    numeric = [
+        all(
+            isinstance(row[c], int | float) and not isinstance(row[c], bool)
+            for row in rows
+            if row[c] is not None
+        )
+        for c in columns
+    ]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(
+            v.rjust(w) if right else v.ljust(w) for v, w, right in zip(values, widths, numeric, strict=True)
+        ).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in cells)])
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
