@@ -173,13 +173,16 @@ def outlook_frames(modes=("manual", "automatic"), job_instances=256) -> report.J
             {
                 "instances": sizes * len(modes),
                 "mode": [m for m in modes for _ in sizes],
-                "expected_days": [600.0, 300.0, 150.0, math.inf] * len(modes),
-                "cost_usd": [3e7, 3.1e7, 3.2e7, math.inf] * len(modes),
-                "goodput": [0.9, 0.85, 0.8, 0.0] * len(modes),
+                "status": ["finishes"] * 3 * len(modes) + ["cannot finish: goodput < 1%"] * len(modes),
                 "checkpoint_interval_hours": [1.0] * len(sizes) * len(modes),
+                "expected_days": [600.0, 300.0, 150.0, None] * len(modes),
+                "cost_usd": [3e7, 3.1e7, 3.2e7, None] * len(modes),
+                "goodput": [0.9, 0.85, 0.8, 0.0] * len(modes),
                 "optimal_interval_hours": [2.0, 1.4, 1.0, 0.7] * len(modes),
-                "optimal_expected_days": [590.0, 295.0, 150.0, None] * len(modes),
-                "optimal_cost_usd": [2.9e7, 3.0e7, 3.2e7, None] * len(modes),
+                "optimal_status": ["finishes"] * len(sizes) * len(modes),
+                "optimal_expected_days": [590.0, 295.0, 150.0, 400.0] * len(modes),
+                "optimal_cost_usd": [2.9e7, 3.0e7, 3.2e7, 8e7] * len(modes),
+                "optimal_goodput": [0.92, 0.86, 0.8, 0.02] * len(modes),
             }
         ),
         days_histogram=pl.DataFrame(
@@ -365,8 +368,13 @@ def test_unfinishable_sweep_points_are_not_drawn_but_listed(pages):
     html_text = pages[True].html
     spec = pages[True].specs["projection-vs-cluster-size"]
     drawn = [r for rows in spec["datasets"].values() for r in rows if "expected_days" in r]
-    assert drawn and all(r["instances"] != 512 for r in drawn)
-    assert "<td class='num'>∞</td>" in html_text
+    configured = [r for r in drawn if r["interval"].startswith("configured")]
+    optimal = [r for r in drawn if r["interval"] == "re-optimised per size"]
+    # at the configured interval 512 instances cannot finish: no point; re-optimised it can
+    assert configured and all(r["instances"] != 512 for r in configured)
+    assert {r["instances"] for r in optimal} == {64, 128, 256, 512}
+    assert "<td>cannot finish: goodput &lt; 1%</td>" in html_text
+    assert "Optimal: expected (days)" in html_text and "∞" not in html_text
 
 
 def test_write_report_writes_html_png_and_svg(tmp_path, hostile_analysis, hostile_strings):
@@ -429,7 +437,7 @@ def test_job_outlook_matches_the_projection(sample_warehouse):
     # the size chart draws both the configured and the re-optimised interval, per mode, and no
     # point where the job cannot finish
     drawn = pl.DataFrame(report.size_sweep_chart(outlook.size_sweep, spec.instances).vconcat[0].layer[0].data)
-    assert set(drawn["interval"]) == {"configured", "re-optimised per size"}
+    assert {i.split(" (")[0] for i in drawn["interval"]} == {"configured", "re-optimised per size"}
     optimal = drawn.filter(pl.col("interval") == "re-optimised per size").sort("mode", "instances")
     finishing = outlook.size_sweep.filter(pl.col("optimal_expected_days").is_not_null()).sort(
         "mode", "instances"

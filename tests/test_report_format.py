@@ -16,7 +16,7 @@ from pipeline.report.format import column_label, format_value, text_table
         ("count_mtbf_ci_high_hours", "Count MTBF 95% CI high (h)"),
         ("optimal_interval_hours", "Optimal interval (h)"),
         ("expected_days", "Expected (days)"),
-        ("downtime_hours", "Downtime (h)"),
+        ("downtime_hours", "Downtime (node-hours)"),
         ("mttr_hours", "MTTR (h)"),
         ("cost_usd", "Cost ($)"),
         ("last_event_utc", "Last event (UTC)"),

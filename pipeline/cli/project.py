@@ -165,7 +165,7 @@ def project(
     usd_per_day = 24 * spec.gpus * spec.price_per_gpu_hour_usd
     click.echo(
         f"{spec.name}: {spec.instances} x {spec.gpus_per_instance} {spec.gpu}, "
-        f"{result.work_gpu_hours:,.4g} GPU-hours, cluster MTBF {result.cluster_mtbf_hours:,.2f} h, "
+        f"{result.work_gpu_hours:,.0f} GPU-hours, cluster MTBF {result.cluster_mtbf_hours:,.2f} h, "
         f"failure-free {result.failure_free_days:,.1f} days (${result.failure_free_cost_usd:,.0f})"
     )
     for m in result.modes.values():

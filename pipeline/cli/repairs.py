@@ -6,7 +6,6 @@ import math
 from pathlib import Path
 
 import click
-import polars as pl
 
 from pipeline import analysis as analysis_mod
 from pipeline import transform, warehouse
@@ -103,14 +102,6 @@ def repairs(db: Path, by, interruption_window: float, observed_until, as_json: b
         click.echo("no outages: no interrupting failures in the window")
         return
     click.echo("\n".join(_verdict(total, left_out)))
-    table = groups.select(
-        *[pl.col(k).cast(pl.String) for k in by],
-        "outages",
-        "unresolved",
-        pl.col("downtime_hours").alias("downtime_node_hours"),
-        "availability",
-        "mttr_hours",
-        "repair_hours_p50",
-        "repair_hours_p90",
-    )
+    columns = [*by, "outages", "unresolved", "downtime_hours", "availability", "mttr_hours"]
+    table = groups.select(*columns, "repair_hours_p50", "repair_hours_p90")
     click.echo(safe_lines(text_table(table)))

@@ -339,14 +339,14 @@ def fit(db: Path, observed_until, first_gap: str, interruption_window: float, as
     for family, m in result.node_fits.items():
         low, high = m.mtbf_confidence_interval_
         click.echo(
-            f"  {family:12s} node MTBF {m.mtbf_hours_:10.1f} h  (95% CI {low:.1f}–{high:.1f})"
-            f"  AIC {m.aic_:.1f}"
+            f"  {family:12s} node MTBF {m.mtbf_hours_:10,.0f} h  (95% CI {low:,.0f}–{high:,.0f})"
+            f"  AIC {m.aic_:,.1f}"
         )
     click.echo(result.node_fits["weibull"].hazard_message_)
     for name, s in (("counts", result.scaling), ("Weibull AFT", result.size_regression)):
         if s is not None:
             click.echo(
-                f"MTBF(N) = {s.mtbf_one_hours_:.0f} h / N^{s.alpha_:.3f} "
+                f"MTBF(N) = {s.mtbf_one_hours_:,.0f} h / N^{s.alpha_:.3f} "
                 f"(alpha 95% CI {s.alpha_confidence_interval_[0]:.3f}–"
                 f"{s.alpha_confidence_interval_[1]:.3f}; {name})"
             )

@@ -46,19 +46,19 @@ def explain(projection: Projection) -> str:
     out: list[str] = [f"Projection for job {s.name!r}", ""]
     out.append("WORK")
     if s.gpu_hours is not None:
-        out.append(f"- {s.work_gpu_hours:,.4g} GPU-hours of failure-free work, as given.")
+        out.append(f"- {s.work_gpu_hours:,.0f} GPU-hours of failure-free work, as given.")
     else:
         out.append(
             f"- Training FLOPs = 6 x params x tokens = 6 x {s.params:.4g} x {s.tokens:.4g} = "
             f"{s.training_flops:.3g}; at {s.mfu:.0%} MFU of the {s.gpu} peak "
             f"({GPU_PEAK_BF16_FLOPS[s.gpu.upper()] / 1e12:,.0f} TFLOP/s dense BF16) that is "
-            f"{s.work_gpu_hours:,.4g} GPU-hours."
+            f"{s.work_gpu_hours:,.0f} GPU-hours."
         )
     mfu = s.implied_mfu
     if s.gpu_hours is not None and mfu is not None:
         out.append(
             f"- 6 x P x D = {s.training_flops:.3g} FLOPs at {s.peak_flops_per_gpu / 1e12:,.0f} "
-            f"TFLOP/s per {s.gpu} in {s.work_gpu_hours:,.4g} GPU-hours implies {mfu:.0%} MFU. "
+            f"TFLOP/s per {s.gpu} in {s.work_gpu_hours:,.0f} GPU-hours implies {mfu:.0%} MFU. "
             "Published training MFU is usually higher (Llama 3 reports 38-43%), so the "
             "GPU-hours include overheads (evaluation, restarts, stragglers, idle time)."
         )

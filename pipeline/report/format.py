@@ -9,7 +9,7 @@ in words with its unit, and a value into text with sensible digits:
 * shares, goodput, availability and ratios in percent; money in dollars with thousands
   separators; hours and days with thousands separators and 3-4 significant digits;
 * counts as integers with separators; time-averaged instance counts rounded to whole instances;
-* p-values with 3 digits, below 0.001 as "< 0.001".
+* p-values with 3 digits, below 0.001 as "< 0.001"; timestamps to the second, whole days as dates.
 
 A column this module does not know keeps a readable form of its name and the generic number
 format, so a new table is never unreadable, only less polished.
@@ -18,6 +18,7 @@ format, so a new table is never unreadable, only less polished.
 from __future__ import annotations
 
 import math
+from datetime import datetime, time
 
 import polars as pl
 
@@ -73,14 +74,26 @@ LABELS: dict[str, str] = {
     "lost_job_hours": "Job time lost (h)",
     "lost_node_hours": "Node time lost (node-h)",
     "losses_without_node_count": "Without a node count",
+    "status": "At the configured interval",
+    "checkpoint_interval_hours": "Checkpoint interval (h)",
+    "optimal_interval_hours": "Optimal interval (h)",
+    "optimal_status": "At the optimal interval",
+    "optimal_expected_days": "Optimal: expected (days)",
+    "optimal_cost_usd": "Optimal: cost ($)",
+    "optimal_goodput": "Optimal: goodput",
     "rate_upper_bound": "95% upper bound (% per instance-hour)",
     "outages": "Outages",
-    "unresolved": "Still open",
-    "downtime_node_hours": "Downtime (node-h)",
+    "unresolved": "Unresolved at window end",
+    "downtime_hours": "Downtime (node-hours)",
+    "downtime_share": "Share of downtime",
     "availability": "Availability",
     "mttr_hours": "MTTR (h)",
     "repair_hours_p50": "Median repair (h)",
     "repair_hours_p90": "P90 repair (h)",
+    "interval": "Interval",
+    "dispersion": "Dispersion φ",
+    "exposure_basis": "Exposure",
+    "exposure_estimated": "Exposure estimated",
 }
 
 # unit suffixes of column names, longest first: (suffix, words appended to the label)
@@ -132,6 +145,8 @@ def format_value(column: str, value) -> str:
         return "yes" if value else "no"
     if isinstance(value, int):
         return f"{value:,}"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d" if value.time() == time() else "%Y-%m-%d %H:%M:%S")
     if not isinstance(value, float):
         return str(value)
     if math.isnan(value):

@@ -11,8 +11,9 @@ projection into plain frames with documented columns, so the charts and the page
   uncertainty when known); ``failure_model_note`` says in words why the two differ
 - ``savings``: baseline, mode, days, percent, usd
 - ``size_sweep``: instances, mode, status, checkpoint_interval_hours, expected_days, cost_usd,
-  goodput, optimal_interval_hours, optimal_expected_days (work held fixed; days and costs null
-  where the job cannot finish)
+  goodput, and the same at the interval re-optimised for each size: optimal_interval_hours,
+  optimal_status, optimal_expected_days, optimal_cost_usd, optimal_goodput (work held fixed; days
+  and costs null where the job cannot finish)
 - ``days_histogram``: mode, bin_low_days, bin_high_days, runs (Monte Carlo, shared bin edges)
 - ``checkpoint_curve``: mode, checkpoint_interval_hours, expected_days
 - ``assumptions``: assumption, value (every input of the projection, as text)
@@ -90,8 +91,10 @@ def job_outlook(spec: proj.JobSpec, *, monte_carlo_runs: int = 10_000, seed: int
             cost_usd=pl.col(f"{m}_cost_usd"),
             goodput=pl.col(f"{m}_goodput"),
             optimal_interval_hours=pl.col(f"{m}_optimal_interval_hours"),
+            optimal_status=pl.col(f"{m}_optimal_status"),
             optimal_expected_days=pl.col(f"{m}_optimal_expected_days"),
             optimal_cost_usd=pl.col(f"{m}_optimal_cost_usd"),
+            optimal_goodput=pl.col(f"{m}_optimal_goodput"),
         )
         for m in modes
     )
@@ -117,7 +120,7 @@ def job_outlook(spec: proj.JobSpec, *, monte_carlo_runs: int = 10_000, seed: int
     return JobOutlook(
         job=(
             f"{spec.name}: {spec.instances} × {spec.gpus_per_instance} {spec.gpu}, "
-            f"{result.work_gpu_hours:,.4g} GPU-hours of work"
+            f"{result.work_gpu_hours:,.0f} GPU-hours of work"
         ),
         instances=spec.instances,
         modes=pl.DataFrame(rows),
@@ -169,39 +172,44 @@ def _assumptions(spec: proj.JobSpec, result: proj.Projection, runs: int, seed: i
         rows.append(
             (
                 f"recovery: {mode}",
-                f"detect {p.detect_hours:g} h + replace {p.replace_hours:g} h + restart "
-                f"{p.restart_hours:g} h; checkpoint every {p.checkpoint_interval_hours:g} h, "
-                f"writing takes {p.checkpoint_write_hours:g} h",
+                f"detect {_hours(p.detect_hours)} + replace {_hours(p.replace_hours)} + restart "
+                f"{_hours(p.restart_hours)}; checkpoint every {_hours(p.checkpoint_interval_hours)}, "
+                f"writing takes {_hours(p.checkpoint_write_hours)}",
             )
         )
     return pl.DataFrame(rows, schema=["assumption", "value"], orient="row")
 
 
+def _hours(hours: float) -> str:
+    """A recovery or checkpoint time: minutes below an hour (5 min, not 0.0833333 h)."""
+    return f"{hours * 60:.3g} min" if hours < 1 else f"{hours:.3g} h"
+
+
 def size_sweep_chart(size_sweep: pl.DataFrame, job_instances: int) -> alt.VConcatChart:
     """Expected training days and cost against cluster size, one colour per recovery mode: solid at
-    the configured checkpoint interval, dashed with the interval re-optimised for each size (what
-    a job of that size should use). Sizes where the job cannot finish have no point."""
+    the configured checkpoint interval, dashed at the interval re-optimised for each size. Sizes
+    where the job cannot finish (goodput < 1%) have no point; the table beside says so."""
+    configured = size_sweep["checkpoint_interval_hours"][0]
+    intervals = [f"configured ({configured:.3g} h)", "re-optimised per size"]
     data = pl.concat(
-        size_sweep.select(
-            "instances",
-            "mode",
-            interval=pl.lit(label),
-            interval_hours=pl.col(hours),
-            expected_days=pl.col(days),
-            cost_usd=pl.col(cost),
-        )
-        for label, hours, days, cost in (
-            ("configured", "checkpoint_interval_hours", "expected_days", "cost_usd"),
-            ("re-optimised per size", "optimal_interval_hours", "optimal_expected_days", "optimal_cost_usd"),
-        )
-    ).filter(pl.col("expected_days").is_finite() & pl.col("cost_usd").is_finite())
+        [
+            size_sweep.select(
+                "instances", "mode", "expected_days", "cost_usd", "goodput",
+                interval_hours="checkpoint_interval_hours", interval=pl.lit(intervals[0]),
+            ),
+            size_sweep.select(
+                "instances", "mode", expected_days="optimal_expected_days", cost_usd="optimal_cost_usd",
+                goodput="optimal_goodput", interval_hours="optimal_interval_hours",
+                interval=pl.lit(intervals[1]),
+            ),
+        ]
+    ).filter(pl.col("expected_days").is_finite() & pl.col("cost_usd").is_finite())  # fmt: skip
     modes = data["mode"].unique(maintain_order=True).to_list()
     color = alt.Color("mode:N", title="recovery", scale=mode_color(modes))
     dash = alt.StrokeDash(
-        "interval:N",
-        title="checkpoint interval",
-        scale=alt.Scale(domain=["configured", "re-optimised per size"], range=[[1, 0], [5, 3]]),
-    )
+        "interval:N", title="checkpoint interval", sort=intervals,
+        scale=alt.Scale(domain=intervals, range=[[1, 0], [5, 3]]),
+    )  # fmt: skip
     x = alt.X("instances:Q", scale=alt.Scale(type="log", nice=False), title="instances in the job")
     tooltip = [
         "mode:N",

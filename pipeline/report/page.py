@@ -366,7 +366,12 @@ def _provenance(analysis: FleetAnalysis, projection: JobOutlook | None, generate
             "ingested_at_utc",
         )  # fmt: skip
     )
-    rejects = table_html(analysis.rejects.select("path", "line", "reason", "raw"), limit=20)
+    rejects = (
+        table_html(analysis.rejects.select("path", "line", "reason", "raw"), limit=20)
+        if analysis.rejects.height
+        else "<p class='note'>None: every input line was stored, a duplicate or ignored by a documented "
+        "rule.</p>"
+    )
     parts = [
         "<section id='provenance'><h2>Provenance</h2>",
         f"<p class='note'>Generated {html.escape(generated_utc)} · observed until "

@@ -58,14 +58,14 @@ def availability_table(analysis: FleetAnalysis) -> pl.DataFrame:
     """Per cluster: outages, downtime, availability, MTTR and median repair."""
     summary = repair_summary(analysis.outages, analysis.exposure, analysis.rate_exposure, ["cluster_id"])
     return summary.select(
-        pl.col("cluster_id").alias("cluster"),
-        pl.col("outages").alias("outages"),
-        pl.col("unresolved").alias("unresolved at window end"),
-        pl.col("downtime_hours").round(0).alias("downtime (node-hours)"),
-        (pl.col("availability") * 100).round(3).alias("availability (%)"),
-        pl.col("mttr_hours").round(1).alias("MTTR (hours)"),
-        pl.col("repair_hours_p50").round(1).alias("median repair (hours)"),
-        pl.col("repair_hours_p90").round(1).alias("p90 repair (hours)"),
+        "cluster_id",
+        "outages",
+        "unresolved",
+        "downtime_hours",
+        "availability",
+        "mttr_hours",
+        "repair_hours_p50",
+        "repair_hours_p90",
     )
 
 
@@ -77,12 +77,12 @@ def downtime_causes(analysis: FleetAnalysis) -> pl.DataFrame:
         summary.sort("downtime_hours", descending=True)
         .head(TOP_CAUSES)
         .select(
-            pl.col("category").alias("root cause"),
-            pl.col("outages").alias("outages"),
-            pl.col("downtime_hours").round(0).alias("downtime (node-hours)"),
-            (pl.col("downtime_hours") / total * 100).round(1).alias("share of downtime (%)"),
-            pl.col("mttr_hours").round(1).alias("MTTR (hours)"),
-            pl.col("repair_hours_p50").round(1).alias("median repair (hours)"),
+            pl.col("category").alias("root_cause"),
+            "outages",
+            "downtime_hours",
+            (pl.col("downtime_hours") / total).alias("downtime_share"),
+            "mttr_hours",
+            "repair_hours_p50",
         )
     )
 

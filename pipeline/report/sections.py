@@ -268,11 +268,24 @@ def projection_sections(outlook: JobOutlook) -> list[Section]:
             "projection-vs-cluster-size",
             "Projected training days and cost against cluster size",
             size_sweep_chart(outlook.size_sweep, outlook.instances),
-            outlook.size_sweep,
+            outlook.size_sweep.select(
+                "instances",
+                "mode",
+                "checkpoint_interval_hours",
+                "status",
+                "expected_days",
+                "cost_usd",
+                "goodput",
+                "optimal_interval_hours",
+                "optimal_status",
+                "optimal_expected_days",
+                "optimal_cost_usd",
+                "optimal_goodput",
+            ),  # fmt: skip
             note=f"Same work, more or fewer instances; dotted rule: the configured {outlook.instances}. "
-            "Each size shows the configured checkpoint interval and the one re-optimised for that "
-            "size's cluster MTBF; sizes where the job cannot finish (goodput < 1%) say so instead "
-            "of a number of days.",
+            "Solid lines: the configured checkpoint interval; dashed: the interval re-optimised for "
+            "each size's cluster MTBF. Where the job cannot finish (goodput < 1%) the table says so "
+            "and the chart has no point, instead of an astronomical number of days.",
         ),
         Section(
             "monte-carlo-days",
