@@ -113,10 +113,10 @@ def test_a_reader_on_the_snapshot_and_the_run_both_succeed(tmp_path, fleet):
         holder.stdin.write("\n")
         holder.stdin.flush()
     held_after = int(holder.stdout.readline())
-    opens, errors, *_ = poller.communicate(timeout=60)[0].split(maxsplit=2)
+    opens, errors, *seen = poller.communicate(timeout=60)[0].split(maxsplit=2)
     assert holder.wait(timeout=60) == 0
     assert held_after == before  # the pruned snapshot stays whole for the process that has it open
-    assert int(errors) == 0 and int(opens) > 0  # every open of latest.duckdb during swaps succeeded
+    assert int(errors) == 0 and int(opens) > 0, seen  # every open of latest.duckdb during swaps succeeded
     assert first[0] not in dated(snaps) and len(dated(snaps)) == 2  # keep_snapshots = 2
     with warehouse.connect(latest, read_only=True) as con:
         now = con.sql("SELECT count(*) FROM events").fetchall()[0][0]
