@@ -154,7 +154,7 @@ def year_offsets(
 
 def _parse_batch(
     frame: pl.DataFrame, carry: tuple[int | None, int], node: str | None, bus_order: Mapping[str, int]
-) -> tuple[pl.DataFrame, tuple[int | None, int]]:
+) -> tuple[pl.DataFrame, tuple[int | None, int], tuple[int, int] | None]:
     """Relevant lines of one batch, parsed; ``carry`` is (last syslog month, New Years so far).
     Also returns the first month change of the batch (row, month), if any."""
     changes = _month_changes(frame, "")
@@ -342,7 +342,9 @@ def _parse_spans(spans: list[_Span]) -> list[_Parsed]:
                     futures[pending[0]] = pool.submit(_stage_span, spans[pending[0]])
                     pending.pop(0)
                 except (OSError, RuntimeError, AssertionError, BrokenProcessPool):
-                    usable = False  # workers cannot start here: parse in this process
+                    # workers cannot start here (a daemon process may not have children: an
+                    # AssertionError from multiprocessing): parse in this process
+                    usable = False
             if pending:
                 index = pending.pop()  # from the end: the workers take the spans from the start
                 results[index] = _stage_span(spans[index])

@@ -12,6 +12,10 @@ A ``.gz`` may not decompress to more than ``max_bytes`` (default :data:`MAX_DECO
 a few MB of compressed zeros can expand to terabytes, so a "gzip bomb" stops with an
 :class:`InputError` instead of filling memory or disk. A UTF-8 byte order mark at the start of the
 file is dropped (Windows tools write one), so the first line parses like the others.
+
+A plain file can also be read as byte spans (``span``): a span holds the lines that begin in it,
+so spans cut at any byte split the file into whole lines, each read by exactly one span (the
+kernel-log reader parses spans in parallel).
 """
 
 from __future__ import annotations
