@@ -46,6 +46,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from pipeline.categories import FailureCategory
+from pipeline.ingest import lines
 from pipeline.ingest import xid as xid_catalog
 from pipeline.ingest.common import (
     FileSummary,
@@ -279,7 +280,7 @@ class _Span:
     node: str | None
     bus_order: Mapping[str, int]
     max_decompressed_bytes: int
-    block_bytes: int | None
+    block_bytes: int
 
 
 @dataclass(frozen=True)
@@ -383,6 +384,7 @@ def _stage_lines(
     size = path.stat().st_size
     parts = 1 if is_gzip(path) or size < 2 * SPAN_BYTES else -(-size // SPAN_BYTES)
     bounds = [None] if parts == 1 else [(size * i // parts, size * (i + 1) // parts) for i in range(parts)]
+    block_bytes = block_bytes or lines.BLOCK_BYTES  # resolved here: a worker sees the same blocks
     spans = [
         _Span(path, b, tmp / f"span-{i}.parquet", node, bus_order, max_decompressed_bytes, block_bytes)
         for i, b in enumerate(bounds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import random
 import tempfile
 from datetime import datetime
@@ -10,11 +11,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pipeline import sample, warehouse
 from pipeline.ingest import InputError, ingest_files
+from pipeline.ingest.lines import read_lines
 
 HOST = "node-017"
 XID79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=10895, name=python3, GPU has fallen off the bus."
@@ -532,3 +534,30 @@ def test_parallel_spans_give_the_same_result_as_one_pass(tmp_path, monkeypatch, 
 class _NoPool:
     def __init__(self, *args, **kwargs):
         raise OSError("no worker processes here")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    data=st.lists(
+        st.sampled_from([b"", b"a", b"ab\r", b"\xef\xbb\xbfbom", b"caf\xc3\xa9 \xff", b"Xid " * 9]),
+        max_size=40,
+    ).map(b"\n".join),
+    cuts=st.lists(st.integers(0, 400), max_size=8),
+    block=st.integers(1, 50),
+)
+@example(data=b"a\n\xef\xbb\xbfbom\nb", cuts=[2], block=4)  # a span starting at a mid-file byte order mark
+def test_byte_spans_cut_anywhere_read_every_line_once(tmp_path, data, cuts, block):
+    """Spans hold the lines that begin in them: cut at any bytes, in blocks of any size, they give
+    the file's lines in order, each once, like one pass (a byte order mark is dropped only at the
+    start of the file; a last line without a newline is a line)."""
+    with tempfile.TemporaryDirectory(dir=tmp_path) as tmp:
+        path = Path(tmp) / "kern.log"
+        path.write_bytes(data)
+        size = path.stat().st_size
+        bounds = sorted({0, size, *(c for c in cuts if c < size)})
+
+        def texts(span):
+            return [t for b in read_lines(path, block, span=span) for t in b.frame["text"]]
+
+        whole = texts(None)
+        assert [t for a, b in itertools.pairwise(bounds) for t in texts((a, b))] == whole
