@@ -31,8 +31,14 @@ resolved later from the inventory; an identical line at the same second is one e
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import tempfile
 from collections.abc import Callable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import suppress
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,6 +46,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from pipeline.categories import FailureCategory
+from pipeline.ingest import lines
 from pipeline.ingest import xid as xid_catalog
 from pipeline.ingest.common import (
     FileSummary,
@@ -48,7 +55,7 @@ from pipeline.ingest.common import (
     register_file,
     registered,
 )
-from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, read_lines
+from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, is_gzip, read_lines
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
 MONTHS = {
@@ -77,6 +84,9 @@ _XID = (
 )
 _KERNEL_PREFIX = r"^(?:kernel:\s*)?(?:\[\s*\d+\.\d+\]\s*)?"
 
+SPAN_BYTES = 32 << 20
+"""Plain logs of two spans or more are parsed in parallel, one span of about this many bytes a task."""
+
 _STAGED_SCHEMA = {
     "line": pl.Int64,
     "text": pl.String,
@@ -103,39 +113,53 @@ def _month(expr: pl.Expr) -> pl.Expr:
     return expr.replace_strict(MONTHS, default=None, return_dtype=pl.Int32)
 
 
+def _month_changes(frame: pl.DataFrame, prefix: str) -> pl.DataFrame:
+    """Row ``i`` and ``month`` of each syslog-dated line (``Mon DD hh:`` after the regex ``prefix``)
+    whose month name differs from the previous dated line's: the only lines where a New Year can
+    pass. A regex match test and a 3-character comparison per line; the month lookup runs on the
+    few change points only."""
+    text = pl.col("text")
+    head = pl.when(text.str.contains(rf"^{prefix}{_MON}\s+\d{{1,2}}\s+\d{{2}}:")).then(
+        (text.str.strip_chars_start("[") if prefix else text).str.head(3)
+    )
+    dated = frame.select(i=pl.int_range(pl.len(), dtype=pl.Int64), head=head).drop_nulls("head")
+    changes = dated.filter(pl.col("head").ne_missing(pl.col("head").shift(1)))
+    return changes.select("i", month=_month(pl.col("head")))
+
+
+def _offsets(
+    changes: pl.DataFrame, height: int, carry: tuple[int | None, int]
+) -> tuple[pl.Series, tuple[int | None, int]]:
+    last_month, offset = carry
+    rollover = changes.filter(
+        (pl.col("month").shift(1).fill_null(pl.lit(last_month, pl.Int32)) - pl.col("month")) >= 6
+    )["i"]
+    steps = pl.zeros(height, pl.Int32, eager=True).scatter(rollover, 1) if rollover.len() else None
+    year_offset = (
+        (steps.cum_sum() + offset).rename("year_offset")
+        if steps is not None
+        else pl.repeat(offset, height, dtype=pl.Int32, eager=True).rename("year_offset")
+    )
+    new_carry = (changes["month"][-1] if changes.height else last_month, offset + rollover.len())
+    return year_offset, new_carry
+
+
 def year_offsets(
     frame: pl.DataFrame, carry: tuple[int | None, int], prefix: str = ""
 ) -> tuple[pl.Series, tuple[int | None, int]]:
     """New Years passed before each line of a batch (see the module docstring), for lines dated
     ``Mon DD hh:`` after the regex ``prefix``; ``carry`` is (last syslog month, New Years so far)
     from the batches before and is returned updated."""
-    last_month, offset = carry
-    dated = frame.select(
-        # a regex match test and a 3-character lookup: much faster than a regex extract on every line
-        month=pl.when(pl.col("text").str.contains(rf"^{prefix}{_MON}\s+\d{{1,2}}\s+\d{{2}}:")).then(
-            _month(pl.col("text").str.strip_chars_start("[").str.head(3))
-        ),
-    ).with_columns(previous=pl.col("month").forward_fill().shift(1).fill_null(pl.lit(last_month, pl.Int32)))
-    year_offset = dated.select(
-        offset
-        + ((pl.col("previous") - pl.col("month") >= 6) & pl.col("month").is_not_null())
-        .fill_null(False)
-        .cast(pl.Int32)
-        .cum_sum()
-    ).to_series()
-    months = dated["month"].drop_nulls()
-    new_carry = (
-        months[-1] if months.len() else last_month,
-        int(year_offset[-1]) if frame.height else offset,
-    )
-    return year_offset, new_carry
+    return _offsets(_month_changes(frame, prefix), frame.height, carry)
 
 
 def _parse_batch(
     frame: pl.DataFrame, carry: tuple[int | None, int], node: str | None, bus_order: Mapping[str, int]
-) -> tuple[pl.DataFrame, tuple[int | None, int]]:
-    """Relevant lines of one batch, parsed; ``carry`` is (last syslog month, New Years so far)."""
-    year_offset, new_carry = year_offsets(frame, carry)
+) -> tuple[pl.DataFrame, tuple[int | None, int], tuple[int, int] | None]:
+    """Relevant lines of one batch, parsed; ``carry`` is (last syslog month, New Years so far).
+    Also returns the first month change of the batch (row, month), if any."""
+    changes = _month_changes(frame, "")
+    year_offset, new_carry = _offsets(changes, frame.height, carry)
     relevant = frame["text"].str.contains("Xid", literal=True) | frame["truncated"]
     rel = frame.filter(relevant).with_columns(year_offset=year_offset.filter(relevant))
     parts = rel.with_columns(
@@ -177,7 +201,8 @@ def _parse_batch(
         .replace_strict(dict(bus_order), default=None, return_dtype=pl.Int32)
         .alias("gpu_index"),
     )
-    return staged.cast(_STAGED_SCHEMA), new_carry
+    first = (int(changes["i"][0]), int(changes["month"][0])) if changes.height else None
+    return staged.cast(_STAGED_SCHEMA), new_carry, first
 
 
 _STAGE = """
@@ -244,34 +269,161 @@ def syslog_base_year(path: Path, year: int | None, last: tuple[int | None, int],
     return base
 
 
-def _stage_lines(
-    path: Path,
-    staged_path: Path,
-    summary: FileSummary,
-    node: str | None,
-    bus_order: Mapping[str, int],
-    progress: Callable[[int], None] | None,
-    max_decompressed_bytes: int,
-    block_bytes: int | None,
-) -> tuple[tuple[int | None, int], bool, int]:
-    """Parse the log batch by batch and append its relevant lines to the Parquet file
-    ``staged_path``, so memory holds one batch whatever the size of the log (a frame registered
-    in DuckDB would stay alive until the file's transaction commits). Returns the year carry, whether
-    any syslog line was dated, and the number of ignored lines with non-UTF-8 bytes."""
+@dataclass(frozen=True)
+class _Span:
+    """One parsing task: the lines beginning in bytes ``[start, stop)`` of a plain log (the whole
+    file, ``.gz`` too, when ``bounds`` is None), parsed into the Parquet file ``out``."""
+
+    path: Path
+    bounds: tuple[int, int] | None
+    out: Path
+    node: str | None
+    bus_order: Mapping[str, int]
+    max_decompressed_bytes: int
+    block_bytes: int
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """What a span holds, with line numbers and New Years counted from the span's start."""
+
+    rows: int
+    first_dated: tuple[int, int] | None  # (line, month) of the first syslog-dated line
+    last_month: int | None
+    rollovers: int
+    bad_ignored: int
+
+
+def _stage_span(span: _Span, progress: Callable[[int], None] | None = None) -> _Parsed:
+    """Parse a span batch by batch and write its relevant lines to ``span.out``, so memory holds one
+    batch whatever the size of the log (a frame registered in DuckDB would stay alive until the
+    file's transaction commits). Runs in a worker process for the spans of a parallel read."""
     carry: tuple[int | None, int] = (None, 0)
-    any_syslog, bad_ignored, done = False, 0, 0
-    with pq.ParquetWriter(staged_path, _STAGED_ARROW) as writer:
-        for batch in read_lines(path, block_bytes, max_decompressed_bytes):
-            summary.rows_read += batch.frame.height
-            staged, carry = _parse_batch(batch.frame, carry, node, bus_order)
-            any_syslog = any_syslog or carry[0] is not None
+    rows, bad_ignored, done = 0, 0, 0
+    first_dated: tuple[int, int] | None = None
+    batches = read_lines(span.path, span.block_bytes, span.max_decompressed_bytes, span.bounds)
+    with pq.ParquetWriter(span.out, _STAGED_ARROW) as writer:
+        for batch in batches:
+            staged, carry, first = _parse_batch(batch.frame, carry, span.node, span.bus_order)
+            if first_dated is None and first is not None:
+                first_dated = (rows + first[0] + 1, first[1])
+            rows += batch.frame.height
             bad_ignored += batch.frame["bad_utf8"].sum() - staged["bad_utf8"].sum()
             if staged.height:
                 writer.write_table(staged.to_arrow())
             if progress:
                 progress(batch.bytes_done - done)
             done = batch.bytes_done
-    return carry, any_syslog, bad_ignored
+    return _Parsed(rows, first_dated, carry[0], carry[1], int(bad_ignored))
+
+
+def _workers() -> int:
+    """Worker processes beside this one: one per further core this process may use."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(cores - 1, 0)
+
+
+def _parse_spans(spans: list[_Span]) -> list[_Parsed]:
+    """Parse the spans in worker processes and in this one at once; the results are the same
+    whoever parses a span. Spans go to the workers in order while this process takes the next
+    one itself, so the workers' start-up (importing Polars) is not waited for. Without workers (one
+    core, a daemon process, a pool that cannot start or breaks) this process parses them all."""
+    results: dict[int, _Parsed] = {}
+    pending = list(range(len(spans)))
+    futures: dict[int, Future] = {}
+    workers, pool = _workers(), None
+    if workers:
+        with suppress(OSError, RuntimeError, ValueError):
+            pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    usable = pool is not None
+    try:
+        while pending or futures:
+            while usable and pending and len(futures) < 2 * workers:
+                try:
+                    futures[pending[0]] = pool.submit(_stage_span, spans[pending[0]])
+                    pending.pop(0)
+                except (OSError, RuntimeError, AssertionError, BrokenProcessPool):
+                    # workers cannot start here (a daemon process may not have children: an
+                    # AssertionError from multiprocessing): parse in this process
+                    usable = False
+            if pending:
+                index = pending.pop()  # from the end: the workers take the spans from the start
+                results[index] = _stage_span(spans[index])
+            elif futures:
+                wait(futures.values(), return_when=FIRST_COMPLETED)
+            for index, future in list(futures.items()):
+                if future.done():
+                    del futures[index]
+                    try:
+                        results[index] = future.result()
+                    except BrokenProcessPool:
+                        pending.append(index)
+                        usable = False
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    return [results[i] for i in range(len(spans))]
+
+
+def _stage_lines(
+    path: Path,
+    tmp: Path,
+    summary: FileSummary,
+    node: str | None,
+    bus_order: Mapping[str, int],
+    progress: Callable[[int], None] | None,
+    max_decompressed_bytes: int,
+    block_bytes: int | None,
+) -> tuple[Path, tuple[int | None, int], bool, int]:
+    """Parse the log into one Parquet file of its relevant lines. A plain log of two spans or more
+    (:data:`SPAN_BYTES`) is cut into byte spans parsed in parallel; their line numbers and New Year
+    counts are then joined in file order: a span's lines follow the lines of the spans before it, and
+    a New Year passes at its first dated line when the month falls back by six or more from the
+    last dated month before it. Returns the Parquet path, the year carry, whether any syslog line
+    was dated, and the number of ignored lines with non-UTF-8 bytes."""
+    size = path.stat().st_size
+    parts = 1 if is_gzip(path) or size < 2 * SPAN_BYTES else -(-size // SPAN_BYTES)
+    bounds = [None] if parts == 1 else [(size * i // parts, size * (i + 1) // parts) for i in range(parts)]
+    block_bytes = block_bytes or lines.BLOCK_BYTES  # resolved here: a worker sees the same blocks
+    spans = [
+        _Span(path, b, tmp / f"span-{i}.parquet", node, bus_order, max_decompressed_bytes, block_bytes)
+        for i, b in enumerate(bounds)
+    ]
+    if parts == 1:
+        part = _stage_span(spans[0], progress)
+        staged_path, carry = spans[0].out, (part.last_month, part.rollovers)
+        parsed = [part]
+    else:
+        parsed = _parse_spans(spans)
+        if progress:
+            progress(size)
+        staged_path, carry = tmp / "xid_lines.parquet", _join_spans(spans, parsed, tmp / "xid_lines.parquet")
+    summary.rows_read += sum(p.rows for p in parsed)
+    return staged_path, carry, carry[0] is not None, sum(p.bad_ignored for p in parsed)
+
+
+def _join_spans(spans: list[_Span], parsed: list[_Parsed], staged_path: Path) -> tuple[int | None, int]:
+    """Write the spans' lines to ``staged_path`` numbered and dated as one pass over the file would
+    have (row group by row group: memory holds one block's lines); returns the year carry."""
+    line_base, last_month, offset = 0, None, 0
+    with pq.ParquetWriter(staged_path, _STAGED_ARROW) as writer:
+        for span, part in zip(spans, parsed, strict=True):
+            new_year_from = part.rows + 1
+            if part.first_dated is not None and last_month is not None:
+                first_line, first_month = part.first_dated
+                if last_month - first_month >= 6:
+                    new_year_from = first_line
+            for batch in pq.ParquetFile(span.out).iter_batches():
+                staged = pl.from_arrow(batch).with_columns(
+                    pl.col("line") + line_base,
+                    pl.col("year_offset") + offset + (pl.col("line") >= new_year_from).cast(pl.Int32),
+                )
+                writer.write_table(staged.cast(_STAGED_SCHEMA).to_arrow())
+            span.out.unlink()
+            line_base += part.rows
+            offset += part.rollovers + (new_year_from <= part.rows)
+            last_month = part.last_month if part.last_month is not None else last_month
+    return last_month, offset
 
 
 def ingest_kernel_log(
@@ -293,9 +445,8 @@ def ingest_kernel_log(
     file_id = register_file(con, path, sha, "xid_log", "kernel-log")
     summary.file_id = file_id
     with tempfile.TemporaryDirectory(prefix="failcast-xid-") as tmp:
-        staged_path = Path(tmp) / "xid_lines.parquet"
-        carry, any_syslog, bad_ignored = _stage_lines(
-            path, staged_path, summary, node, bus_order, progress, max_decompressed_bytes, block_bytes
+        staged_path, carry, any_syslog, bad_ignored = _stage_lines(
+            path, Path(tmp), summary, node, bus_order, progress, max_decompressed_bytes, block_bytes
         )
         base_year = syslog_base_year(path, year, carry, summary) if any_syslog else 0
         with registered(con, "xid_catalog", xid_catalog.catalog_frame()):

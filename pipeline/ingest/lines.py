@@ -12,6 +12,10 @@ A ``.gz`` may not decompress to more than ``max_bytes`` (default :data:`MAX_DECO
 a few MB of compressed zeros can expand to terabytes, so a "gzip bomb" stops with an
 :class:`InputError` instead of filling memory or disk. A UTF-8 byte order mark at the start of the
 file is dropped (Windows tools write one), so the first line parses like the others.
+
+A plain file can also be read as byte spans (``span``): a span holds the lines that begin in it,
+so spans cut at any byte split the file into whole lines, each read by exactly one span (the
+kernel-log reader parses spans in parallel).
 """
 
 from __future__ import annotations
@@ -78,10 +82,11 @@ def check_decompressed_size(path: Path, limit: int = MAX_DECOMPRESSED_BYTES) -> 
         return  # a damaged .gz: the reader reports it with its own message
 
 
-def _frame(data: bytes | bytearray | memoryview, first_line: int) -> pl.DataFrame:
+def _frame(data: bytes | bytearray | memoryview, first_line: int, file_start: bool) -> pl.DataFrame:
     """The lines of ``data``, which ends with a newline. The block is cut at its newline positions
-    (NumPy) into one Arrow string array: no Python string per line and no copy per line."""
-    if first_line == 1 and bytes(data[: len(BOM_BYTES)]) == BOM_BYTES:
+    (NumPy) into one Arrow string array: no Python string per line and no copy per line.
+    ``file_start``: ``data`` begins the file (a byte order mark there is dropped)."""
+    if file_start and bytes(data[: len(BOM_BYTES)]) == BOM_BYTES:
         data = data[len(BOM_BYTES) :]
     raw = np.frombuffer(data, np.uint8)
     ascii_only = raw.max(initial=0) < 0x80
@@ -101,25 +106,54 @@ def _frame(data: bytes | bytearray | memoryview, first_line: int) -> pl.DataFram
     )
 
 
+def _skip_to_line_start(stream, start: int) -> int:
+    """Position ``stream`` on the first line that begins at or after byte ``start``; returns it."""
+    if start == 0:
+        return 0
+    stream.seek(start - 1)
+    pos = start - 1
+    while piece := stream.read1(1 << 16):
+        newline = piece.find(b"\n")
+        if newline >= 0:
+            pos += newline + 1
+            stream.seek(pos)
+            return pos
+        pos += len(piece)
+    return pos
+
+
 def read_lines(
-    path: Path, block_bytes: int | None = None, max_bytes: int = MAX_DECOMPRESSED_BYTES
+    path: Path,
+    block_bytes: int | None = None,
+    max_bytes: int = MAX_DECOMPRESSED_BYTES,
+    span: tuple[int, int] | None = None,
 ) -> Iterator[LineBatch]:
-    """Yield the file's lines in batches; a last line without a newline is still a line."""
+    """Yield the file's lines in batches; a last line without a newline is still a line.
+
+    ``span`` (plain files only): just the lines that begin in bytes ``[start, stop)``, numbered from 1,
+    so that byte ranges cut anywhere split a file into disjoint runs of whole lines."""
     block_bytes = block_bytes or BLOCK_BYTES
     next_line = 1
     carry = b""
     compressed = is_gzip(path)
+    if span is not None and compressed:
+        raise ValueError("a byte span of a .gz file cannot be read without the bytes before it")
     expanded = 0
     with path.open("rb") as raw:
         stream = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
+        start, stop = (0, float("inf")) if span is None else span
+        pos = _skip_to_line_start(stream, start)
+        file_start = pos == 0
         while True:
             block, truncated = bytearray(), False
             try:
                 while len(block) < block_bytes:
-                    piece = stream.read1(block_bytes - len(block))
+                    want = min(block_bytes - len(block), stop - pos)
+                    piece = stream.read1(want) if want > 0 else b""
                     if not piece:
                         break
                     block += piece
+                    pos += len(piece)
                     expanded += len(piece)
                     if compressed and expanded > max_bytes:
                         raise too_big(path, max_bytes)
@@ -131,17 +165,22 @@ def read_lines(
                 truncated = True
             data = carry + block
             if truncated:  # the piece after the last newline (maybe empty) is the cut-off line
-                frame = _frame(data + b"\n", next_line)
+                frame = _frame(data + b"\n", next_line, file_start)
                 frame = frame.with_columns(truncated=pl.col("line") == pl.col("line").max())
                 yield LineBatch(frame, raw.tell())
                 return
-            if not block:  # end of file: a last line without a newline
+            if not block:  # end of file or span: the last line, which may run past the span's end
                 if carry:
-                    yield LineBatch(_frame(carry + b"\n", next_line), raw.tell())
+                    while not carry.endswith(b"\n") and (piece := stream.read1(1 << 16)):
+                        newline = piece.find(b"\n")
+                        carry += piece if newline < 0 else piece[: newline + 1]
+                    ended = carry if carry.endswith(b"\n") else carry + b"\n"
+                    yield LineBatch(_frame(ended, next_line, file_start), raw.tell())
                 return
             cut = data.rfind(b"\n") + 1
             carry = bytes(data[cut:])
             if cut:
-                frame = _frame(memoryview(data)[:cut], next_line)
+                frame = _frame(memoryview(data)[:cut], next_line, file_start)
+                file_start = False
                 next_line += frame.height
                 yield LineBatch(frame, raw.tell())

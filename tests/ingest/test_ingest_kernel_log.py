@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import gzip
+import itertools
+import random
 import tempfile
 from datetime import datetime
 from pathlib import Path
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pipeline import sample, warehouse
 from pipeline.ingest import InputError, ingest_files
+from pipeline.ingest.lines import read_lines
 
 HOST = "node-017"
 XID79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=10895, name=python3, GPU has fallen off the bus."
@@ -462,3 +465,99 @@ def test_every_line_is_accounted_for(tmp_path, picks, packed):
         assert con.sql("SELECT count(*) FROM events").fetchall() == [(s.rows_ingested,)]
         assert con.sql("SELECT count(*) FROM rejects").fetchall() == [(s.rows_rejected,)]
         con.close()
+
+
+def _hostile_log(seed: int) -> bytes:
+    """Syslog across a New Year with every kind of line around the Xid lines: CRLF, bytes that are
+    not UTF-8, a byte order mark, a long line, broken and duplicate Xid lines, no final newline."""
+    rng = random.Random(seed)
+    lines = ["\ufeffDec 30 10:00:00 n1 kernel: first line after a byte order mark"]
+    for day, month in [(30, "Dec"), (31, "Dec"), (1, "Jan"), (2, "Jan"), (31, "Dec"), (3, "Jan")]:
+        for i in range(60):
+            stamp, code = f"{month} {day:2d} {i // 10:02d}:{i:02d}:00", rng.choice([13, 48, 999])
+            lines.append(
+                rng.choice(
+                    [
+                        f"{stamp} node-{i % 7} kernel: {XID79}",
+                        f"{stamp} node-{i % 7} kernel: {XID79.replace('79,', f'{code},')}",
+                        f"{stamp} node-{i % 7} kernel: usb 1-1: ordinary message",
+                        f"{stamp} node-{i % 7} kernel: caf\u00e9 " + "x" * rng.randint(0, 300),
+                        f"{stamp} node-{i % 7} kernel: NVRM: Xid without a code",
+                        f"[ 5107.644336] {XID79}",
+                        iso("2026-03-02T04:26:29", XID79),
+                        "",
+                    ]
+                )
+            )
+    data = "\n".join(lines).encode()
+    data = data.replace(b"ordinary", b"ordin\xffary").replace(b"without", b"with\xfe\xffout", 3)
+    return data.replace(b"usb", b"usb\r", 5).replace(b"\n[", b"\r\n[", 4)
+
+
+def _full_snapshot(con) -> tuple:
+    events = con.sql(
+        "SELECT event_key, line, timestamp_utc, node_id, xid, category, message FROM events ORDER BY line"
+    ).fetchall()
+    return (events, *_snapshot(con)[1:])
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_parallel_spans_give_the_same_result_as_one_pass(tmp_path, monkeypatch, seed):
+    """A plain log cut into byte spans parsed by a worker process and by this one, with blocks of
+    37 bytes (lines cut at span and block edges), stores the same events, content keys, counts and
+    rejects as one pass over the file; so does the fallback when no worker process can start."""
+    path = tmp_path / "kern.log"
+    path.write_bytes(_hostile_log(seed))
+    snapshots = []
+    for mode in ("one pass", "spans", "spans without workers"):
+        if mode != "one pass":
+            monkeypatch.setattr("pipeline.ingest.kernel_log.SPAN_BYTES", 1499)
+            monkeypatch.setattr("pipeline.ingest.lines.BLOCK_BYTES", 37)
+        if mode == "spans without workers":
+            monkeypatch.setattr("pipeline.ingest.kernel_log.ProcessPoolExecutor", _NoPool)
+        con = warehouse.connect(tmp_path / f"{mode}.duckdb")
+        [s] = ingest_files(con, [path], year=2025, cluster="c1")
+        assert s.rows_read == s.rows_ingested + s.rows_duplicate + s.rows_rejected + s.rows_ignored
+        snapshots.append((_full_snapshot(con), summary_counts(s), s.notes))
+        con.close()
+    assert snapshots[1] == snapshots[0]
+    assert snapshots[2] == snapshots[0]
+    (events, files, rejects), counts, notes = snapshots[0]
+    physical = _hostile_log(seed).decode(errors="replace").removeprefix("\ufeff").split("\n")
+    assert counts[0] == len(physical)
+    assert all(physical[line - 1].removesuffix("\r") == raw for line, raw, _ in rejects)
+    assert {e[2].year for e in events} == {2025, 2026, 2027}
+    assert any("not valid UTF-8" in r[2] for r in rejects) and any("no date" in r[2] for r in rejects)
+    assert "syslog times carry no year: read as 2025..2027 (2 New Year rollover(s)) (--year)" in notes
+
+
+class _NoPool:
+    def __init__(self, *args, **kwargs):
+        raise OSError("no worker processes here")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    data=st.lists(
+        st.sampled_from([b"", b"a", b"ab\r", b"\xef\xbb\xbfbom", b"caf\xc3\xa9 \xff", b"Xid " * 9]),
+        max_size=40,
+    ).map(b"\n".join),
+    cuts=st.lists(st.integers(0, 400), max_size=8),
+    block=st.integers(1, 50),
+)
+@example(data=b"a\n\xef\xbb\xbfbom\nb", cuts=[2], block=4)  # a span starting at a mid-file byte order mark
+def test_byte_spans_cut_anywhere_read_every_line_once(tmp_path, data, cuts, block):
+    """Spans hold the lines that begin in them: cut at any bytes, in blocks of any size, they give
+    the file's lines in order, each once, like one pass (a byte order mark is dropped only at the
+    start of the file; a last line without a newline is a line)."""
+    with tempfile.TemporaryDirectory(dir=tmp_path) as tmp:
+        path = Path(tmp) / "kern.log"
+        path.write_bytes(data)
+        size = path.stat().st_size
+        bounds = sorted({0, size, *(c for c in cuts if c < size)})
+
+        def texts(span):
+            return [t for b in read_lines(path, block, span=span) for t in b.frame["text"]]
+
+        whole = texts(None)
+        assert [t for a, b in itertools.pairwise(bounds) for t in texts((a, b))] == whole
