@@ -127,6 +127,25 @@ def test_weibull_shape_and_mtbf_recovered_within_intervals(shape, seed):
     assert ("infant mortality" in fit.hazard_message_) == (high < 1)
 
 
+@pytest.mark.parametrize(("beta", "unbounded"), [(1.0, True), (3.0, False)])
+def test_loglogistic_mtbf_is_unbounded_when_its_shape_interval_reaches_one(beta, unbounded):
+    """Log-logistic gaps with median 100 h: at beta 1 the mean does not exist, so a finite upper
+    MTBF bound would be an artefact of the delta method; at beta 3 the mean (120.9 h) exists and
+    its interval covers it."""
+    rng = np.random.default_rng(7)
+    u = rng.uniform(size=3000)
+    gaps = 100.0 * (u / (1 - u)) ** (1 / beta)  # inverse of F(t) = 1 / (1 + (t / 100)^-beta)
+    fit = models.ParametricTBF("loglogistic").fit(gaps, np.ones(gaps.size, bool))
+    low, high = fit.mtbf_confidence_interval_
+    assert (fit.mtbf_note_ is not None) == unbounded
+    if unbounded:
+        assert math.isinf(high) and "median (" in fit.mtbf_note_
+        assert fit.confidence_interval_["beta_"][0] <= 1
+    else:
+        true_mean = 100 * (math.pi / beta) / math.sin(math.pi / beta)
+        assert low <= true_mean <= high < math.inf
+
+
 def test_keeping_first_gaps_biases_stationary_fleets():
     """The forward-recurrence first gap is not a full gap: keeping it pulls shape towards 1 and
     inflates MTBF beyond its interval (the reason ``first_gap='drop'`` is the default)."""

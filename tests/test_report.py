@@ -620,9 +620,24 @@ def test_estimated_exposure_banner_comes_first(hostile_analysis, estimated):
 def test_headline_says_what_the_weibull_shape_means(rich_analysis):
     cards = report.summary_cards(rich_analysis)
     assert any(n == rich_analysis.node_fits["weibull"].hazard_message_ for _, _, n in cards)
-    projected = next(c for c in cards if c[0].startswith("Projected cluster MTBF at 16,384"))
-    mtbf = rich_analysis.scaling_projection.filter(instances=16384.0)["mtbf_hours"][0]
+    # no job: the law's MTBF at the smallest planned size, the larger ones in the note
+    projected = next(c for c in cards if c[0].startswith("Projected cluster MTBF at 256 instances"))
+    mtbf = rich_analysis.scaling_projection.filter(instances=256.0)["mtbf_hours"][0]
     assert projected[1] == (f"{mtbf * 60:,.1f} min" if mtbf < 1 else f"{mtbf:,.1f} h")
+    assert "16,384: " in projected[2]
+
+
+def test_headline_mtbf_is_the_planned_jobs_from_the_model_its_projection_uses(rich_analysis):
+    from pipeline.projection import FailureModel
+
+    model = FailureModel.exponential(2e-4, 1e-4, 4e-4, source="fleet: measured rate of clusters of ~512")
+    outlook = dataclasses.replace(outlook_frames(job_instances=500), failure=model)
+    cards = report.summary_cards(rich_analysis, outlook)
+    title, value, note = next(c for c in cards if "MTBF at" in c[0])
+    assert title == "Cluster MTBF at 500 instances (the job)"
+    assert value == "10.0 h"  # 1 / (500 × 2e-4 per instance-hour)
+    assert note.startswith("95% CI 5.0 h–20.0 h; source: fleet: measured rate of clusters of ~512")
+    assert "16,384: " in note and not any(c[0].startswith("Projected cluster MTBF") for c in cards)
 
 
 def test_public_baselines_put_this_fleet_beside_published_fleets(rich_analysis, sample_analysis):

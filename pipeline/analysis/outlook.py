@@ -118,7 +118,8 @@ def size_laws_agreement(analysis: FleetAnalysis) -> str:
         shown = (
             f"Pearson chi-square of the {clusters.height} clusters' failure counts around the count "
             f"law: {test.statistic_:.1f} on {test.df_} df (dispersion {test.dispersion_:.2f}, "
-            f"p = {test.p_value_:.2g}) {verdict} 'clusters differ only by size'"
+            f"p {'< 0.001' if test.p_value_ < 0.001 else f'= {test.p_value_:.3f}'}) {verdict} "
+            "'clusters differ only by size'"
         )
     else:
         shown = "with only two clusters the heterogeneity test has no degrees of freedom"

@@ -19,7 +19,7 @@ from pipeline.cli.common import (
     safe_text,
     until_option,
 )
-from pipeline.report.format import format_value, text_table
+from pipeline.report.format import format_value, p_value_text, text_table
 
 # --- rates ---------------------------------------------------------------------------------------
 RATE_VIEWS = ("rates", "shares", "trend", "jobs")
@@ -57,7 +57,8 @@ interval_option = click.option(
 def interval_line(check: transform.DispersionTest, method: str) -> str:
     """One line saying which rate interval is shown and why."""
     test = (
-        f"Pearson test of node counts against cluster rates: phi = {check.phi:.2f}, p = {check.p_value:.3g}"
+        f"Pearson test of node counts against cluster rates: phi = {check.phi:.2f}, "
+        f"{p_value_text(check.p_value)}"
         f"{f', {check.nodes_excluded} lemon nodes left out' if check.nodes_excluded else ''}"
     )
     if method == "overdispersed":
@@ -256,6 +257,7 @@ def _tbf_fit(m) -> dict:
         "confidence_interval": m.confidence_interval_,
         "mtbf_hours": m.mtbf_hours_,
         "mtbf_ci_hours": m.mtbf_confidence_interval_,
+        "mtbf_note": m.mtbf_note_,
         "aic": m.aic_,
         "log_likelihood": m.log_likelihood_,
         "shape": m.shape_,
@@ -339,8 +341,9 @@ def fit(db: Path, observed_until, first_gap: str, interruption_window: float, as
     for family, m in result.node_fits.items():
         low, high = m.mtbf_confidence_interval_
         click.echo(
-            f"  {family:12s} node MTBF {m.mtbf_hours_:10,.0f} h  (95% CI {low:,.0f}–{high:,.0f})"
-            f"  AIC {m.aic_:,.1f}"
+            f"  {family:12s} node MTBF {m.mtbf_hours_:10,.0f} h  "
+            f"(95% CI {low:,.0f}–{format_value('mtbf_hours', high)})"
+            f"  AIC {m.aic_:,.1f}" + (f"\n               {m.mtbf_note_}" if m.mtbf_note_ else "")
         )
     click.echo(result.node_fits["weibull"].hazard_message_)
     for name, s in (("counts", result.scaling), ("Weibull AFT", result.size_regression)):
@@ -357,6 +360,6 @@ def fit(db: Path, observed_until, first_gap: str, interruption_window: float, as
         if row["crow_verdict"] is not None:
             click.echo(
                 f"trend {safe_text(row['cluster_id'])}: {row['crow_verdict']} "
-                f"(MIL-HDBK-189 beta {row['crow_beta']:.2f}, p {row['crow_p_value']:.3f}; "
-                f"Laplace p {row['laplace_p_value']:.3f})"
+                f"(MIL-HDBK-189 beta {row['crow_beta']:.2f}, {p_value_text(row['crow_p_value'])}; "
+                f"Laplace {p_value_text(row['laplace_p_value'])})"
             )

@@ -135,6 +135,7 @@ class ParametricTBF:
         self.variance_matrix_ = fitter.variance_matrix_.loc[names, names].to_numpy(float)  # params_ order
         self.mtbf_hours_ = float(_mean(self.family, values))
         self.mtbf_confidence_interval_ = self._mean_interval(values, fitter.variance_matrix_.values)
+        self.mtbf_note_ = self._unbounded_mean()
         self.shape_ = self.params_.get("rho_")
         self.infant_mortality_, self.hazard_message_ = self._hazard_message()
         return self
@@ -150,6 +151,21 @@ class ParametricTBF:
         if low > 1:
             return False, f"wear-out: {shape} > 1, the hazard rises with time since the last failure"
         return False, f"no evidence against a constant hazard: {shape} includes 1"
+
+    def _unbounded_mean(self) -> str | None:
+        """A loglogistic's mean exists only for beta > 1 and grows without bound as beta falls
+        to 1, so when beta's interval reaches 1 the data cannot bound the MTBF from above: the
+        interval's upper end becomes infinite (the delta method's finite one would be an artefact)
+        and the note says to read the median instead."""
+        if self.family != "loglogistic" or self.confidence_interval_["beta_"][0] > 1:
+            return None
+        self.mtbf_confidence_interval_ = (self.mtbf_confidence_interval_[0], math.inf)
+        low, high = self.confidence_interval_["beta_"]
+        return (
+            f"loglogistic shape {self.params_['beta_']:.3f} (95% CI {low:.3f}-{high:.3f}) reaches 1, where "
+            f"the mean is infinite: its MTBF is unbounded above; read its median "
+            f"({self.params_['alpha_']:,.0f} h) or another family"
+        )
 
     def _mean_interval(self, values: np.ndarray, cov: np.ndarray) -> tuple[float, float]:
         """Delta method on log(mean): symmetric in log space, so the interval stays positive."""

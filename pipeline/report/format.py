@@ -7,7 +7,7 @@ in words with its unit, and a value into text with sensible digits:
 * rates per node-hour or GPU-hour are shown in percent per instance-hour (GPU-hour), the unit of
   the published figures (Llama 3.1: 0.0161%), with 3 significant digits;
 * shares, goodput, availability and ratios in percent; money in dollars with thousands
-  separators; hours and days with thousands separators and 3-4 significant digits;
+  separators; hours and days with thousands separators and 3 significant digits below 1,000;
 * counts as integers with separators; time-averaged instance counts rounded to whole instances;
 * p-values with 3 digits, below 0.001 as "< 0.001"; timestamps to the second, whole days as dates.
 
@@ -128,6 +128,11 @@ def column_label(column: str) -> str:
     return text[:1].upper() + text[1:] + unit
 
 
+def p_value_text(p: float) -> str:
+    """``p = 0.042`` or ``p < 0.001``: beyond three decimals a p-value's digits mean nothing."""
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
 def _significant(value: float, digits: int) -> str:
     """``digits`` significant digits with thousands separators, no exponent for ordinary sizes."""
     if value == 0:
@@ -162,11 +167,13 @@ def format_value(column: str, value) -> str:
     if column in ("share", "goodput") or any(p in column for p in _PERCENT):
         return f"{value:.1%}"
     if column.endswith("p_value"):
-        return "< 0.001" if value < 0.001 else f"{value:.3f}"
+        return p_value_text(value).removeprefix("p = ").removeprefix("p ")
     if column in _INTEGERS:
         return f"{value:,.0f}"
     if abs(value) >= 1000:
         return f"{value:,.0f}"
+    if column.endswith(("_hours", "_days")):  # durations: 15.2 h, 0.0833 h; more digits are noise
+        return _significant(value, 3)
     return _significant(value, 4 if abs(value) >= 1 else 3)
 
 

@@ -9,6 +9,7 @@ import polars as pl
 from pipeline import models
 from pipeline.analysis import FleetAnalysis
 from pipeline.models.lemons import MIN_EXCESS
+from pipeline.report.format import p_value_text
 
 LEMON_HEADERS = {
     "cluster_id": "Cluster",
@@ -86,7 +87,7 @@ def interval_note(analysis: FleetAnalysis) -> str:
     check = analysis.dispersion_test
     test = (
         f"Pearson dispersion of node failure counts φ = {check.phi:.2f} (χ² test of Poisson counts "
-        f"p = {check.p_value:.2g}"
+        f"{p_value_text(check.p_value)}"
         + (f", {check.nodes_excluded:,} lemon nodes left out" if check.nodes_excluded else "")
         + ")"
     )

@@ -51,6 +51,7 @@ class JobOutlook:
     failure_models: pl.DataFrame | None = None
     failure_model_note: str = ""
     name: str = ""  # the job spec's name (a metric label)
+    failure: proj.FailureModel | None = None  # the failure model the projection used
 
 
 def job_outlook(spec: proj.JobSpec, *, monte_carlo_runs: int = 10_000, seed: int = 0) -> JobOutlook:
@@ -133,6 +134,7 @@ def job_outlook(spec: proj.JobSpec, *, monte_carlo_runs: int = 10_000, seed: int
         failure_models=pl.DataFrame(compare) if differences else None,
         failure_model_note=" ".join(differences),
         name=spec.name,
+        failure=spec.failure,
     )
 
 

@@ -108,7 +108,7 @@ def summary_cards(
     cards += _cause_card(analysis)
     cards += _fleet_action_cards(analysis, projection)
     at = "" if analysis.has_failures else " at the upper-bound rate"
-    cards += _scaling_cards(analysis)
+    cards += _scaling_cards(analysis, projection)
     cards += _trend_card(analysis)
     if projection is not None:
         for m in projection.modes.iter_rows(named=True):
@@ -186,31 +186,47 @@ def _cause_card(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
     ]
 
 
-def _scaling_cards(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
-    """α of the count law (the AFT's α in the note: the two views should agree) and the
-    projected cluster MTBF at the sizes people plan for."""
+def _scaling_cards(analysis: FleetAnalysis, projection: JobOutlook | None) -> list[tuple[str, str, str]]:
+    """α of the count law (the AFT's α in the note: the two views should agree), and the cluster
+    MTBF at the planned size: the job's, from the failure model its projection uses, else the
+    smallest of ``PROJECTED_SIZES``; the law's MTBF at the other sizes people plan for in the note."""
     s, aft = analysis.scaling, analysis.size_regression
-    if s is None:
-        return []
-    note = f"95% CI {s.alpha_confidence_interval_[0]:.2f}–{s.alpha_confidence_interval_[1]:.2f}"
-    if aft is not None:
-        low, high = aft.alpha_confidence_interval_
-        note += f"; Weibull AFT view {aft.alpha_:.2f} ({low:.2f}–{high:.2f})"
-    projected = analysis.scaling_projection.filter(
-        pl.col("instances").is_in([float(n) for n in PROJECTED_SIZES])
-    )
-    rows = {int(r["instances"]): r for r in projected.iter_rows(named=True)}
-    largest = max(rows)
-    others = " · ".join(f"{n:,}: {_hours(r['mtbf_hours'])}" for n, r in rows.items() if n != largest)
-    big = rows[largest]
-    return [
-        ("MTBF scaling exponent α", f"{s.alpha_:.2f}", f"{note} (1 = independent failures)"),
-        (
-            f"Projected cluster MTBF at {largest:,} instances",
-            _hours(big["mtbf_hours"]),
-            f"95% CI {_hours(big['mtbf_ci_low_hours'])}–{_hours(big['mtbf_ci_high_hours'])}; {others}",
-        ),
-    ]
+    cards, law = [], {}
+    if s is not None:
+        note = f"95% CI {s.alpha_confidence_interval_[0]:.2f}–{s.alpha_confidence_interval_[1]:.2f}"
+        if aft is not None:
+            low, high = aft.alpha_confidence_interval_
+            note += f"; Weibull AFT view {aft.alpha_:.2f} ({low:.2f}–{high:.2f})"
+        cards.append(("MTBF scaling exponent α", f"{s.alpha_:.2f}", f"{note} (1 = independent failures)"))
+        projected = analysis.scaling_projection.filter(
+            pl.col("instances").is_in([float(n) for n in PROJECTED_SIZES])
+        )
+        law = {int(r["instances"]): r for r in projected.iter_rows(named=True)}
+    failure = projection.failure if projection is not None else None
+    if failure is not None:
+        n = projection.instances
+        low, high = failure.rate_ci_low_per_instance_hour, failure.rate_ci_high_per_instance_hour
+        interval = f"95% CI {_hours(1 / (n * high))}–{_hours(1 / (n * low))}; " if low and high else ""
+        others = " · ".join(f"{k:,}: {_hours(r['mtbf_hours'])}" for k, r in law.items() if k != n)
+        cards.append(
+            (
+                f"Cluster MTBF at {n:,} instances (the job)",
+                _hours(failure.cluster_mtbf_hours(n)),
+                f"{interval}source: {failure.source}" + (f"; scaling law at {others}" if others else ""),
+            )
+        )
+    elif law:
+        n = min(law)
+        others = " · ".join(f"{k:,}: {_hours(r['mtbf_hours'])}" for k, r in law.items() if k != n)
+        cards.append(
+            (
+                f"Projected cluster MTBF at {n:,} instances",
+                _hours(law[n]["mtbf_hours"]),
+                f"95% CI {_hours(law[n]['mtbf_ci_low_hours'])}–{_hours(law[n]['mtbf_ci_high_hours'])} "
+                f"(scaling law); {others}",
+            )
+        )
+    return cards
 
 
 def _hours(value: float) -> str:

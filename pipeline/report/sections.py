@@ -147,7 +147,7 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             _fits_table(analysis),
             note=f"Left: Kaplan–Meier with its 95% band; best family by AIC: {analysis.best_family}. "
             "Right: Nelson–Aalen cumulative hazard; the dashed line is the exponential fit (constant "
-            "hazard).",
+            "hazard)." + "".join(f" {m.mtbf_note_}." for m in analysis.node_fits.values() if m.mtbf_note_),
         ),
         Section(
             "mtbf-vs-cluster-size",
