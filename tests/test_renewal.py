@@ -117,6 +117,21 @@ def test_single_slot_counts_match_the_renewal_function(shape):
     assert abs(counts.mean() - horizon / mean_gap) < 4 * counts.std() / math.sqrt(runs)
 
 
+@pytest.mark.parametrize("shape", [0.5, 0.7, 1.0, 1.5])
+def test_fast_weibull_gaps_follow_the_weibull_distribution(shape):
+    """The float32 draw E^(1/k) is the Weibull: Kolmogorov-Smirnov against scipy's CDF, and the
+    mean against scale * Gamma(1 + 1/k)."""
+    from scipy import stats
+
+    from pipeline.projection.renewal import _weibull_gaps
+
+    gaps = _weibull_gaps(200_000, shape, 30.0, np.random.default_rng(3))
+    assert gaps.dtype == np.float64
+    assert stats.kstest(gaps, stats.weibull_min(shape, scale=30.0).cdf).pvalue > 0.001
+    mean, se = gaps.mean(), gaps.std() / math.sqrt(gaps.size)
+    assert abs(mean - 30.0 * gamma_fn(1 + 1 / shape)) < 4 * se
+
+
 def test_infant_mortality_with_new_nodes_costs_more_than_the_exponential():
     spec = _spec(FailureModel.exponential(1e-3).with_weibull_shape(0.6), node_ages="new")
     p = project(spec, monte_carlo_runs=2000, seed=0)
