@@ -627,6 +627,24 @@ def test_headline_says_what_the_weibull_shape_means(rich_analysis):
     assert "16,384: " in projected[2]
 
 
+@pytest.mark.parametrize("method", ["exact", "overdispersed"])
+def test_headline_rate_interval_is_the_default_one_and_named(rich_analysis, method):
+    """The card quotes the same interval as `failcast rates` (the default method's), not always
+    the exact one, and says when it is widened for clustering."""
+    phi = 1.7 if method == "overdispersed" else 1.0
+    row = rich_analysis.rates_overall.row(0, named=True)
+    low, high = transform.poisson_interval([row["failures"]], [row["exposure_node_hours"]], dispersion=phi)
+    fleet = dataclasses.replace(
+        rich_analysis,
+        interval_method=method,
+        rates_overall=rich_analysis.rates_overall.with_columns(rate_ci_low=low[0], rate_ci_high=high[0]),
+    )
+    title, _, note = report.summary_cards(fleet)[0]
+    assert title == "Fleet interruption rate"
+    widened = " (quasi-Poisson: failures cluster)" if method == "overdispersed" else ""
+    assert note.startswith(f"95% CI{widened} {low[0] * 100:.4f}–{high[0] * 100:.4f}%")
+
+
 def test_headline_mtbf_is_the_planned_jobs_from_the_model_its_projection_uses(rich_analysis):
     from pipeline.projection import FailureModel
 

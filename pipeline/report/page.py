@@ -80,13 +80,15 @@ def summary_cards(
 ) -> list[tuple[str, str, str]]:
     """(title, value, note) of the headline cards: the numbers people quote."""
     rate = analysis.fleet_rate
-    low, high = rate.confidence_interval_
+    overall = analysis.rates_overall.row(0, named=True)  # its interval is the default method's
+    low, high = overall["rate_ci_low"], overall["rate_ci_high"]
+    widened = " (quasi-Poisson: failures cluster)" if analysis.interval_method == "overdispersed" else ""
     if analysis.has_failures:
         cards = [
             (
                 "Fleet interruption rate",
                 f"{rate.rate_ * 100:.4f}% per instance-hour",
-                f"95% CI {low * 100:.4f}–{high * 100:.4f}%, {rate.failures_:,} failures in "
+                f"95% CI{widened} {low * 100:.4f}–{high * 100:.4f}%, {rate.failures_:,} failures in "
                 f"{rate.exposure_hours_:,.0f} instance-hours",
             ),
             (
