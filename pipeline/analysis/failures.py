@@ -3,6 +3,7 @@ evidence built on them (MTBF per cluster, trend tests, lemons and dispersion).""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -170,20 +171,29 @@ def node_evidence(
     lemon_fdr: float = LEMON_FDR,
     interrupting_only: bool = True,
 ) -> tuple[pl.DataFrame, models.LemonTest, transform.DispersionTest]:
-    """Rates by node (exact intervals), the lemon test on them, and the Pearson dispersion test
-    of the nodes that are not lemons, which decides the rate intervals
-    (:meth:`pipeline.transform.DispersionTest.method`).
+    """Rates by node (exact intervals), the lemon test on them, and the dispersion test that
+    decides the rate intervals (:func:`interval_check`)."""
+    nodes = transform.failure_rates(
+        failures, exposure, by=["cluster_id", "node_id"], interrupting_only=interrupting_only
+    )
+    lemons = models.LemonTest(fdr=lemon_fdr).fit(nodes)
+    return nodes, lemons, interval_check(nodes, lemons)
+
+
+def interval_check(nodes: pl.DataFrame, lemons: models.LemonTest) -> transform.DispersionTest:
+    """The Pearson dispersion test of the nodes that are not lemons, which decides the rate
+    intervals (:meth:`pipeline.transform.DispersionTest.method`), with the lemon test's phi to
+    widen them by.
 
     Why the lemons are left out of the dispersion test: the fleet rate is expected failures /
     exposure of *these* nodes, lemons included; a few nodes with their own rate make phi large
     without making the fleet's total count any less Poisson, so quasi-Poisson intervals from
     every node over-cover (measured on simulated fleets with 5% lemons at 5-10x: 100% coverage
-    of the nominal 95%; 95.5-97.5% with the lemons left out, 98% at Weibull shape 0.7 where the
-    lemon test finds fewer of them, tests/test_lemons.py). Failures
-    that cluster in time (Weibull shape < 1) remain in the non-lemon nodes' phi and widen it.
+    of the nominal 95%). Failures that cluster in time (Weibull shape < 1) remain in the
+    non-lemon nodes' phi, and the test decides on them. The interval then widens by the lemon
+    test's NB1 phi (``widening_phi``), which the lemons it misses do not inflate: 93.9-95.7%
+    coverage over 1,000 fleets per case, with or without lemons, Weibull shape 0.7-1
+    (tests/test_lemons.py).
     """
-    nodes = transform.failure_rates(
-        failures, exposure, by=["cluster_id", "node_id"], interrupting_only=interrupting_only
-    )
-    lemons = models.LemonTest(fdr=lemon_fdr).fit(nodes)
-    return nodes, lemons, transform.dispersion_test(nodes, exclude=lemons.lemons_)
+    check = transform.dispersion_test(nodes, exclude=lemons.lemons_)
+    return dataclasses.replace(check, widening_phi=lemons.dispersion_)

@@ -62,7 +62,7 @@ class FleetAnalysis:
     out of it. ``rates_by_node`` has one row per node (the report shows only the nodes with the
     most failures), with exact intervals; ``lemons`` tests each against the rest of its cluster
     (:class:`pipeline.models.LemonTest`). The other rate tables carry ``interval_method``
-    intervals: "overdispersed" (quasi-Poisson with ``dispersion_test.phi``) or "exact" (Garwood);
+    intervals: "overdispersed" (quasi-Poisson widened by ``dispersion_test.dispersion()``) or "exact";
     by default "overdispersed" exactly when the Pearson test of the non-lemon nodes' counts
     rejects Poisson at 5% (:func:`node_evidence`).
     ``job_backtest`` (None without jobs) holds each job's interruptions predicted

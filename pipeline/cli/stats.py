@@ -63,7 +63,8 @@ def interval_line(check: transform.DispersionTest, method: str) -> str:
     )
     if method == "overdispersed":
         return (
-            f"95% intervals: quasi-Poisson (overdispersed, widened x{max(check.phi, 1.0) ** 0.5:.2f}); {test}"
+            f"95% intervals: quasi-Poisson (overdispersed, widened x{check.dispersion(method) ** 0.5:.2f} "
+            f"by the unremarkable nodes' phi); {test}"
         )
     return f"95% intervals: exact Poisson (Garwood); {test}"
 

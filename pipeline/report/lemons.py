@@ -92,8 +92,10 @@ def interval_note(analysis: FleetAnalysis) -> str:
         + ")"
     )
     if analysis.interval_method == "overdispersed":
+        widened = check.dispersion("overdispersed") ** 0.5
         return (
-            f"Intervals: quasi-Poisson 95% (overdispersed: widened ×{max(check.phi, 1.0) ** 0.5:.2f} over "
-            f"the exact Poisson interval), because failures are more variable than Poisson. {test}."
+            f"Intervals: quasi-Poisson 95% (overdispersed: widened ×{widened:.2f}"
+            f" over the exact Poisson interval, by the φ of the nodes that are not lemons), because failures "
+            f"are more variable than Poisson. {test}."
         )
     return f"Intervals: exact Poisson (Garwood) 95%. {test}."
