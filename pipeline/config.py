@@ -37,6 +37,9 @@ INPUT_KINDS = ("inventory", "auto", *FORMATS)
 """``[inputs]`` keys: ``inventory`` and ``auto`` globs are read with the format detected from the
 file name; the others force that format."""
 LOG_FORMATS = ("text", "json")
+RECOVERY_SOURCES = ("assumed", "measured")
+"""``recovery_source``: the projected job's recovery times as the profiles assume them, or with
+what the warehouse measured in their place (``failcast project --recovery measured``)."""
 
 
 class ConfigError(ValueError):
@@ -66,6 +69,7 @@ class RunConfig:
     keep_snapshots: int = 3
     jobs: tuple[str | dict[str, Any], ...] = ()
     recovery: dict[str, dict[str, float]] = field(default_factory=dict)
+    recovery_source: str = "assumed"
     # [ingest]: options of pipeline.ingest.ingest_files for kernel logs and missing inventories
     year: int | None = None
     cluster: str | None = None
@@ -110,6 +114,7 @@ class RunConfig:
             },
             "jobs": list(self.jobs),
             "recovery": self.recovery,
+            "recovery_source": self.recovery_source,
             "categories": self.category_map.to_document(),
             "ingest": {
                 "year": self.year,
@@ -144,6 +149,7 @@ _SPEC: dict[str, Any] = {
     "retention": {"keep_reports": int, "keep_days": _NUMBER, "keep_snapshots": int},
     "jobs": list,
     "recovery": dict,
+    "recovery_source": str,
     "categories": dict,
     "ingest": {
         "year": int,
@@ -227,6 +233,8 @@ def _check_values(raw: dict[str, Any], where: _Where) -> None:
             raise where.error((), key, "must not be negative")
     if raw.get("log_format", "text") not in LOG_FORMATS:
         raise where.error((), "log_format", f"must be one of {', '.join(LOG_FORMATS)}")
+    if raw.get("recovery_source", "assumed") not in RECOVERY_SOURCES:
+        raise where.error((), "recovery_source", f"must be one of {', '.join(RECOVERY_SOURCES)}")
     if "timezone" in raw:
         try:
             zoneinfo.ZoneInfo(raw["timezone"])
@@ -333,7 +341,7 @@ def load_config(path: Path | str | None) -> RunConfig:
 
     base = path.parent
     values: dict[str, Any] = {
-        k: raw[k] for k in ("timezone", "lock_timeout_seconds", "log_format") if k in raw
+        k: raw[k] for k in ("timezone", "lock_timeout_seconds", "log_format", "recovery_source") if k in raw
     }
     inputs = dict(raw.get("inputs", {}))
     roots = _Roots(base, inputs.pop("roots", None), inputs.pop("allow_outside_roots", False), where)

@@ -23,6 +23,7 @@ dedup_window_minutes = 5
 observed_until = 2026-06-01T12:00:00+02:00
 lock_timeout_seconds = 2.5
 log_format = "json"
+recovery_source = "measured"
 jobs = ["job.toml"]
 
 [inputs]
@@ -82,6 +83,7 @@ def test_every_key_is_read_and_paths_are_relative_to_the_file(tmp_path):
     assert (cfg.timezone, cfg.dedup_window_minutes, cfg.lock_timeout_seconds) == ("Europe/Paris", 5.0, 2.5)
     assert cfg.observed_until == datetime(2026, 6, 1, 10, 0)  # converted to naive UTC
     assert (cfg.log_format, cfg.keep_reports, cfg.keep_days) == ("json", 7, 30.0)
+    assert cfg.recovery_source == "measured"
     assert cfg.jobs == (str(tmp_path / "job.toml"),)
     assert cfg.recovery == {
         "manual": {"detect_hours": 0.5, "restart_hours": 1.0},
@@ -115,6 +117,7 @@ def test_the_example_in_the_repo_loads_and_projection_accepts_its_jobs_and_profi
         ("retention.keep_days = -1\n", 1, "key 'retention.keep_days' must be positive"),
         ('timezone = "Mars/Olympus"\n', 1, "key 'timezone' is not an IANA time zone"),
         ('log_format = "xml"\n', 1, "key 'log_format' must be one of text, json"),
+        ('recovery_source = "fast"\n', 1, "key 'recovery_source' must be one of assumed, measured"),
         ('observed_until = "yesterday"\n', 1, "'yesterday' is not ISO 8601"),
         ('[recovery.manual]\ndetect_hours = "5 min"\n', 2, "key 'recovery.manual.detect_hours'"),
         ('jobs = ["missing.toml"]\n', 1, "names 'missing.toml'"),

@@ -10,6 +10,7 @@ job's log and a NODE_FAIL job are what the failure cost, never a second failure.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -285,3 +286,37 @@ def test_badput_by_cause_from_the_jobs_and_the_restarts(fleet):
         assert row["lost_job_hours"] == pytest.approx(sum(losses)), key
         nodes = 8 if key[1] == "training restart" else 1  # the training job's 8 nodes from its sacct record
         assert row["lost_node_hours"] == pytest.approx(nodes * sum(losses)), key
+
+
+def test_report_and_run_use_the_measured_recovery_times_when_asked(fleet, tmp_path):
+    """`failcast report --recovery measured` and a run's `recovery_source = "measured"` project with
+    the fleet's MTTR and training-log times, and the assumptions table marks them measured."""
+    from pipeline import config, report
+    from pipeline.runs import batch
+
+    truth, db, _ = fleet
+    job = tmp_path / "job.toml"
+    job.write_text('name = "j"\n[work]\ngpu_hours = 1e5\ngpu = "H100"\n[cluster]\ninstances = 8\nprice_per_gpu_hour_usd = 2\n')
+    mttr = np.mean([f.repair_hours for f in truth])
+    out = tmp_path / "report"
+    result = CliRunner().invoke(
+        main,
+        ["report", "--db", str(db), "--job", str(job), "--recovery", "measured", "--monte-carlo-runs", "0"]
+        + ["--no-images", "--out", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    page = (out / "failcast-report.html").read_text()
+    assert f"replace {mttr:.3g} h (measured)" in page and "detect 10 min (measured)" in page
+
+    con = warehouse.connect(db, read_only=True)
+    try:
+        fleet_analysis = analysis.analyze(con)
+    finally:
+        con.close()
+    assumed = config.RunConfig(jobs=(str(job),))
+    for cfg, marked in ((assumed, False), (dataclasses.replace(assumed, recovery_source="measured"), True)):
+        outlook = batch._job_outlook(cfg, fleet_analysis)
+        manual = outlook.assumptions.filter(assumption="recovery: manual")["value"][0]
+        assert ("(measured)" in manual) is marked
+        assert (f"replace {mttr:.3g} h" in manual) is marked
+    assert isinstance(outlook, report.JobOutlook)

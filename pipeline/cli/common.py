@@ -80,6 +80,22 @@ db_option = click.option(
     show_default=True,
     help="DuckDB warehouse file.",
 )
+
+
+def recovery_option(default: str | None = "assumed"):
+    """``--recovery assumed|measured`` of project, report and run (None: the config decides)."""
+    return click.option(
+        "--recovery",
+        "recovery_source",
+        type=click.Choice(["assumed", "measured"]),
+        default=default,
+        show_default=default is not None,
+        help="measured: the manual mode waits for the fleet's measured mean repair time (MTTR) from "
+        "the warehouse; detection and restart times come from training-job logs where ingested; the "
+        "rest stays assumed (docs/projection.md).",
+    )
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 until_option = click.option(
     "--until",

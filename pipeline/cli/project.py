@@ -15,6 +15,7 @@ from pipeline.cli.common import (
     json_option,
     main,
     records,
+    recovery_option,
 )
 from pipeline.projection import cannot_finish
 
@@ -50,16 +51,7 @@ from pipeline.projection import cannot_finish
     "--sweep", is_flag=True, help="Also print the cluster-size sweep (interval re-optimised per size)."
 )
 @click.option("--mode", "modes", multiple=True, help="Recovery mode(s) to show [all].")
-@click.option(
-    "--recovery",
-    "recovery_source",
-    type=click.Choice(["assumed", "measured"]),
-    default="assumed",
-    show_default=True,
-    help="measured: the manual mode waits for the fleet's measured mean repair time (MTTR) from the "
-    "warehouse (--db); detection and restart times come from training-job logs where ingested; the "
-    "rest stays assumed (docs/projection.md).",
-)
+@recovery_option()
 @click.option("--monte-carlo-runs", type=int, default=10_000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--explain", is_flag=True, help="Print the formulas and every assumption.")

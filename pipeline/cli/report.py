@@ -12,6 +12,7 @@ from pipeline import report as report_mod
 from pipeline.cli.common import (
     db_option,
     main,
+    recovery_option,
     until_option,
 )
 
@@ -29,6 +30,7 @@ from pipeline.cli.common import (
     type=click.Path(dir_okay=False, path_type=Path),
     help="TOML job spec to project (see failcast project); without [failures] the fleet's rate is used.",
 )
+@recovery_option()
 @click.option("--monte-carlo-runs", type=int, default=10_000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
@@ -47,6 +49,7 @@ def report(
     out: Path,
     observed_until,
     job_path,
+    recovery_source: str,
     monte_carlo_runs: int,
     seed: int,
     images: bool,
@@ -60,7 +63,17 @@ def report(
         spec = projection.job_spec_for_fleet(
             job_path, fleet_failure=lambda n: analysis_mod.failure_model_for(result, n)
         )
-        outlook = report_mod.job_outlook(spec, monte_carlo_runs=monte_carlo_runs, seed=seed)
+        measured = None
+        if recovery_source == "measured":
+            measured = analysis_mod.measured_recovery_hours(result)
+            if not measured:
+                raise ValueError(
+                    f"--recovery measured: no outage in {db} has an end (resolved_at or a return in the "
+                    "inventory) and no training log has an interruption; use --recovery assumed"
+                )
+        outlook = report_mod.job_outlook(
+            spec, monte_carlo_runs=monte_carlo_runs, seed=seed, measured=measured
+        )
     path = report_mod.write_report(result, out, projection=outlook, images=images, baselines=baselines)
     click.echo(f"wrote {path}")
     if images:

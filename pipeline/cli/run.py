@@ -17,6 +17,7 @@ from pipeline.cli.common import (
     fail,
     json_option,
     main,
+    recovery_option,
 )
 
 # --- run -----------------------------------------------------------------------------------------
@@ -63,6 +64,7 @@ warehouse lock; 130/143 interrupted by SIGINT/SIGTERM (the run is recorded as fa
     help="Seconds to wait for another run's lock before exiting with code 75 (config default 60).",
 )
 @click.option("--log-format", type=click.Choice(config_mod.LOG_FORMATS), help="Log lines on stderr.")
+@recovery_option(default=None)
 @click.option(
     "--print-config",
     type=click.Choice(["toml", "json"]),

@@ -54,8 +54,19 @@ class JobOutlook:
     failure: proj.FailureModel | None = None  # the failure model the projection used
 
 
-def job_outlook(spec: proj.JobSpec, *, monte_carlo_runs: int = 10_000, seed: int = 0) -> JobOutlook:
-    """Project ``spec`` and collect what the report draws, as frames."""
+def job_outlook(
+    spec: proj.JobSpec,
+    *,
+    monte_carlo_runs: int = 10_000,
+    seed: int = 0,
+    measured: dict[str, float] | None = None,
+) -> JobOutlook:
+    """Project ``spec`` and collect what the report draws, as frames. ``measured``: recovery
+    times the fleet measured (``pipeline.analysis.measured_recovery_hours``), used in place of the
+    profiles' assumptions (:func:`pipeline.projection.measured_recovery`) and marked so."""
+    sources = proj.recovery_sources(spec.recovery, **measured) if measured else []
+    if measured:
+        spec = dataclasses.replace(spec, recovery=proj.measured_recovery(spec.recovery, **measured))
     result = proj.project(spec, monte_carlo_runs=monte_carlo_runs, seed=seed)
     modes = list(result.modes)
     rows = []
@@ -129,7 +140,7 @@ def job_outlook(spec: proj.JobSpec, *, monte_carlo_runs: int = 10_000, seed: int
         size_sweep=size_sweep,
         days_histogram=histogram,
         checkpoint_curve=_checkpoint_curve(spec),
-        assumptions=_assumptions(spec, result, monte_carlo_runs, seed),
+        assumptions=_assumptions(spec, result, monte_carlo_runs, seed, sources),
         explanation=proj.explain(result),
         failure_models=pl.DataFrame(compare) if differences else None,
         failure_model_note=" ".join(differences),
@@ -159,7 +170,15 @@ def _checkpoint_curve(spec: proj.JobSpec) -> pl.DataFrame:
     return pl.concat(frames)
 
 
-def _assumptions(spec: proj.JobSpec, result: proj.Projection, runs: int, seed: int) -> pl.DataFrame:
+def _assumptions(
+    spec: proj.JobSpec, result: proj.Projection, runs: int, seed: int, sources: list[dict]
+) -> pl.DataFrame:
+    """The projection's inputs in words; a recovery time measured by the fleet says so."""
+    measured = {(s["mode"], s["time"]) for s in sources if s["measured"]}
+
+    def time(mode: str, name: str, hours: float) -> str:
+        return f"{name} {_hours(hours)}{' (measured)' if (mode, name) in measured else ''}"
+
     f = spec.failure
     rows = [
         ("job", spec.name),
@@ -174,9 +193,9 @@ def _assumptions(spec: proj.JobSpec, result: proj.Projection, runs: int, seed: i
         rows.append(
             (
                 f"recovery: {mode}",
-                f"detect {_hours(p.detect_hours)} + replace {_hours(p.replace_hours)} + restart "
-                f"{_hours(p.restart_hours)}; checkpoint every {_hours(p.checkpoint_interval_hours)}, "
-                f"writing takes {_hours(p.checkpoint_write_hours)}",
+                f"{time(mode, 'detect', p.detect_hours)} + {time(mode, 'replace', p.replace_hours)} + "
+                f"{time(mode, 'restart', p.restart_hours)}; checkpoint every "
+                f"{_hours(p.checkpoint_interval_hours)}, writing takes {_hours(p.checkpoint_write_hours)}",
             )
         )
     return pl.DataFrame(rows, schema=["assumption", "value"], orient="row")

@@ -176,7 +176,15 @@ def _job_outlook(cfg: RunConfig, result: analysis.FleetAnalysis) -> report.JobOu
     spec = projection.job_spec_for_fleet(
         cfg.jobs[0], fleet_failure=lambda n: analysis.failure_model_for(result, n), recovery=cfg.recovery
     )
-    return report.job_outlook(spec)
+    measured = analysis.measured_recovery_hours(result) if cfg.recovery_source == "measured" else None
+    if measured == {}:
+        log(
+            "project",
+            "recovery_source = measured, but no outage has an end and no training log an interruption: "
+            "the projection uses the assumed recovery times",
+            logging.WARNING,
+        )
+    return report.job_outlook(spec, measured=measured)
 
 
 def _ingest(con, cfg: RunConfig, record: RunRecord, progress: bool) -> dict[str, int]:
