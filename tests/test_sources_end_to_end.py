@@ -296,7 +296,10 @@ def test_report_and_run_use_the_measured_recovery_times_when_asked(fleet, tmp_pa
 
     truth, db, _ = fleet
     job = tmp_path / "job.toml"
-    job.write_text('name = "j"\n[work]\ngpu_hours = 1e5\ngpu = "H100"\n[cluster]\ninstances = 8\nprice_per_gpu_hour_usd = 2\n')
+    job.write_text(
+        'name = "j"\n[work]\ngpu_hours = 1e5\ngpu = "H100"\n'
+        "[cluster]\ninstances = 8\nprice_per_gpu_hour_usd = 2\n"
+    )
     mttr = np.mean([f.repair_hours for f in truth])
     out = tmp_path / "report"
     result = CliRunner().invoke(
