@@ -1,0 +1,121 @@
+"""Where extract's tasks run: ``local`` (a process pool on this machine) or ``ray`` (Ray Data).
+
+Both run the same picklable function, one input file per task, and return its results in the
+order of the tasks. A task whose worker dies (killed, out of memory) is run again (local: up to
+:data:`ATTEMPTS` times in all; Ray: Ray Data's default, which retries a task that lost its worker
+until it succeeds, ``max_retries`` as an argument being deprecated in Ray 2.60). Its outputs are
+whole files renamed into place and its manifest entry comes last (:mod:`pipeline.extract`), so a
+second run of a task never counts a line twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+
+import numpy as np
+
+ENGINES = ("local", "ray")
+ATTEMPTS = 3
+RAY_EXTRA = "pip install 'failcast[ray]'"
+
+Task = Callable[[Mapping], dict]
+
+
+class EngineMissing(RuntimeError):
+    """The engine's package is not installed; the message says how to install it."""
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def run_tasks(
+    engine: str, task: Task, items: Sequence[Mapping], *, workers: int | None, address: str | None
+) -> list[dict]:
+    if not items:
+        return []
+    if engine == "ray":
+        return run_ray(task, items, workers=workers, address=address)
+    return run_local(task, items, workers=workers or cores())
+
+
+def run_local(task: Task, items: Sequence[Mapping], *, workers: int) -> list[dict]:
+    """``task`` over ``items`` in ``workers`` spawned processes. A dead worker breaks the pool: the
+    tasks it took down are run again in a fresh pool."""
+    results: dict[int, dict] = {}
+    attempts = dict.fromkeys(range(len(items)), 0)
+    pending = list(range(len(items)))
+    while pending:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(min(workers, len(pending)), mp_context=context) as pool:
+            futures = {pool.submit(task, items[i]): i for i in pending}
+            for future in as_completed(futures):
+                try:
+                    results[futures[future]] = future.result()
+                except BrokenProcessPool:
+                    attempts[futures[future]] += 1
+        pending = [i for i in pending if i not in results]
+        for i in pending:
+            if attempts[i] >= ATTEMPTS:
+                raise RuntimeError(
+                    f"{items[i]['source']}: the worker parsing it died {ATTEMPTS} times (out of memory?)"
+                )
+    return [results[i] for i in range(len(items))]
+
+
+def _run_batch(batch: dict[str, np.ndarray], task: Task) -> dict[str, np.ndarray]:
+    """A Ray Data batch of JSON tasks -> their results as JSON (plain strings travel as Arrow)."""
+    done = [json.dumps(task(json.loads(item))) for item in batch["task"]]
+    return {"result": np.array(done, dtype=object)}
+
+
+def run_ray(task: Task, items: Sequence[Mapping], *, workers: int | None, address: str | None) -> list[dict]:
+    """``task`` over ``items`` with Ray Data: one block per input file, ``map_batches`` with one
+    file per batch and one CPU per task, so Ray spreads the files over the cluster's cores (and
+    reruns a task whose worker died). Joins the cluster at ``address`` (``auto``: the one this
+    machine belongs to), or uses the Ray session already started in this process, or starts a
+    local one with ``workers`` CPUs (default: the cores) and stops it after."""
+    try:
+        import ray
+        import ray.data
+    except ImportError as exc:
+        raise EngineMissing(f"--engine ray needs Ray: {RAY_EXTRA}") from exc
+    started = not ray.is_initialized()
+    if started:
+        ray.init(
+            address=address,
+            num_cpus=None if address else workers or cores(),
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+            configure_logging=True,
+        )
+    logging.getLogger("ray.data").setLevel(logging.ERROR)  # progress lines on stderr: extract reports itself
+    try:
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False
+        context.print_on_execution_start = False
+        dataset = ray.data.from_items(
+            [{"task": json.dumps(dict(item))} for item in items], override_num_blocks=len(items)
+        )
+        mapped = dataset.map_batches(
+            _run_batch,
+            fn_kwargs={"task": task},
+            batch_size=1,
+            batch_format="numpy",
+            num_cpus=1,
+        )
+        by_source = {}
+        for row in mapped.take_all():
+            result = json.loads(row["result"])
+            by_source[result["path"]] = result
+    finally:
+        if started:
+            ray.shutdown()
+    return [by_source[item["source"]] for item in items]
