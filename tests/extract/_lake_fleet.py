@@ -49,12 +49,13 @@ SACCT = """JobID|JobName|State|Start|End|ElapsedRaw|NNodes|NodeList
 101|eval|COMPLETED|2026-03-02T00:00:00|2026-03-02T02:00:00|7200|2|gpu-[04-05]
 """
 
-INCIDENTS = """timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at
-2026-03-04T01:00:00Z,c1,gpu-00,Faulty GPU,1,100,replaced,2026-03-04T09:00:00Z
-2026-03-05T02:00:00Z,c1,gpu-04,gpu_fell_off_bus,2,,,
-2026-03-05T02:00:00Z,c1,gpu-04,gpu_fell_off_bus,2,,,
-2026-04-06T03:00:00Z,c2,gpu-06,ECC,0,,,
-not-a-time,c1,gpu-01,ECC,0,,,
+# an extra column (level): kept as JSON attributes, through the lake too
+INCIDENTS = """timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at,level
+2026-03-04T01:00:00Z,c1,gpu-00,Faulty GPU,1,100,replaced,2026-03-04T09:00:00Z,sev1
+2026-03-05T02:00:00Z,c1,gpu-04,gpu_fell_off_bus,2,,,,sev2
+2026-03-05T02:00:00Z,c1,gpu-04,gpu_fell_off_bus,2,,,,sev2
+2026-04-06T03:00:00Z,c2,gpu-06,ECC,0,,,,
+not-a-time,c1,gpu-01,ECC,0,,,,sev3
 """
 
 INVENTORY = "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n" + "".join(

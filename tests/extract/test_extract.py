@@ -60,6 +60,8 @@ def test_lake_ingest_gives_exactly_what_direct_ingest_gives(fleet, tmp_path):
     # across files: the Xid line shared by consecutive shards is a duplicate in the later one
     kern = [s for s in from_lake if s.format == "kernel-log"]
     assert [s.rows_duplicate for s in kern] == [1, 2, 2]
+    attributes = tables(tmp_path / "lake.duckdb")["events"]["attributes"].drop_nulls()
+    assert attributes.len() == 3 and attributes.str.contains('"level":"sev1"').sum() == 1
     assert_same_warehouse(tmp_path / "direct.duckdb", tmp_path / "lake.duckdb")
 
 
