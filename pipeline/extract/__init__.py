@@ -10,9 +10,11 @@ across files, incidents, fits, projection, report) stays as it is.
 
 Crash safety: every part file is written under a temporary name (``.part-*.tmp``, never read) and
 renamed when complete; the input's manifest entry is written the same way, last. An input without a
-manifest entry is not in the lake: a crashed task's input is parsed again by the next run (its
-parts, named by the input's sha256, are replaced whole). Re-running skips every input whose sha256
-has a manifest entry. One extract run per lake at a time.
+manifest entry is not in the lake: a crashed task's input is parsed again, by the engine's retry or
+the next run (its parts, named by the input's sha256, are replaced whole); an input whose worker
+died :data:`ATTEMPTS` times in one run (a file too big for a worker's memory) is reported as
+failed. Re-running skips every input whose sha256 has a manifest entry. One extract run per lake
+at a time.
 
 Engines (:mod:`.engines`): ``local``, a process pool on this machine; ``ray``, Ray Data's
 ``map_batches`` on a Ray cluster (optional extra ``failcast[ray]``).
@@ -38,7 +40,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pipeline import warehouse
-from pipeline.extract.engines import ENGINES, EngineMissing, run_tasks
+from pipeline.extract.engines import ATTEMPTS, ENGINES, EngineMissing, run_tasks
 from pipeline.ingest import (
     InputError,
     check_readable,
@@ -51,6 +53,11 @@ from pipeline.ingest import (
 )
 from pipeline.ingest import lake as layout
 from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, head_text, is_gzip
+
+ATTEMPTS_DIR = "attempts"
+"""``LAKE/attempts/<run>-<sha256>-<id>``: one empty file per attempt at an input whose process is
+still running it, or died running it; the attempt after :data:`ATTEMPTS` deaths reports the input
+as failed instead of parsing it again (Ray Data retries a task that lost its worker without end)."""
 
 __all__ = ["ENGINES", "EngineMissing", "ExtractOptions", "Extracted", "extract_files", "list_inputs"]
 
@@ -193,7 +200,7 @@ def extract_one(task: Mapping, *, lake: str, options: ExtractOptions) -> dict:
 
 
 def _extract(path: Path, task: Mapping, lake: Path, options: ExtractOptions) -> Extracted:
-    source, started = task["source"], time.perf_counter()
+    source = task["source"]
     check_readable(path)
     size = path.stat().st_size
     if size == 0 or (is_gzip(path) and not head_text(path, 1)):
@@ -201,6 +208,27 @@ def _extract(path: Path, task: Mapping, lake: Path, options: ExtractOptions) -> 
     sha = sha256_of(path)
     if layout.manifest_path(lake, sha).exists():
         return Extracted(source, skipped=True)
+    # one marker per attempt, removed when the attempt ends in any way but its process dying
+    run = task["listed"][0]
+    died = len(list((lake / ATTEMPTS_DIR).glob(f"{run}-{sha}-*")))
+    if died >= ATTEMPTS:
+        raise InputError(
+            f"{path}: the worker parsing it died {died} times (out of memory?); not in the lake. Run "
+            "extract again with fewer --workers per machine (more memory each), or on a bigger machine"
+        )
+    marker = lake / ATTEMPTS_DIR / f"{run}-{sha}-{uuid.uuid4().hex}"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+    try:
+        return _parse_into_lake(path, task, sha, size, lake, options)
+    finally:
+        marker.unlink()
+
+
+def _parse_into_lake(
+    path: Path, task: Mapping, sha: str, size: int, lake: Path, options: ExtractOptions
+) -> Extracted:
+    source, started = task["source"], time.perf_counter()
     fmt = options.fmt or detect_format(path)
     if fmt not in layout.LAKE_FORMATS:
         raise InputError(
@@ -283,11 +311,16 @@ def extract_files(
         raise InputError(f"{lake}: not a directory; --out takes the lake's directory")
     with warehouse.scratch() as con, session_timezone(con, options.timezone):
         pass  # a bad --timezone stops here, before any task runs
-    (lake / layout.MANIFEST).mkdir(parents=True, exist_ok=True)
-    for stale in lake.rglob(".*.tmp"):  # a crashed run's unfinished writes: never read, now removed
+    files = list_inputs(sources)
+    for folder in (layout.MANIFEST, ATTEMPTS_DIR):
+        (lake / folder).mkdir(parents=True, exist_ok=True)
+    # a crashed run's unfinished writes (never read) and attempt markers: removed
+    for stale in [*lake.rglob(".*.tmp"), *(lake / ATTEMPTS_DIR).iterdir()]:
         stale.unlink()
-    run = datetime.now(UTC).isoformat(timespec="microseconds")
-    tasks = [{"source": s, "listed": [run, i]} for i, s in enumerate(list_inputs(sources))]
+    run = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")  # sorts in time order; a file name part
+    tasks = [{"source": s, "listed": [run, i]} for i, s in enumerate(files)]
     task = partial(extract_one, lake=str(lake.resolve()), options=options)
     results = run_tasks(engine, task, tasks, workers=options.workers, address=address)
+    for died in (lake / ATTEMPTS_DIR).glob(f"{run}-*"):
+        died.unlink()
     return [Extracted(**{**r, "notes": tuple(r["notes"])}) for r in results]

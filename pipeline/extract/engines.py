@@ -1,10 +1,11 @@
 """Where extract's tasks run: ``local`` (a process pool on this machine) or ``ray`` (Ray Data).
 
 Both run the same picklable function, one input file per task, and return its results in the
-order of the tasks. A task whose worker dies (killed, out of memory) is run again (local: up to
-:data:`ATTEMPTS` times in all; Ray: Ray Data's default, which retries a task that lost its worker
-until it succeeds, ``max_retries`` as an argument being deprecated in Ray 2.60). Its outputs are
-whole files renamed into place and its manifest entry comes last (:mod:`pipeline.extract`), so a
+order of the tasks. A task whose worker dies (killed, out of memory) is run again (local: by a
+fresh pool; Ray: Ray Data's default, which retries a task that lost its worker, ``max_retries`` as
+an argument being deprecated in Ray 2.60); the task itself gives up after :data:`ATTEMPTS` deaths
+(:mod:`pipeline.extract`). Its outputs are whole files renamed into place and its manifest entry
+comes last (:mod:`pipeline.extract`), so a
 second run of a task never counts a line twice.
 """
 
@@ -17,6 +18,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import suppress
 
 import numpy as np
 
@@ -46,27 +48,30 @@ def run_tasks(
 
 
 def run_local(task: Task, items: Sequence[Mapping], *, workers: int) -> list[dict]:
-    """``task`` over ``items`` in ``workers`` spawned processes. A dead worker breaks the pool: the
-    tasks it took down are run again in a fresh pool."""
+    """``task`` over ``items`` in ``workers`` spawned processes. A dead worker breaks the pool and
+    takes the tasks then running in the other workers down with it: those run again in a fresh
+    pool, and after a second loss each alone, so only the task that kills its worker is lost again
+    (the task counts its own deaths and reports itself failed after :data:`ATTEMPTS`)."""
     results: dict[int, dict] = {}
-    attempts = dict.fromkeys(range(len(items)), 0)
-    pending = list(range(len(items)))
-    while pending:
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(min(workers, len(pending)), mp_context=context) as pool:
-            futures = {pool.submit(task, items[i]): i for i in pending}
-            for future in as_completed(futures):
-                try:
-                    results[futures[future]] = future.result()
-                except BrokenProcessPool:
-                    attempts[futures[future]] += 1
-        pending = [i for i in pending if i not in results]
-        for i in pending:
-            if attempts[i] >= ATTEMPTS:
-                raise RuntimeError(
-                    f"{items[i]['source']}: the worker parsing it died {ATTEMPTS} times (out of memory?)"
-                )
+    lost = _pool(task, items, range(len(items)), workers, results)
+    if lost:
+        lost = _pool(task, items, lost, workers, results)
+    for _ in range(ATTEMPTS):
+        lost = [i for i in lost if _pool(task, items, [i], 1, results)]
+    if lost:
+        raise RuntimeError(f"{items[lost[0]]['source']}: the worker parsing it kept dying (out of memory?)")
     return [results[i] for i in range(len(items))]
+
+
+def _pool(task: Task, items: Sequence[Mapping], indices: Sequence[int], workers: int, results: dict) -> list:
+    """Run the tasks ``indices`` in a fresh pool into ``results``; returns those lost with a worker."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(min(workers, len(indices)), mp_context=context) as pool:
+        futures = {pool.submit(task, items[i]): i for i in indices}
+        for future in as_completed(futures):
+            with suppress(BrokenProcessPool):
+                results[futures[future]] = future.result()
+    return [i for i in indices if i not in results]
 
 
 def _run_batch(batch: dict[str, np.ndarray], task: Task) -> dict[str, np.ndarray]:

@@ -118,17 +118,30 @@ def lake_ingest(lake: Path, db: Path) -> list[ingest.FileSummary]:
         con.close()
 
 
+def _die_after_first_rename() -> None:
+    """From now on this process exits right after the first file it renames into the lake: a task
+    killed mid-file, after a part is in place and before its manifest entry."""
+    real = os.replace
+
+    def replace_then_die(src, dst):
+        real(src, dst)
+        os._exit(1)
+
+    os.replace = replace_then_die
+
+
 def crash_once(task: Mapping, *, marker: str, victim: str, inner: Callable[[Mapping], dict]) -> dict:
-    """``inner(task)``, except that the first attempt at the input named ``victim`` dies mid-file:
-    its worker process exits right after the first part file is renamed into the lake (before the
-    manifest entry), as a killed or out-of-memory worker would."""
+    """``inner(task)``, except that the first attempt at the input named ``victim`` dies mid-file,
+    as a killed or out-of-memory worker would."""
     if task["source"].endswith(victim) and not os.path.exists(marker):
         Path(marker).touch()
-        real = os.replace
+        _die_after_first_rename()
+    return inner(task)
 
-        def replace_then_die(src, dst):
-            real(src, dst)
-            os._exit(1)
 
-        os.replace = replace_then_die
+def crash_always(task: Mapping, *, victim: str, inner: Callable[[Mapping], dict]) -> dict:
+    """``inner(task)``, except that every attempt at the input named ``victim`` dies mid-file (a file
+    too big for a worker's memory)."""
+    if task["source"].endswith(victim):
+        _die_after_first_rename()
     return inner(task)

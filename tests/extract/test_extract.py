@@ -19,6 +19,7 @@ from tests.extract._lake_fleet import (
     BAD_XID,
     BUSES,
     YEAR,
+    crash_always,
     crash_once,
     direct_ingest,
     lake_ingest,
@@ -42,8 +43,8 @@ def cli_json(*args: str) -> object:
 def assert_same_warehouse(direct_db: Path, lake_db: Path) -> None:
     """Same rows in every table, and the same rates and fits from the CLI."""
     direct, from_lake = tables(direct_db), tables(lake_db)
+    assert direct["events"].height and direct["incidents"].height and direct["rejects"].height
     for name, frame in direct.items():
-        assert frame.height > 0, name
         assert from_lake[name].equals(frame), name
     for command in (["rates"], ["rates", "--by", "node_id"], ["fit"]):
         assert cli_json(*command, "--db", str(lake_db)) == cli_json(*command, "--db", str(direct_db))
@@ -63,6 +64,7 @@ def test_lake_ingest_gives_exactly_what_direct_ingest_gives(fleet, tmp_path):
     attributes = tables(tmp_path / "lake.duckdb")["events"]["attributes"].drop_nulls()
     assert attributes.len() == 3 and attributes.str.contains('"level":"sev1"').sum() == 1
     assert_same_warehouse(tmp_path / "direct.duckdb", tmp_path / "lake.duckdb")
+    assert all(frame.height for frame in tables(tmp_path / "lake.duckdb").values())
 
 
 def test_rerunning_extract_and_ingest_changes_nothing(fleet, tmp_path):
@@ -115,6 +117,29 @@ def test_a_worker_killed_mid_file_is_redone_and_every_line_counted_once(fleet, t
     assert marker.exists()  # the first attempt did die
     assert [r["error"] for r in results] == [None] * len(fleet)
     direct_ingest(fleet, tmp_path / "direct.duckdb")
+    lake_ingest(lake, tmp_path / "lake.duckdb")
+    assert_same_warehouse(tmp_path / "direct.duckdb", tmp_path / "lake.duckdb")
+
+
+def test_a_file_that_kills_every_worker_is_reported_and_the_others_are_in_the_lake(fleet, tmp_path):
+    """Every attempt at kern-1.log dies (as out of memory would): after three deaths it is reported
+    as failed; the other files, even those whose worker the broken pool took down, are in the lake."""
+    lake = tmp_path / "lake"
+    lake.joinpath("manifest").mkdir(parents=True)
+    inner = partial(extract_one, lake=str(lake), options=OPTIONS)
+    task = partial(crash_always, victim="kern-1.log", inner=inner)
+    items = [{"source": str(f), "listed": ["run", i]} for i, f in enumerate(fleet[:4])]
+    results = run_local(task, items, workers=2)
+    errors = {Path(r["path"]).name: r["error"] for r in results}
+    assert errors.pop("kern-1.log").endswith("died 3 times (out of memory?); not in the lake. Run extract "
+                                            "again with fewer --workers per machine (more memory each), "
+                                            "or on a bigger machine")  # fmt: skip
+    assert set(errors.values()) == {None}
+    others = [f for f in fleet[:4] if f.name != "kern-1.log"]
+    assert sorted(json.loads(p.read_text())["path"] for p in (lake / "manifest").glob("*.json")) == sorted(
+        map(str, others)
+    )
+    direct_ingest(others, tmp_path / "direct.duckdb")
     lake_ingest(lake, tmp_path / "lake.duckdb")
     assert_same_warehouse(tmp_path / "direct.duckdb", tmp_path / "lake.duckdb")
 
