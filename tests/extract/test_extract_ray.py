@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.extract import ExtractOptions, extract_files, extract_one
 from pipeline.extract.engines import run_ray
-from tests.extract._lake_fleet import BUSES, YEAR, crash_once, direct_ingest, lake_ingest
+from tests.extract._lake_fleet import BUSES, YEAR, crash_always, crash_once, direct_ingest, lake_ingest
 from tests.extract.test_extract import assert_same_warehouse
 
 ray = pytest.importorskip("ray")
@@ -50,3 +50,18 @@ def test_a_ray_worker_killed_mid_file_is_redone_and_every_line_counted_once(flee
     direct_ingest(fleet, tmp_path / "direct.duckdb")
     lake_ingest(lake, tmp_path / "lake.duckdb")
     assert_same_warehouse(tmp_path / "direct.duckdb", tmp_path / "lake.duckdb")
+
+
+def test_a_file_that_kills_every_ray_worker_is_reported_after_three_deaths(fleet, tmp_path):
+    """Ray Data retries a task that lost its worker without end; the task stops it by counting its
+    own deaths, and the other files are in the lake."""
+    lake = tmp_path / "lake"
+    lake.joinpath("manifest").mkdir(parents=True)
+    inner = partial(extract_one, lake=str(lake), options=OPTIONS)
+    task = partial(crash_always, victim="sacct.txt", inner=inner)
+    items = [{"source": str(f), "listed": ["run", i]} for i, f in enumerate(fleet)]
+    results = run_ray(task, items, workers=None, address=None)
+    failed = [r for r in results if r["error"]]
+    assert [r["path"] for r in failed] == [str(f) for f in fleet if f.name == "sacct.txt"]
+    assert "died 3 times" in failed[0]["error"]
+    assert len(list((lake / "manifest").glob("*.json"))) == len(fleet) - 1
