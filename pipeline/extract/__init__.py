@@ -106,10 +106,7 @@ def list_inputs(sources: Sequence[str]) -> list[str]:
     file under a prefix."""
     files: dict[str, None] = {}
     for source in sources:
-        if "://" in source and not source.startswith("file://"):
-            found = _list_url(source)
-        else:
-            found = [str(p) for p in expand_pattern(source.removeprefix("file://"))]
+        found = _list_url(source) if "://" in source else [str(p) for p in expand_pattern(source)]
         if not found:
             raise InputError(f"{source}: no files match")
         files.update(dict.fromkeys(found))
@@ -126,24 +123,31 @@ def _list_url(url: str) -> list[str]:
         return [url]
     if info.type != pafs.FileType.Directory:
         raise InputError(f"{url}: no such file or prefix")
-    scheme = url.split("://", 1)[0]
+    # the URL up to the path, e.g. s3:// or hdfs://namenode:8020
+    trimmed, path = url.rstrip("/"), root.rstrip("/")
+    base = trimmed[: len(trimmed) - len(path)] if trimmed.endswith(path) else url.split("://", 1)[0] + "://"
     listed = fs.get_file_info(pafs.FileSelector(root, recursive=True))
-    return sorted(f"{scheme}://{f.path}" for f in listed if f.type == pafs.FileType.File)
+    return sorted(base + f.path for f in listed if f.type == pafs.FileType.File)
 
 
 @contextmanager
 def _local_copy(source: str) -> Iterator[Path]:
     """The input as a local file: a local path as is; a URL streamed to a temporary file that keeps
     the object's modification time (syslog years are read from it)."""
-    if "://" not in source or source.startswith("file://"):
-        yield Path(source.removeprefix("file://"))
+    if "://" not in source:
+        yield Path(source)
         return
-    fs, path = pafs.FileSystem.from_uri(source)
-    info = fs.get_file_info(path)
     with tempfile.TemporaryDirectory(prefix="failcast-extract-") as tmp:
-        local = Path(tmp) / Path(path).name
-        with fs.open_input_stream(path) as src, local.open("wb") as dst:
-            shutil.copyfileobj(src, dst, 8 << 20)
+        try:
+            fs, path = pafs.FileSystem.from_uri(source)
+            info = fs.get_file_info(path)
+            if info.type != pafs.FileType.File:
+                raise InputError(f"{source}: no such object (or not a file)")
+            local = Path(tmp) / Path(path).name
+            with fs.open_input_stream(path) as src, local.open("wb") as dst:
+                shutil.copyfileobj(src, dst, 8 << 20)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{source}: cannot read ({exc}); check the URL and the credentials") from exc
         if info.mtime is not None:
             os.utime(local, (info.mtime.timestamp(), info.mtime.timestamp()))
         yield local

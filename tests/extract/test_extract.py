@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from pipeline import ingest, warehouse
 from pipeline.cli import main
 from pipeline.extract import ExtractOptions, extract_files, extract_one
 from pipeline.extract.engines import run_local
@@ -24,6 +28,7 @@ from tests.extract._lake_fleet import (
     direct_ingest,
     lake_ingest,
     tables,
+    write_fleet,
 )
 
 OPTIONS = ExtractOptions(year=YEAR, bus_order=tuple(BUSES), workers=2)
@@ -191,3 +196,31 @@ def test_cluster_names_stay_one_partition_directory():
     assert layout.partition_value("a/b=c") == "a%2Fb%3Dc"
     assert layout.partition_value("..") == "%2E%2E"
     assert layout.partition_value("c1") == "c1"
+
+
+def test_urls_are_read_through_pyarrow_filesystems_keeping_the_objects_mtime(tmp_path):
+    """A ``file://`` prefix goes the way of ``s3://`` or ``gs://``: listed and streamed by pyarrow
+    into a temporary copy. Without --year the syslog lines take their year from the modification
+    time (2025 here), which the copy keeps; manifest and rejects name the URL."""
+    files = sorted(write_fleet(tmp_path / "logs"))
+    stamp = datetime(2025, 6, 1, tzinfo=UTC).timestamp()
+    for f in files:
+        os.utime(f, (stamp, stamp))
+    lake = tmp_path / "lake"
+    options = ExtractOptions(bus_order=tuple(BUSES), workers=2)
+    extracted = extract_files([f"file://{tmp_path / 'logs'}/"], lake, options=options)
+    assert [e.path for e in extracted] == [f"file://{f}" for f in files]
+    assert [e.error for e in extracted] == [None] * len(files)
+    con = warehouse.connect(tmp_path / "direct.duckdb")
+    ingest.ingest_files(con, files, bus_order=BUSES)
+    con.close()
+    lake_ingest(lake, tmp_path / "lake.duckdb")
+    direct, from_lake = tables(tmp_path / "direct.duckdb"), tables(tmp_path / "lake.duckdb")
+    for name in ("events", "incidents", "inventory", "jobs"):
+        assert from_lake[name].equals(direct[name]), name
+    assert direct["events"]["timestamp_utc"].dt.year().is_in([2025, 2026]).all()
+    assert (direct["events"]["timestamp_utc"].dt.year() == 2025).any()  # the syslog lines
+    as_urls = direct["rejects"].with_columns(path="file://" + pl.col("path"))
+    assert from_lake["rejects"].equals(as_urls)
+    with pytest.raises(InputError, match="no such file or prefix"):
+        extract_files([f"file://{tmp_path / 'nowhere'}/"], lake)
