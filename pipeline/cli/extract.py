@@ -15,12 +15,14 @@ EXTRACT_HELP = f"""Parse log files into a hive-partitioned Parquet lake, one tas
 
 \b
 SOURCE: files, globs ('logs/**/*.log') or URLs that pyarrow's filesystems read (s3://bucket/logs/,
-gs://..., hdfs://...: a file or every file under the prefix). Formats: {", ".join(layout.LAKE_FORMATS)}
-(as for failcast ingest; the others are ingested directly). Each file is parsed by failcast ingest's own
-reader; the lake LAKE holds its events, jobs, inventory rows, rejects (file, line, raw, reason) and a
-manifest entry with its line counts. Files already in the lake (same sha256) are skipped; a file whose
-task died is parsed again by the next run. Then 'failcast ingest LAKE' merges the new files into the
-warehouse (duplicates across files, incidents, rates: as if the files were ingested directly).
+gs://..., hdfs://...: a file or every file under the prefix).
+Formats: {", ".join(layout.LAKE_FORMATS)} (as for failcast ingest; the others are
+ingested directly). Each file is parsed by failcast ingest's own reader; the lake LAKE holds its
+events, jobs, inventory rows, rejects (file, line, raw, reason) and a manifest entry with its line
+counts. Files already in the lake (same sha256) are skipped; a file whose task died is parsed again
+(after 3 deaths in one run it is reported as failed). Then 'failcast ingest LAKE' merges the new
+files into the warehouse (duplicates across files, incidents, rates: as if the files were ingested
+directly).
 
 \b
 Engines: local (default) - a process pool on this machine (--workers, default: the cores);
@@ -32,7 +34,12 @@ Needs {extract_mod.engines.RAY_EXTRA}. On a cluster, LAKE must be a path every n
 
 @main.command(help=EXTRACT_HELP)
 @click.argument("sources", nargs=-1, required=True)
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Lake.")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The lake's directory (created if needed).",
+)
 @click.option("--engine", type=click.Choice(extract_mod.ENGINES), default="local", show_default=True)
 @click.option("--address", help="Ray cluster address (--engine ray), e.g. auto or ray://head:10001.")
 @click.option("--workers", type=click.IntRange(min=1), help="Parallel tasks (default: the cores).")
