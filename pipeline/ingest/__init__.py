@@ -353,8 +353,9 @@ def ingest_files(
     summaries: list[FileSummary] = []
     try:
         for path in map(Path, paths):
-            if lake.is_lake(path):
-                summaries += lake.ingest_lake(con, path, category_map=options["category_map"])
+            if lake.is_lake(path):  # each input's summary kept as it commits, should a later one fail
+                for summary in lake.ingest_lake(con, path, category_map=options["category_map"]):
+                    summaries.append(summary)
             else:
                 summaries.append(_ingest_one(con, path, fmt=fmt, options=options))
     except InputError:

@@ -30,9 +30,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
+import duckdb
+
 from pipeline.ingest import taxonomy
 from pipeline.ingest.canonical import TABLE_FORMATS, UPSERT_INVENTORY, WORK_TABLES
-from pipeline.ingest.common import FileSummary, count, record_counts, register_file
+from pipeline.ingest.common import FileSummary, InputError, count, record_counts, register_file
 from pipeline.ingest.sacct import REPLACE_JOBS
 from pipeline.ingest.slurm_events import FORMAT as SLURM_EVENTS
 from pipeline.warehouse import transaction
@@ -143,20 +145,27 @@ def entries(lake: Path) -> Iterator[dict]:
     yield from sorted(listed, key=lambda e: (e["listed"], e["path"]))
 
 
-def ingest_lake(con, lake: Path, *, category_map) -> list[FileSummary]:
+def ingest_lake(con, lake: Path, *, category_map) -> Iterator[FileSummary]:
     """Every input of the lake not ingested yet (by sha256), each in its own transaction, its new
-    events classified like a file's. The caller rebuilds incidents after."""
-    summaries = []
+    events classified like a file's; yields each input's summary once it is committed. A missing or
+    unreadable part file stops with an :class:`InputError` (the inputs before it are committed).
+    The caller rebuilds incidents after."""
     for entry in entries(lake):
         if con.sql("SELECT 1 FROM ingested_files WHERE sha256 = ?", params=[entry["sha256"]]).fetchall():
-            summaries.append(FileSummary(entry["path"], "-", entry["format"], skipped=True))
+            yield FileSummary(entry["path"], "-", entry["format"], skipped=True)
             continue
-        with transaction(con):
-            summary = _ingest_entry(con, lake, entry)
-            if note := taxonomy.classify_new_events(con, category_map):
-                summary.notes.append(note)
-        summaries.append(summary)
-    return summaries
+        redo = f"delete {manifest_path(lake, entry['sha256'])} and extract {entry['path']} again"
+        missing = [p for parts in entry["parts"].values() for p in parts if not (lake / p).is_file()]
+        if missing:
+            raise InputError(f"{lake / missing[0]}: part file of {entry['path']} is missing; {redo}")
+        try:
+            with transaction(con):
+                summary = _ingest_entry(con, lake, entry)
+                if note := taxonomy.classify_new_events(con, category_map):
+                    summary.notes.append(note)
+        except duckdb.IOException as exc:
+            raise InputError(f"{lake}: a part file of {entry['path']} is unreadable ({exc}); {redo}") from exc
+        yield summary
 
 
 def _ingest_entry(con, lake: Path, entry: dict) -> FileSummary:

@@ -224,3 +224,36 @@ def test_urls_are_read_through_pyarrow_filesystems_keeping_the_objects_mtime(tmp
     assert from_lake["rejects"].equals(as_urls)
     with pytest.raises(InputError, match="no such file or prefix"):
         extract_files([f"file://{tmp_path / 'nowhere'}/"], lake)
+
+
+def test_a_lake_with_a_missing_part_stops_with_one_line_after_committing_the_inputs_before(fleet, tmp_path):
+    lake, db = tmp_path / "lake", tmp_path / "w.duckdb"
+    extract_files([str(f) for f in fleet], lake, options=OPTIONS)
+    entries = [json.loads(p.read_text()) for p in (lake / "manifest").glob("*.json")]
+    sacct = next(e for e in entries if e["format"] == "sacct")
+    (lake / sacct["parts"]["jobs"][0]).unlink()
+    message = (
+        f"{lake / sacct['parts']['jobs'][0]}: part file of {sacct['path']} is missing; delete "
+        f"{lake / 'manifest' / (sacct['sha256'] + '.json')} and extract {sacct['path']} again"
+    )
+    result = CliRunner().invoke(main, ["ingest", str(lake), "--db", str(tmp_path / "cli.duckdb")])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"failcast: {message}"
+    con = warehouse.connect(db)
+    with pytest.raises(InputError) as raised:
+        ingest.ingest_files(con, [lake])
+    con.close()
+    assert str(raised.value) == message
+    done = tables(db)
+    before = [str(f) for f in fleet[: [f.name for f in fleet].index("sacct.txt")]]
+    assert sorted(done["ingested_files"]["path"]) == sorted(before)
+    assert done["incidents"].height > 0  # rebuilt for the inputs committed before the bad one
+
+
+def test_the_stages_stay_apart():
+    """ingest never imports extract; extract opens no DuckDB connection of its own (warehouse.py does)."""
+    root = Path(__file__).resolve().parents[2] / "pipeline"
+    for module in (root / "ingest").glob("*.py"):
+        assert "pipeline.extract" not in module.read_text(), module
+    for module in (root / "extract").glob("*.py"):
+        assert "import duckdb" not in module.read_text(), module
