@@ -84,13 +84,14 @@ def run_ray(task: Task, items: Sequence[Mapping], *, workers: int | None, addres
     """``task`` over ``items`` with Ray Data: one block per input file, ``map_batches`` with one
     file per batch and one CPU per task, so Ray spreads the files over the cluster's cores (and
     reruns a task whose worker died). Joins the cluster at ``address`` (``auto``: the one this
-    machine belongs to), or uses the Ray session already started in this process, or starts a
-    local one with ``workers`` CPUs (default: the cores) and stops it after."""
+    machine belongs to; default: ``RAY_ADDRESS``), or uses the Ray session already started in this
+    process, or starts a local one with ``workers`` CPUs (default: the cores) and stops it after."""
     try:
         import ray
         import ray.data
     except ImportError as exc:
         raise EngineMissing(f"--engine ray needs Ray: {RAY_EXTRA}") from exc
+    address = address or os.environ.get("RAY_ADDRESS")  # ray.init's own default: a cluster, not num_cpus
     started = not ray.is_initialized()
     if started:
         ray.init(
