@@ -297,7 +297,19 @@ def connect(
         )
     _check_duckdb_file(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(db_path), read_only=read_only)
+    return _prepared(duckdb.connect(str(db_path), read_only=read_only), read_only, memory_limit_mb)
+
+
+def scratch():
+    """An empty in-memory warehouse with the schema, one thread: ``failcast extract`` parses each
+    input into one of its own on a worker (the workers are the parallelism) and writes what the
+    reader stored to the lake."""
+    con = _prepared(duckdb.connect(":memory:"), False, None)
+    con.execute("SET threads = 1")
+    return con
+
+
+def _prepared(con, read_only: bool, memory_limit_mb: int | None):
     con.execute("SET TimeZone = 'UTC'")
     # DuckDB draws a progress bar on stdout for queries over 2 s, even when stdout is a pipe: it
     # would corrupt `--json` output and cron logs. failcast reports progress itself. In Jupyter

@@ -54,7 +54,7 @@ SQL_WORDS = re.compile(
 ALLOWED_SQL_INTERPOLATIONS = {
     (
         "pipeline/ingest/__init__.py",
-        "checked_timezone(con, options['timezone'])",
+        "checked_timezone(con, timezone)",
     ): "a name from pg_timezone_names",
     ("pipeline/runs/batch.py", "name"): "table names from a literal tuple",
     ("pipeline/warehouse.py", "name"): "table() checks the name against the schema's tables",

@@ -6,6 +6,7 @@ the exit codes and error handling.
 
 from pipeline.cli import (  # noqa: F401 - registers commands
     backtest,
+    extract,
     ingest,
     lemons,
     metrics,

@@ -72,6 +72,11 @@ docs/public-data.md):
               KERNDTLB 1118536327 2005.06.11 R30-M0-N9-C:J16-U01 2005-06-11-17.32.07.581048 ... FATAL ...
 
 \b
+A log lake written by 'failcast extract SOURCE... --out LAKE' is ingested by naming its directory:
+  failcast ingest LAKE   only the lake's files not ingested yet (by sha256), with the same dedup
+              and line counts as ingesting the files themselves; rejects keep their file and line
+
+\b
 Every line is counted: read = ingested + duplicate + rejected + ignored. Rejected lines are kept in
 the rejects table with the reason. Files already ingested (same sha256) are skipped; records already
 stored count as duplicates, so a log that grew adds only its new lines.

@@ -8,8 +8,9 @@ codes mapped by :mod:`.xid`); Slurm ``sacct`` parsable output (:mod:`.sacct`), n
 -o json``, ``kubectl get nodes -o json``, :mod:`.kubernetes`); cloud maintenance and host-error events
 ``ec2-status`` (``aws ec2 describe-instance-status``) and ``gce-audit`` (Compute Engine system-event audit
 log entries), :mod:`.cloud_events`; PyTorch job logs ``training-log`` (NCCL watchdog, torchelastic
-restarts: :mod:`.training_log`); public data sets
-``lanl``, ``titan``, ``bgl`` (named only, :mod:`pipeline.datasets.load`). Any may be ``.gz``.
+restarts: :mod:`.training_log`); a log lake written by ``failcast extract`` (a directory,
+:mod:`.lake`); public data sets ``lanl``, ``titan``, ``bgl`` (named only,
+:mod:`pipeline.datasets.load`). Any may be ``.gz``.
 
 Rules that every reader follows:
 
@@ -32,13 +33,14 @@ from __future__ import annotations
 import glob
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import warehouse
 from pipeline.categories import CategoryMap
-from pipeline.ingest import taxonomy
+from pipeline.ingest import lake, taxonomy
 from pipeline.ingest.canonical import (
     INCIDENT_COLUMNS,
     INCIDENT_OPTIONAL,
@@ -75,6 +77,10 @@ FORMATS = (*TABLE_FORMATS, *LOG_READERS, *CLOUD_FORMATS, *DATASET_FORMATS)
 
 __all__ = [
     "expand_pattern",
+    "check_readable",
+    "read_file",
+    "reader_options",
+    "session_timezone",
     "DATASET_FORMATS",
     "FORMATS",
     "INCIDENT_COLUMNS",
@@ -179,7 +185,92 @@ def detect_format(path: Path) -> str:
     )
 
 
-def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSummary:
+@contextmanager
+def session_timezone(con, timezone: str) -> Iterator[None]:
+    """Naive times in the block are read in ``timezone`` (the readers' SQL casts in the session
+    time zone); UTC again after it."""
+    con.execute(f"SET TimeZone = '{checked_timezone(con, timezone)}'")
+    try:
+        yield
+    finally:
+        con.execute("SET TimeZone = 'UTC'")
+
+
+def reader_options(
+    *,
+    column_map: Mapping[str, str] | None = None,
+    timezone: str = "UTC",
+    year: int | None = None,
+    cluster: str | None = None,
+    node: str | None = None,
+    job: str | None = None,
+    bus_order: Sequence[str] = (),
+    progress: Callable[[int], None] | None = None,
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
+    block_bytes: int | None = None,
+) -> dict:
+    """The options :func:`read_file` passes on to the readers (see :func:`ingest_files`)."""
+    return {
+        "column_map": column_map or {},
+        "timezone": timezone,
+        "year": year,
+        "cluster": cluster,
+        "node": node,
+        "job": job,
+        "bus_order": {b.lower().zfill(2): i for i, b in enumerate(bus_order)},
+        "progress": progress,
+        "max_decompressed_bytes": max_decompressed_bytes,
+        "block_bytes": block_bytes,
+    }
+
+
+def read_file(con, path: Path, *, sha: str, fmt: str, options: Mapping) -> FileSummary:
+    """Parse one file with its format's reader into the warehouse ``con``: the one parsing step of
+    ``ingest`` and of ``extract`` (which runs it on a scratch warehouse per file, on a worker). The
+    caller holds the transaction and the session time zone (:func:`session_timezone`); the new
+    events are left unclassified (:mod:`.taxonomy` runs after the file). ``options``: from
+    :func:`reader_options`."""
+    progress = options["progress"]
+    if fmt in TABLE_FORMATS:
+        summary = ingest_canonical(
+            con,
+            path,
+            sha=sha,
+            fmt=fmt,
+            column_map=options["column_map"],
+            max_decompressed_bytes=options["max_decompressed_bytes"],
+        )
+        if progress:
+            progress(path.stat().st_size)
+        return summary
+    if fmt in DATASET_FORMATS:
+        from pipeline.datasets.load import ingest_dataset  # datasets build on ingest
+
+        return ingest_dataset(con, path, sha=sha, fmt=fmt, timezone=options["timezone"], progress=progress)
+    if fmt in CLOUD_FORMATS:
+        return ingest_cloud_events(
+            con,
+            path,
+            sha=sha,
+            fmt=fmt,
+            cluster=options["cluster"],
+            progress=progress,
+            max_decompressed_bytes=options["max_decompressed_bytes"],
+        )
+    reader, extra = LOG_READERS[fmt]
+    return reader(
+        con,
+        path,
+        sha=sha,
+        progress=progress,
+        max_decompressed_bytes=options["max_decompressed_bytes"],
+        block_bytes=options["block_bytes"],
+        **{name: options[name] for name in extra},
+    )
+
+
+def check_readable(path: Path) -> None:
+    """An :class:`InputError` naming the problem unless ``path`` is a regular file we may read."""
     if path.is_dir():
         raise InputError(f"{path}: is a directory: pass files or a glob (e.g. '{path}/*.csv')")
     if path.exists() and not path.is_file():
@@ -190,6 +281,10 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
         path.open("rb").close()
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror}); check the file's permissions") from exc
+
+
+def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSummary:
+    check_readable(path)
     progress = options["progress"]
     size = path.stat().st_size
     if size == 0 or (is_gzip(path) and not head_text(path, 1)):
@@ -202,51 +297,10 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
             progress(size)
         return FileSummary(str(path), "-", fmt or "-", skipped=True)
     fmt = fmt or detect_format(path)
-    con.execute(f"SET TimeZone = '{checked_timezone(con, options['timezone'])}'")
-    try:
-        with warehouse.transaction(con):
-            if fmt in TABLE_FORMATS:
-                summary = ingest_canonical(
-                    con,
-                    path,
-                    sha=sha,
-                    fmt=fmt,
-                    column_map=options["column_map"],
-                    max_decompressed_bytes=options["max_decompressed_bytes"],
-                )
-                if progress:
-                    progress(path.stat().st_size)
-            elif fmt in DATASET_FORMATS:
-                from pipeline.datasets.load import ingest_dataset  # datasets build on ingest
-
-                summary = ingest_dataset(
-                    con, path, sha=sha, fmt=fmt, timezone=options["timezone"], progress=progress
-                )
-            elif fmt in CLOUD_FORMATS:
-                summary = ingest_cloud_events(
-                    con,
-                    path,
-                    sha=sha,
-                    fmt=fmt,
-                    cluster=options["cluster"],
-                    progress=progress,
-                    max_decompressed_bytes=options["max_decompressed_bytes"],
-                )
-            else:
-                reader, extra = LOG_READERS[fmt]
-                summary = reader(
-                    con,
-                    path,
-                    sha=sha,
-                    progress=progress,
-                    max_decompressed_bytes=options["max_decompressed_bytes"],
-                    block_bytes=options["block_bytes"],
-                    **{name: options[name] for name in extra},
-                )
-            if note := taxonomy.classify_new_events(con, options["category_map"]):
-                summary.notes.append(note)
-    finally:
-        con.execute("SET TimeZone = 'UTC'")
+    with session_timezone(con, options["timezone"]), warehouse.transaction(con):
+        summary = read_file(con, path, sha=sha, fmt=fmt, options=options)
+        if note := taxonomy.classify_new_events(con, options["category_map"]):
+            summary.notes.append(note)
     return summary
 
 
@@ -283,23 +337,27 @@ def ingest_files(
     """
     if fmt is not None and fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    options = {
-        "column_map": column_map or {},
-        "timezone": timezone,
-        "year": year,
-        "cluster": cluster,
-        "node": node,
-        "job": job,
-        "bus_order": {b.lower().zfill(2): i for i, b in enumerate(bus_order)},
-        "progress": progress,
-        "max_decompressed_bytes": max_decompressed_bytes,
-        "block_bytes": block_bytes,
-        "category_map": category_map or CategoryMap(),
-    }
+    options = reader_options(
+        column_map=column_map,
+        timezone=timezone,
+        year=year,
+        cluster=cluster,
+        node=node,
+        job=job,
+        bus_order=bus_order,
+        progress=progress,
+        max_decompressed_bytes=max_decompressed_bytes,
+        block_bytes=block_bytes,
+    )
+    options["category_map"] = category_map or CategoryMap()
     summaries: list[FileSummary] = []
     try:
-        for path in paths:
-            summaries.append(_ingest_one(con, Path(path), fmt=fmt, options=options))
+        for path in map(Path, paths):
+            if lake.is_lake(path):  # each input's summary kept as it commits, should a later one fail
+                for summary in lake.ingest_lake(con, path, category_map=options["category_map"]):
+                    summaries.append(summary)
+            else:
+                summaries.append(_ingest_one(con, path, fmt=fmt, options=options))
     except InputError:
         if summaries:  # the files before the bad one are committed: keep incidents in step
             _rebuild(con, window_seconds, estimate_exposure, options["category_map"])

@@ -272,7 +272,7 @@ FROM staged WHERE reason IS NULL
 
 # Within the file the last row for a key wins; a row the inventory already holds as it is is left
 # alone (it keeps its file and line), any other replaces the stored row for its key.
-_UPSERT_INVENTORY = """
+UPSERT_INVENTORY = """
 DELETE FROM fresh WHERE rowid IN (
     SELECT rowid FROM fresh
     QUALIFY row_number() OVER (PARTITION BY cluster_id, node_id, from_utc ORDER BY line DESC) > 1
@@ -292,7 +292,7 @@ FROM fresh;
 """
 
 # Per file: the rejected lines, their original text, the valid inventory rows of all batches.
-_WORK_TABLES = """
+WORK_TABLES = """
 CREATE OR REPLACE TEMP TABLE rejected (line BIGINT, reason VARCHAR);
 CREATE OR REPLACE TEMP TABLE raw_lines (line BIGINT, raw VARCHAR);
 CREATE OR REPLACE TEMP TABLE fresh (cluster_id VARCHAR, node_id VARCHAR, instance_type VARCHAR,
@@ -356,7 +356,7 @@ def ingest_canonical(
         summary.attribute_columns, summary.ignored_columns = extra, []
     else:
         stage, stage_params, keep, keep_params = _STAGE_INVENTORY, {}, _KEEP_INVENTORY, {}
-    con.execute(_WORK_TABLES)
+    con.execute(WORK_TABLES)
     events_before = count(con, "SELECT count(*) FROM events")
     to_line = _jsonl_lines(path, max_decompressed_bytes) if fmt == "jsonl" else None
 
@@ -377,7 +377,7 @@ def ingest_canonical(
     if kind == "incidents":
         summary.rows_ingested = count(con, "SELECT count(*) FROM events") - events_before
     else:
-        con.execute(_UPSERT_INVENTORY, {"file_id": file_id})
+        con.execute(UPSERT_INVENTORY, {"file_id": file_id})
         summary.rows_ingested = count(con, "SELECT count(*) FROM inventory WHERE file_id = ?", [file_id])
     if fmt != "parquet":
         _keep_raw_lines(con, path, max_decompressed_bytes)

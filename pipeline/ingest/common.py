@@ -57,13 +57,15 @@ def now_utc() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def register_file(con, path: Path, sha: str, kind: str, fmt: str) -> int:
-    """Add the file to ``ingested_files`` (inside the file's transaction) and return its id."""
+def register_file(con, path: Path, sha: str, kind: str, fmt: str, size_bytes: int | None = None) -> int:
+    """Add the file to ``ingested_files`` (inside the file's transaction) and return its id.
+    ``size_bytes``: for a file read from a lake, whose original may not be on this machine."""
+    size = Path(path).stat().st_size if size_bytes is None else size_bytes
     return con.sql(
         "INSERT INTO ingested_files (path, sha256, size_bytes, kind, format, rows_read,"
         " rows_ingested, rows_duplicate, rows_rejected, ingested_at_utc)"
         " VALUES (?, ?, ?, ?, ?, 0, 0, 0, 0, ?) RETURNING file_id",
-        params=[str(path), sha, path.stat().st_size, kind, fmt, now_utc()],
+        params=[str(path), sha, size, kind, fmt, now_utc()],
     ).fetchall()[0][0]
 
 

@@ -205,7 +205,7 @@ SELECT jobid AS job_id, cluster_id, nullif(jobname, '') AS job_name, state_word 
 FROM jobs_parsed WHERE reason IS NULL
 QUALIFY row_number() OVER (PARTITION BY coalesce(cluster_id, ''), jobid ORDER BY line DESC) = 1
 """
-_REPLACE = """
+REPLACE_JOBS = """
 DELETE FROM jobs_fresh f USING jobs j
 WHERE j.job_id = f.job_id AND j.cluster_id IS NOT DISTINCT FROM f.cluster_id
   AND j.job_name IS NOT DISTINCT FROM f.job_name AND j.state = f.state
@@ -256,7 +256,7 @@ def ingest_sacct(
     )
     con.execute(_STAGE, {"fields": header[2], "cluster": cluster})
     con.execute(_UPSERT, {"interrupted": list(INTERRUPTED_STATES)})
-    con.execute(_REPLACE, {"file_id": file_id})  # DuckDB binds parameters of the last statement only
+    con.execute(REPLACE_JOBS, {"file_id": file_id})  # DuckDB binds parameters of the last statement only
     summary.rows_ingested = count(con, "SELECT count(*) FROM jobs WHERE file_id = ?", [file_id])
     account_lines(con, file_id, path, summary, "jobs_parsed")
     return summary
