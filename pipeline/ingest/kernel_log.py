@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
@@ -55,7 +56,7 @@ from pipeline.ingest.common import (
     register_file,
     registered,
 )
-from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, is_gzip, read_lines
+from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, is_gzip, read_blocks
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
 MONTHS = {
@@ -113,13 +114,17 @@ def _month(expr: pl.Expr) -> pl.Expr:
     return expr.replace_strict(MONTHS, default=None, return_dtype=pl.Int32)
 
 
+_DATED = rf"{_MON}\s+\d{{1,2}}\s+\d{{2}}:"  # after a line's prefix: a syslog date
+_MONTH_HEADS = np.array([int.from_bytes(m.encode(), "big") for m in MONTHS], np.int32)
+
+
 def _month_changes(frame: pl.DataFrame, prefix: str) -> pl.DataFrame:
     """Row ``i`` and ``month`` of each syslog-dated line (``Mon DD hh:`` after the regex ``prefix``)
     whose month name differs from the previous dated line's: the only lines where a New Year can
     pass. A regex match test and a 3-character comparison per line; the month lookup runs on the
     few change points only."""
     text = pl.col("text")
-    head = pl.when(text.str.contains(rf"^{prefix}{_MON}\s+\d{{1,2}}\s+\d{{2}}:")).then(
+    head = pl.when(text.str.contains(f"^{prefix}{_DATED}")).then(
         (text.str.strip_chars_start("[") if prefix else text).str.head(3)
     )
     dated = frame.select(i=pl.int_range(pl.len(), dtype=pl.Int64), head=head).drop_nulls("head")
@@ -127,21 +132,39 @@ def _month_changes(frame: pl.DataFrame, prefix: str) -> pl.DataFrame:
     return changes.select("i", month=_month(pl.col("head")))
 
 
+def _block_month_changes(block: lines.Block) -> pl.DataFrame:
+    """:func:`_month_changes` of a block of kernel-log lines without a string per line: lines whose
+    first three bytes are a month name are the candidates, and the full regex runs on the lines where
+    that name changes only. A candidate that fails the regex is not a dated line; dropping it can
+    only change whether the next candidate is a change point, so the change points are found again
+    without it until all of them pass (candidates that are not change points may stay: the lines
+    around them have their month name, so they change nothing)."""
+    heads = block.heads()
+    candidates = np.flatnonzero(np.isin(heads, _MONTH_HEADS))
+    while True:
+        keys = heads[candidates]
+        points = candidates[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else candidates
+        dated = block.frame(points)["text"].str.contains(f"^{_DATED}").to_numpy()
+        if dated.all():
+            break
+        candidates = np.setdiff1d(candidates, points[~dated], assume_unique=True)
+    order = np.argsort(_MONTH_HEADS)  # month index of each head in ascending order
+    month = order[np.searchsorted(_MONTH_HEADS[order], heads[points])] + 1
+    return pl.DataFrame({"i": points.astype(np.int64), "month": month.astype(np.int32)})
+
+
 def _offsets(
-    changes: pl.DataFrame, height: int, carry: tuple[int | None, int]
+    changes: pl.DataFrame, rows: np.ndarray, carry: tuple[int | None, int]
 ) -> tuple[pl.Series, tuple[int | None, int]]:
+    """New Years passed before each of the lines ``rows`` (indexes, ascending) of a batch whose
+    month changes are ``changes``; ``carry`` as in :func:`year_offsets`."""
     last_month, offset = carry
     rollover = changes.filter(
         (pl.col("month").shift(1).fill_null(pl.lit(last_month, pl.Int32)) - pl.col("month")) >= 6
     )["i"]
-    steps = pl.zeros(height, pl.Int32, eager=True).scatter(rollover, 1) if rollover.len() else None
-    year_offset = (
-        (steps.cum_sum() + offset).rename("year_offset")
-        if steps is not None
-        else pl.repeat(offset, height, dtype=pl.Int32, eager=True).rename("year_offset")
-    )
+    passed = np.searchsorted(rollover.to_numpy(), rows, side="right") + offset
     new_carry = (changes["month"][-1] if changes.height else last_month, offset + rollover.len())
-    return year_offset, new_carry
+    return pl.Series("year_offset", passed, dtype=pl.Int32), new_carry
 
 
 def year_offsets(
@@ -150,18 +173,21 @@ def year_offsets(
     """New Years passed before each line of a batch (see the module docstring), for lines dated
     ``Mon DD hh:`` after the regex ``prefix``; ``carry`` is (last syslog month, New Years so far)
     from the batches before and is returned updated."""
-    return _offsets(_month_changes(frame, prefix), frame.height, carry)
+    return _offsets(_month_changes(frame, prefix), np.arange(frame.height), carry)
 
 
-def _parse_batch(
-    frame: pl.DataFrame, carry: tuple[int | None, int], node: str | None, bus_order: Mapping[str, int]
+def _parse_block(
+    block: lines.Block, carry: tuple[int | None, int], node: str | None, bus_order: Mapping[str, int]
 ) -> tuple[pl.DataFrame, tuple[int | None, int], tuple[int, int] | None]:
-    """Relevant lines of one batch, parsed; ``carry`` is (last syslog month, New Years so far).
-    Also returns the first month change of the batch (row, month), if any."""
-    changes = _month_changes(frame, "")
-    year_offset, new_carry = _offsets(changes, frame.height, carry)
-    relevant = frame["text"].str.contains("Xid", literal=True) | frame["truncated"]
-    rel = frame.filter(relevant).with_columns(year_offset=year_offset.filter(relevant))
+    """Relevant lines of one block, parsed; ``carry`` is (last syslog month, New Years so far).
+    Only the relevant lines (``Xid`` in the bytes, or where a truncated .gz ends) become strings.
+    Also returns the first month change of the block (row, month), if any."""
+    changes = _block_month_changes(block)
+    relevant = block.containing(b"Xid")
+    if block.truncated and (not len(relevant) or relevant[-1] != block.lines - 1):
+        relevant = np.append(relevant, block.lines - 1)
+    year_offset, new_carry = _offsets(changes, relevant, carry)
+    rel = block.frame(relevant).with_columns(year_offset)
     parts = rel.with_columns(
         pl.col("text").str.extract_groups(_ISO).alias("iso"),
         pl.col("text").str.extract_groups(_BSD).alias("bsd"),
@@ -301,19 +327,19 @@ def _stage_span(span: _Span, progress: Callable[[int], None] | None = None) -> _
     carry: tuple[int | None, int] = (None, 0)
     rows, bad_ignored, done = 0, 0, 0
     first_dated: tuple[int, int] | None = None
-    batches = read_lines(span.path, span.block_bytes, span.max_decompressed_bytes, span.bounds)
+    blocks = read_blocks(span.path, span.block_bytes, span.max_decompressed_bytes, span.bounds)
     with pq.ParquetWriter(span.out, _STAGED_ARROW) as writer:
-        for batch in batches:
-            staged, carry, first = _parse_batch(batch.frame, carry, span.node, span.bus_order)
+        for block in blocks:
+            staged, carry, first = _parse_block(block, carry, span.node, span.bus_order)
             if first_dated is None and first is not None:
                 first_dated = (rows + first[0] + 1, first[1])
-            rows += batch.frame.height
-            bad_ignored += batch.frame["bad_utf8"].sum() - staged["bad_utf8"].sum()
+            rows += block.lines
+            bad_ignored += block.bad_utf8_lines() - staged["bad_utf8"].sum()
             if staged.height:
                 writer.write_table(staged.to_arrow())
             if progress:
-                progress(batch.bytes_done - done)
-            done = batch.bytes_done
+                progress(block.bytes_done - done)
+            done = block.bytes_done
     return _Parsed(rows, first_dated, carry[0], carry[1], int(bad_ignored))
 
 
