@@ -50,7 +50,7 @@ from pipeline.ingest.canonical import (
 from pipeline.ingest.cloud_events import FORMATS as CLOUD_FORMATS
 from pipeline.ingest.cloud_events import ingest_cloud_events
 from pipeline.ingest.common import FileSummary, InputError, checked_timezone, sha256_of
-from pipeline.ingest.kernel_log import ingest_kernel_log
+from pipeline.ingest.kernel_log import SpanWorkers, ingest_kernel_log, parallel_parts
 from pipeline.ingest.kubernetes import ingest_kubernetes
 from pipeline.ingest.lines import BOM, MAX_DECOMPRESSED_BYTES, head_text, is_gzip
 from pipeline.ingest.sacct import ingest_sacct
@@ -64,7 +64,7 @@ DATASET_FORMATS = ("lanl", "titan", "bgl")
 # Line-oriented log readers: each streams its file in blocks and takes the common options (sha,
 # progress, size and block limits) plus the ones named here, which are ingest_files' options.
 LOG_READERS = {
-    "kernel-log": (ingest_kernel_log, ("cluster", "node", "year", "bus_order")),
+    "kernel-log": (ingest_kernel_log, ("cluster", "node", "year", "bus_order", "workers")),
     "sacct": (ingest_sacct, ("cluster",)),
     "slurm-events": (ingest_slurm_events, ("cluster",)),
     "slurmctld": (ingest_slurmctld, ("cluster", "year")),
@@ -179,6 +179,14 @@ def detect_format(path: Path) -> str:
     )
 
 
+def _guess_format(path: Path, fmt: str | None) -> str | None:
+    """The format given or detected, None if it cannot be told (:func:`detect_format` says why)."""
+    try:
+        return fmt or detect_format(path)
+    except InputError:
+        return None
+
+
 def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSummary:
     if path.is_dir():
         raise InputError(f"{path}: is a directory: pass files or a glob (e.g. '{path}/*.csv')")
@@ -196,12 +204,15 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
         if progress:
             progress(size)
         return FileSummary(str(path), "-", fmt or "-", notes=["empty file: nothing to ingest"])
+    guessed = _guess_format(path, fmt)
+    if guessed == "kernel-log" and parallel_parts(path) > 1:
+        options["workers"].start()  # they start while the file is hashed
     sha = sha256_of(path)
     if con.sql("SELECT 1 FROM ingested_files WHERE sha256 = ?", params=[sha]).fetchall():
         if progress:
             progress(size)
         return FileSummary(str(path), "-", fmt or "-", skipped=True)
-    fmt = fmt or detect_format(path)
+    fmt = guessed or detect_format(path)
     con.execute(f"SET TimeZone = '{checked_timezone(con, options['timezone'])}'")
     try:
         with warehouse.transaction(con):
@@ -298,8 +309,10 @@ def ingest_files(
     }
     summaries: list[FileSummary] = []
     try:
-        for path in paths:
-            summaries.append(_ingest_one(con, Path(path), fmt=fmt, options=options))
+        with SpanWorkers() as workers:  # the processes parsing large kernel logs, for every file
+            options["workers"] = workers
+            for path in paths:
+                summaries.append(_ingest_one(con, Path(path), fmt=fmt, options=options))
     except InputError:
         if summaries:  # the files before the bad one are committed: keep incidents in step
             _rebuild(con, window_seconds, estimate_exposure, options["category_map"])

@@ -140,7 +140,7 @@ def _block_month_changes(block: lines.Block) -> pl.DataFrame:
     without it until all of them pass (candidates that are not change points may stay: the lines
     around them have their month name, so they change nothing)."""
     heads = block.heads()
-    candidates = np.flatnonzero(np.isin(heads, _MONTH_HEADS))
+    candidates = np.flatnonzero(np.isin(heads, _MONTH_HEADS, kind="table"))
     while True:
         keys = heads[candidates]
         points = candidates[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else candidates
@@ -349,31 +349,82 @@ def _workers() -> int:
     return max(cores - 1, 0)
 
 
-def _parse_spans(spans: list[_Span]) -> list[_Parsed]:
-    """Parse the spans in worker processes and in this one at once; the results are the same
-    whoever parses a span. Spans go to the workers in order while this process takes the next
-    one itself, so the workers' start-up (importing Polars) is not waited for. Without workers (one
-    core, a daemon process, a pool that cannot start or breaks) this process parses them all."""
+def _ready() -> None:
+    """A task that only makes a worker import this module (and Polars)."""
+
+
+# errors of a pool whose workers cannot start here (a daemon process may not have children: an
+# AssertionError from multiprocessing) or that broke
+_POOL_ERRORS = (OSError, RuntimeError, ValueError, AssertionError, BrokenProcessPool)
+
+
+class SpanWorkers:
+    """The worker processes that parse spans of large plain logs, one per further core, kept for
+    every file of one ingest. Spawned, not forked (a forked child of a process running Polars'
+    threads can deadlock), so a worker takes a moment to start: :meth:`start` them early, and this
+    process hashes the file meanwhile. Without workers (one core, a daemon process, a pool that
+    cannot start or breaks) this process parses every span. Use as a context manager: the workers
+    are shut down at its end."""
+
+    def __init__(self) -> None:
+        self.count = _workers()
+        self._pool: ProcessPoolExecutor | None = None
+
+    def start(self) -> None:
+        if self._pool is not None or not self.count:
+            return
+        try:
+            self._pool = ProcessPoolExecutor(self.count, mp_context=multiprocessing.get_context("spawn"))
+            for _ in range(self.count):
+                self._pool.submit(_ready)
+        except _POOL_ERRORS:
+            self.stop()
+
+    def submit(self, span: _Span) -> Future | None:
+        """The span's future, or None when no worker can take it (then none ever will)."""
+        self.start()
+        if self._pool is None:
+            return None
+        try:
+            return self._pool.submit(_stage_span, span)
+        except _POOL_ERRORS:
+            self.stop()
+            return None
+
+    def stop(self) -> None:
+        """No more workers for this ingest (they failed): parse in this process from now on."""
+        self.close(wait=False)
+        self.count = 0
+
+    def close(self, wait: bool = True) -> None:
+        if self._pool is not None:
+            with suppress(*_POOL_ERRORS):
+                self._pool.shutdown(wait=wait, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> SpanWorkers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _parse_spans(spans: list[_Span], workers: SpanWorkers) -> list[_Parsed]:
+    """Parse the spans in the worker processes and in this one at once; the results are the same
+    whoever parses a span. Spans go to the workers in order (two each in flight, so none waits for
+    the next) while this process takes spans from the end itself."""
     results: dict[int, _Parsed] = {}
     pending = list(range(len(spans)))
     futures: dict[int, Future] = {}
-    workers, pool = _workers(), None
-    if workers:
-        with suppress(OSError, RuntimeError, ValueError):
-            pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-    usable = pool is not None
     try:
         while pending or futures:
-            while usable and pending and len(futures) < 2 * workers:
-                try:
-                    futures[pending[0]] = pool.submit(_stage_span, spans[pending[0]])
-                    pending.pop(0)
-                except (OSError, RuntimeError, AssertionError, BrokenProcessPool):
-                    # workers cannot start here (a daemon process may not have children: an
-                    # AssertionError from multiprocessing): parse in this process
-                    usable = False
+            while pending and len(futures) < 2 * workers.count:
+                future = workers.submit(spans[pending[0]])
+                if future is None:
+                    break
+                futures[pending.pop(0)] = future
             if pending:
-                index = pending.pop()  # from the end: the workers take the spans from the start
+                index = pending.pop()
                 results[index] = _stage_span(spans[index])
             elif futures:
                 wait(futures.values(), return_when=FIRST_COMPLETED)
@@ -384,11 +435,18 @@ def _parse_spans(spans: list[_Span]) -> list[_Parsed]:
                         results[index] = future.result()
                     except BrokenProcessPool:
                         pending.append(index)
-                        usable = False
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
+                        workers.stop()
+    finally:  # on an error here, no worker may still write into the temporary folder
+        for future in futures.values():
+            future.cancel()
+        wait(futures.values())
     return [results[i] for i in range(len(spans))]
+
+
+def parallel_parts(path: Path) -> int:
+    """How many spans the log is parsed in: one for a ``.gz`` or a log under two :data:`SPAN_BYTES`."""
+    size = path.stat().st_size
+    return 1 if is_gzip(path) or size < 2 * SPAN_BYTES else -(-size // SPAN_BYTES)
 
 
 def _stage_lines(
@@ -400,6 +458,7 @@ def _stage_lines(
     progress: Callable[[int], None] | None,
     max_decompressed_bytes: int,
     block_bytes: int | None,
+    workers: SpanWorkers,
 ) -> tuple[Path, tuple[int | None, int], bool, int]:
     """Parse the log into one Parquet file of its relevant lines. A plain log of two spans or more
     (:data:`SPAN_BYTES`) is cut into byte spans parsed in parallel; their line numbers and New Year
@@ -407,8 +466,7 @@ def _stage_lines(
     a New Year passes at its first dated line when the month falls back by six or more from the
     last dated month before it. Returns the Parquet path, the year carry, whether any syslog line
     was dated, and the number of ignored lines with non-UTF-8 bytes."""
-    size = path.stat().st_size
-    parts = 1 if is_gzip(path) or size < 2 * SPAN_BYTES else -(-size // SPAN_BYTES)
+    size, parts = path.stat().st_size, parallel_parts(path)
     bounds = [None] if parts == 1 else [(size * i // parts, size * (i + 1) // parts) for i in range(parts)]
     block_bytes = block_bytes or lines.BLOCK_BYTES  # resolved here: a worker sees the same blocks
     spans = [
@@ -420,7 +478,7 @@ def _stage_lines(
         staged_path, carry = spans[0].out, (part.last_month, part.rollovers)
         parsed = [part]
     else:
-        parsed = _parse_spans(spans)
+        parsed = _parse_spans(spans, workers)
         if progress:
             progress(size)
         staged_path, carry = tmp / "xid_lines.parquet", _join_spans(spans, parsed, tmp / "xid_lines.parquet")
@@ -461,6 +519,7 @@ def ingest_kernel_log(
     node: str | None,
     year: int | None,
     bus_order: Mapping[str, int],
+    workers: SpanWorkers,
     progress: Callable[[int], None] | None = None,
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
     block_bytes: int | None = None,
@@ -472,7 +531,7 @@ def ingest_kernel_log(
     summary.file_id = file_id
     with tempfile.TemporaryDirectory(prefix="failcast-xid-") as tmp:
         staged_path, carry, any_syslog, bad_ignored = _stage_lines(
-            path, Path(tmp), summary, node, bus_order, progress, max_decompressed_bytes, block_bytes
+            path, Path(tmp), summary, node, bus_order, progress, max_decompressed_bytes, block_bytes, workers
         )
         base_year = syslog_base_year(path, year, carry, summary) if any_syslog else 0
         with registered(con, "xid_catalog", xid_catalog.catalog_frame()):

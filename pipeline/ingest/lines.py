@@ -112,8 +112,11 @@ class Block:
     def lines(self) -> int:
         return len(self.ends)
 
-    def starts(self) -> np.ndarray:
-        return np.concatenate([[0], self.ends[:-1] + 1])
+    def starts(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """Where each line (or each of the lines ``rows``) begins."""
+        if rows is None:
+            return np.concatenate([[0], self.ends[:-1] + 1])
+        return np.where(rows > 0, self.ends[rows - 1] + 1, 0)
 
     def heads(self) -> np.ndarray:
         """The first three bytes of each line as one integer (``b0 << 16 | b1 << 8 | b2``); bytes
@@ -139,28 +142,35 @@ class Block:
 
     def frame(self, rows: np.ndarray | None = None) -> pl.DataFrame:
         """``line`` (1-based), ``text``, ``bad_utf8``, ``truncated`` of the lines ``rows`` (indexes,
-        ascending; all lines when None). A few rows are gathered into a buffer of their own;
-        Arrow strings point into it without a copy per line."""
-        if rows is not None and 2 * len(rows) > self.lines:  # most lines: no copy of the bytes
+        ascending; all lines when None). All lines are one Arrow string array over the block's bytes
+        (each with its newline, cut off after); a few rows are gathered into a buffer of their own,
+        without their line ends."""
+        if rows is None:
+            offsets = np.concatenate([[0], self.ends + 1]).astype(np.int64)
+            with_newline = pa.LargeStringArray.from_buffers(
+                self.lines, pa.py_buffer(offsets), pa.py_buffer(self.data)
+            )
+            text = pl.Series("text", with_newline).str.head(-1)
+            if self.lines and (self.data[self.ends - 1] == ord("\r")).any():  # CRLF: drop the \r too
+                text = text.str.strip_suffix("\r")  # (ends - 1 = -1 is the last \n)
+            return self._with_text(np.arange(self.lines), text)
+        if 2 * len(rows) > self.lines:  # most lines: no copy of the bytes
             return self.frame().select(pl.all().gather(rows))
-        data, ends = self.data, self.ends
-        index = np.arange(self.lines) if rows is None else np.asarray(rows, np.int64)
-        if rows is not None:
-            starts, ends = self.starts()[index], ends[index]
-            offsets = np.concatenate([[0], np.cumsum(ends + 1 - starts)]).astype(np.int64)
-            data = data[np.repeat(starts - offsets[:-1], ends + 1 - starts) + np.arange(offsets[-1])]
-            ends = offsets[1:] - 1
-        offsets = np.concatenate([[0], ends + 1]).astype(np.int64)  # each line with its newline
-        with_newline = pa.LargeStringArray.from_buffers(len(ends), pa.py_buffer(offsets), pa.py_buffer(data))
-        text = pl.Series("text", with_newline).str.head(-1)
-        if len(ends) and (data[ends - 1] == ord("\r")).any():  # CRLF: drop the \r too (-1: the last \n)
-            text = text.str.strip_suffix("\r")
+        index = np.asarray(rows, np.int64)
+        starts, stops = self.starts(index), self.ends[index]
+        stops = stops - ((stops > starts) & (self.data[np.maximum(stops - 1, 0)] == ord("\r")))  # CRLF
+        offsets = np.concatenate([[0], np.cumsum(stops - starts)]).astype(np.int64)
+        gathered = self.data[np.repeat(starts - offsets[:-1], stops - starts) + np.arange(offsets[-1])]
+        text = pa.LargeStringArray.from_buffers(len(index), pa.py_buffer(offsets), pa.py_buffer(gathered))
+        return self._with_text(index, pl.Series("text", text))
+
+    def _with_text(self, index: np.ndarray, text: pl.Series) -> pl.DataFrame:
         return pl.DataFrame(
             {
                 "line": pl.Series(index + self.first_line, dtype=pl.Int64),
                 "text": text,
                 "bad_utf8": (
-                    np.zeros(len(ends), bool)
+                    np.zeros(len(index), bool)
                     if self.ascii_only
                     else text.str.contains("\ufffd", literal=True)
                 ),
