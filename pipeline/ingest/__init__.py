@@ -15,6 +15,7 @@ Rules that every reader follows:
 
 * **Idempotent.** A file whose sha256 is already in ``ingested_files`` is skipped; a record whose
   content key is already stored counts as a duplicate, so a log that grew adds only its new lines.
+  (A large kernel log whose size no stored file has is new content: it is hashed while it is parsed.)
 * **Nothing lost.** Every line is counted: read = ingested + duplicate + rejected + ignored. A line
   that should carry a record but cannot be used goes to ``rejects`` with file, line, raw text and
   the reason; ``ignored`` lines carry nothing by design (ordinary kernel messages, sacct job steps).
@@ -33,6 +34,7 @@ import glob
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -204,14 +206,20 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
         if progress:
             progress(size)
         return FileSummary(str(path), "-", fmt or "-", notes=["empty file: nothing to ingest"])
-    guessed = _guess_format(path, fmt)
+    guessed, hasher = _guess_format(path, fmt), None
     if guessed == "kernel-log" and parallel_parts(path) > 1:
         options["workers"].start()  # they start while the file is hashed
-    sha = sha256_of(path)
-    if con.sql("SELECT 1 FROM ingested_files WHERE sha256 = ?", params=[sha]).fetchall():
-        if progress:
-            progress(size)
-        return FileSummary(str(path), "-", fmt or "-", skipped=True)
+        if not con.sql("SELECT 1 FROM ingested_files WHERE size_bytes = ?", params=[size]).fetchall():
+            # no stored file has this size, so none has this content: hashed while it is parsed
+            hasher = ThreadPoolExecutor(1, thread_name_prefix="sha256")
+    if hasher is None:
+        sha: str | Callable[[], str] = sha256_of(path)
+        if con.sql("SELECT 1 FROM ingested_files WHERE sha256 = ?", params=[sha]).fetchall():
+            if progress:
+                progress(size)
+            return FileSummary(str(path), "-", fmt or "-", skipped=True)
+    else:
+        sha = hasher.submit(sha256_of, path).result
     fmt = guessed or detect_format(path)
     con.execute(f"SET TimeZone = '{checked_timezone(con, options['timezone'])}'")
     try:
@@ -258,6 +266,8 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
                 summary.notes.append(note)
     finally:
         con.execute("SET TimeZone = 'UTC'")
+        if hasher is not None:
+            hasher.shutdown()
     return summary
 
 

@@ -514,7 +514,7 @@ def ingest_kernel_log(
     con,
     path: Path,
     *,
-    sha: str,
+    sha: str | Callable[[], str],
     cluster: str | None,
     node: str | None,
     year: int | None,
@@ -525,14 +525,15 @@ def ingest_kernel_log(
     block_bytes: int | None = None,
 ) -> FileSummary:
     """One kernel log; the caller holds the transaction and the session time zone. The parsed Xid
-    lines wait in a temporary directory, removed at the end (also on error and Ctrl-C)."""
+    lines wait in a temporary directory, removed at the end (also on error and Ctrl-C). ``sha``: the
+    file's sha256, or a function that returns it once a thread hashing beside the parse is done."""
     summary = FileSummary(str(path), "xid_log", "kernel-log")
-    file_id = register_file(con, path, sha, "xid_log", "kernel-log")
-    summary.file_id = file_id
     with tempfile.TemporaryDirectory(prefix="failcast-xid-") as tmp:
         staged_path, carry, any_syslog, bad_ignored = _stage_lines(
             path, Path(tmp), summary, node, bus_order, progress, max_decompressed_bytes, block_bytes, workers
         )
+        file_id = register_file(con, path, sha if isinstance(sha, str) else sha(), "xid_log", "kernel-log")
+        summary.file_id = file_id
         base_year = syslog_base_year(path, year, carry, summary) if any_syslog else 0
         with registered(con, "xid_catalog", xid_catalog.catalog_frame()):
             con.execute(
