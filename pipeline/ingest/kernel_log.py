@@ -233,14 +233,19 @@ def _parse_block(
 
 _STAGE = """
 CREATE OR REPLACE TEMP TABLE xid_parsed AS
-WITH shown AS (
+WITH staged AS (  -- the spans' lines numbered and dated as in one pass over the file
+    SELECT s.* EXCLUDE (line, year_offset, filename), s.line + o.line_base AS line,
+           s.year_offset + o.year_base + CASE WHEN s.line >= o.new_year_from THEN 1 ELSE 0 END
+               AS year_offset
+    FROM read_parquet($staged_paths, filename = true) s JOIN span_offsets o ON o.file = s.filename
+), shown AS (
     SELECT *,
            CASE form
              WHEN 'iso' THEN ts_text
              WHEN 'bsd' THEN printf('%04d-%02d-%02d %s', $base_year + year_offset, month, day, hms)
              WHEN 'ctime' THEN printf('%04d-%02d-%02d %s', year, month, day, hms)
            END AS ts_shown
-    FROM read_parquet($staged_path)
+    FROM staged
 ), timed AS (
     SELECT *,
            CASE WHEN form = 'iso' THEN TRY_CAST(ts_shown AS TIMESTAMPTZ)
@@ -459,13 +464,12 @@ def _stage_lines(
     max_decompressed_bytes: int,
     block_bytes: int | None,
     workers: SpanWorkers,
-) -> tuple[Path, tuple[int | None, int], bool, int]:
-    """Parse the log into one Parquet file of its relevant lines. A plain log of two spans or more
-    (:data:`SPAN_BYTES`) is cut into byte spans parsed in parallel; their line numbers and New Year
-    counts are then joined in file order: a span's lines follow the lines of the spans before it, and
-    a New Year passes at its first dated line when the month falls back by six or more from the
-    last dated month before it. Returns the Parquet path, the year carry, whether any syslog line
-    was dated, and the number of ignored lines with non-UTF-8 bytes."""
+) -> tuple[pl.DataFrame, tuple[int | None, int], bool, int]:
+    """Parse the log into Parquet files of its relevant lines, one per span. A plain log of two
+    spans or more (:data:`SPAN_BYTES`) is cut into byte spans parsed in parallel, each numbering
+    its lines and counting New Years from its own start (:func:`_span_offsets` joins them in file
+    order). Returns the spans' offsets, the year carry, whether any syslog line was dated, and the
+    number of ignored lines with non-UTF-8 bytes."""
     size, parts = path.stat().st_size, parallel_parts(path)
     bounds = [None] if parts == 1 else [(size * i // parts, size * (i + 1) // parts) for i in range(parts)]
     block_bytes = block_bytes or lines.BLOCK_BYTES  # resolved here: a worker sees the same blocks
@@ -474,40 +478,35 @@ def _stage_lines(
         for i, b in enumerate(bounds)
     ]
     if parts == 1:
-        part = _stage_span(spans[0], progress)
-        staged_path, carry = spans[0].out, (part.last_month, part.rollovers)
-        parsed = [part]
+        parsed = [_stage_span(spans[0], progress)]
     else:
         parsed = _parse_spans(spans, workers)
         if progress:
             progress(size)
-        staged_path, carry = tmp / "xid_lines.parquet", _join_spans(spans, parsed, tmp / "xid_lines.parquet")
     summary.rows_read += sum(p.rows for p in parsed)
-    return staged_path, carry, carry[0] is not None, sum(p.bad_ignored for p in parsed)
+    offsets, carry = _span_offsets(spans, parsed)
+    return offsets, carry, carry[0] is not None, sum(p.bad_ignored for p in parsed)
 
 
-def _join_spans(spans: list[_Span], parsed: list[_Parsed], staged_path: Path) -> tuple[int | None, int]:
-    """Write the spans' lines to ``staged_path`` numbered and dated as one pass over the file would
-    have (row group by row group: memory holds one block's lines); returns the year carry."""
-    line_base, last_month, offset = 0, None, 0
-    with pq.ParquetWriter(staged_path, _STAGED_ARROW) as writer:
-        for span, part in zip(spans, parsed, strict=True):
-            new_year_from = part.rows + 1
-            if part.first_dated is not None and last_month is not None:
-                first_line, first_month = part.first_dated
-                if last_month - first_month >= 6:
-                    new_year_from = first_line
-            for batch in pq.ParquetFile(span.out).iter_batches():
-                staged = pl.from_arrow(batch).with_columns(
-                    pl.col("line") + line_base,
-                    pl.col("year_offset") + offset + (pl.col("line") >= new_year_from).cast(pl.Int32),
-                )
-                writer.write_table(staged.cast(_STAGED_SCHEMA).to_arrow())
-            span.out.unlink()
-            line_base += part.rows
-            offset += part.rollovers + (new_year_from <= part.rows)
-            last_month = part.last_month if part.last_month is not None else last_month
-    return last_month, offset
+def _span_offsets(spans: list[_Span], parsed: list[_Parsed]) -> tuple[pl.DataFrame, tuple[int | None, int]]:
+    """What makes each span's lines numbered and dated as one pass over the file would have:
+    ``file``, ``line_base`` (lines before the span), ``year_base`` (New Years before it) and
+    ``new_year_from`` (its first line past a New Year at its start, if one passed there: when its
+    first dated month falls back by six or more from the last dated month before it). DuckDB adds
+    them as it reads the spans' Parquet files. Also returns the year carry of the whole file."""
+    rows, line_base, last_month, offset = [], 0, None, 0
+    for span, part in zip(spans, parsed, strict=True):
+        new_year_from = part.rows + 1
+        if part.first_dated is not None and last_month is not None:
+            first_line, first_month = part.first_dated
+            if last_month - first_month >= 6:
+                new_year_from = first_line
+        rows.append((str(span.out), line_base, offset, new_year_from))
+        line_base += part.rows
+        offset += part.rollovers + (new_year_from <= part.rows)
+        last_month = part.last_month if part.last_month is not None else last_month
+    frame = pl.DataFrame(rows, schema=["file", "line_base", "year_base", "new_year_from"], orient="row")
+    return frame, (last_month, offset)
 
 
 def ingest_kernel_log(
@@ -529,17 +528,20 @@ def ingest_kernel_log(
     file's sha256, or a function that returns it once a thread hashing beside the parse is done."""
     summary = FileSummary(str(path), "xid_log", "kernel-log")
     with tempfile.TemporaryDirectory(prefix="failcast-xid-") as tmp:
-        staged_path, carry, any_syslog, bad_ignored = _stage_lines(
+        offsets, carry, any_syslog, bad_ignored = _stage_lines(
             path, Path(tmp), summary, node, bus_order, progress, max_decompressed_bytes, block_bytes, workers
         )
         file_id = register_file(con, path, sha if isinstance(sha, str) else sha(), "xid_log", "kernel-log")
         summary.file_id = file_id
         base_year = syslog_base_year(path, year, carry, summary) if any_syslog else 0
-        with registered(con, "xid_catalog", xid_catalog.catalog_frame()):
+        with (
+            registered(con, "xid_catalog", xid_catalog.catalog_frame()),
+            registered(con, "span_offsets", offsets),
+        ):
             con.execute(
                 _STAGE,
                 {
-                    "staged_path": str(staged_path),
+                    "staged_paths": offsets["file"].to_list(),
                     "base_year": base_year,
                     "sxid_category": xid_catalog.SXID_CATEGORY.value,
                     "sxid_interrupting": xid_catalog.SXID_CATEGORY.interrupting,
