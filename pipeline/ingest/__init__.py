@@ -207,11 +207,12 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
             progress(size)
         return FileSummary(str(path), "-", fmt or "-", notes=["empty file: nothing to ingest"])
     guessed, hasher = _guess_format(path, fmt), None
-    if guessed == "kernel-log" and parallel_parts(path) > 1:
-        options["workers"].start()  # they start while the file is hashed
-        if not con.sql("SELECT 1 FROM ingested_files WHERE size_bytes = ?", params=[size]).fetchall():
-            # no stored file has this size, so none has this content: hashed while it is parsed
-            hasher = ThreadPoolExecutor(1, thread_name_prefix="sha256")
+    if (
+        guessed == "kernel-log"
+        and parallel_parts(path) > 1
+        and not con.sql("SELECT 1 FROM ingested_files WHERE size_bytes = ?", params=[size]).fetchall()
+    ):  # no stored file has this size, so none has this content: hashed while it is parsed
+        hasher = ThreadPoolExecutor(1, thread_name_prefix="sha256")
     if hasher is None:
         sha: str | Callable[[], str] = sha256_of(path)
         if con.sql("SELECT 1 FROM ingested_files WHERE sha256 = ?", params=[sha]).fetchall():
@@ -319,7 +320,7 @@ def ingest_files(
     }
     summaries: list[FileSummary] = []
     try:
-        with SpanWorkers() as workers:  # the processes parsing large kernel logs, for every file
+        with SpanWorkers() as workers:  # the threads parsing large kernel logs, for every file
             options["workers"] = workers
             for path in paths:
                 summaries.append(_ingest_one(con, Path(path), fmt=fmt, options=options))

@@ -31,13 +31,10 @@ resolved later from the inventory; an identical line at the same second is one e
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import tempfile
 from collections.abc import Callable, Mapping
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
-from contextlib import suppress
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -328,7 +325,7 @@ class _Parsed:
 def _stage_span(span: _Span, progress: Callable[[int], None] | None = None) -> _Parsed:
     """Parse a span batch by batch and write its relevant lines to ``span.out``, so memory holds one
     batch whatever the size of the log (a frame registered in DuckDB would stay alive until the
-    file's transaction commits). Runs in a worker process for the spans of a parallel read."""
+    file's transaction commits). Runs in a worker thread for the spans of a parallel read."""
     carry: tuple[int | None, int] = (None, 0)
     rows, bad_ignored, done = 0, 0, 0
     first_dated: tuple[int, int] | None = None
@@ -354,57 +351,35 @@ def _workers() -> int:
     return max(cores - 1, 0)
 
 
-def _ready() -> None:
-    """A task that only makes a worker import this module (and Polars)."""
-
-
-# errors of a pool whose workers cannot start here (a daemon process may not have children: an
-# AssertionError from multiprocessing) or that broke
-_POOL_ERRORS = (OSError, RuntimeError, ValueError, AssertionError, BrokenProcessPool)
-
-
 class SpanWorkers:
-    """The worker processes that parse spans of large plain logs, one per further core, kept for
-    every file of one ingest. Spawned, not forked (a forked child of a process running Polars'
-    threads can deadlock), so a worker takes a moment to start: :meth:`start` them early, and this
-    process hashes the file meanwhile. Without workers (one core, a daemon process, a pool that
-    cannot start or breaks) this process parses every span. Use as a context manager: the workers
-    are shut down at its end."""
+    """The threads that parse spans of large plain logs beside the ingesting thread, one per
+    further core, kept for every file of one ingest (a context manager: they end with it).
+
+    Threads, not processes: a span's parse spends its time in NumPy, Polars and file reads, which
+    release the GIL, so threads run in parallel as well as processes did, without a process's start
+    (importing Polars, ~0.6 CPU-s) or a pass over the results to bring them back. If no thread can
+    start, the ingesting thread parses every span."""
 
     def __init__(self) -> None:
         self.count = _workers()
-        self._pool: ProcessPoolExecutor | None = None
-
-    def start(self) -> None:
-        if self._pool is not None or not self.count:
-            return
-        try:
-            self._pool = ProcessPoolExecutor(self.count, mp_context=multiprocessing.get_context("spawn"))
-            for _ in range(self.count):
-                self._pool.submit(_ready)
-        except _POOL_ERRORS:
-            self.stop()
+        self._pool: ThreadPoolExecutor | None = None
 
     def submit(self, span: _Span) -> Future | None:
-        """The span's future, or None when no worker can take it (then none ever will)."""
-        self.start()
-        if self._pool is None:
+        """The span's future, or None when no thread can take it (then none ever will)."""
+        if not self.count:
             return None
         try:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.count, thread_name_prefix="failcast-span")
             return self._pool.submit(_stage_span, span)
-        except _POOL_ERRORS:
-            self.stop()
+        except RuntimeError:  # cannot start a thread here
+            self.close()
+            self.count = 0
             return None
 
-    def stop(self) -> None:
-        """No more workers for this ingest (they failed): parse in this process from now on."""
-        self.close(wait=False)
-        self.count = 0
-
-    def close(self, wait: bool = True) -> None:
+    def close(self) -> None:
         if self._pool is not None:
-            with suppress(*_POOL_ERRORS):
-                self._pool.shutdown(wait=wait, cancel_futures=True)
+            self._pool.shutdown(cancel_futures=True)
             self._pool = None
 
     def __enter__(self) -> SpanWorkers:
@@ -415,19 +390,25 @@ class SpanWorkers:
 
 
 def _parse_spans(spans: list[_Span], workers: SpanWorkers) -> list[_Parsed]:
-    """Parse the spans in the worker processes and in this one at once; the results are the same
+    """Parse the spans in the worker threads and in this one at once; the results are the same
     whoever parses a span. Spans go to the workers in order (two each in flight, so none waits for
-    the next) while this process takes spans from the end itself."""
+    the next) while this thread takes spans from the end; once none is left, it takes back the
+    spans no worker has begun."""
     results: dict[int, _Parsed] = {}
     pending = list(range(len(spans)))
     futures: dict[int, Future] = {}
+    taking_back = False
     try:
         while pending or futures:
-            while pending and len(futures) < 2 * workers.count:
+            while pending and not taking_back and len(futures) < 2 * workers.count:
                 future = workers.submit(spans[pending[0]])
                 if future is None:
                     break
                 futures[pending.pop(0)] = future
+            if not pending and not taking_back:
+                taking_back = True
+                pending = [index for index, future in futures.items() if future.cancel()]
+                futures = {i: f for i, f in futures.items() if i not in pending}
             if pending:
                 index = pending.pop()
                 results[index] = _stage_span(spans[index])
@@ -435,12 +416,7 @@ def _parse_spans(spans: list[_Span], workers: SpanWorkers) -> list[_Parsed]:
                 wait(futures.values(), return_when=FIRST_COMPLETED)
             for index, future in list(futures.items()):
                 if future.done():
-                    del futures[index]
-                    try:
-                        results[index] = future.result()
-                    except BrokenProcessPool:
-                        pending.append(index)
-                        workers.stop()
+                    results[index] = futures.pop(index).result()
     finally:  # on an error here, no worker may still write into the temporary folder
         for future in futures.values():
             future.cancel()
@@ -472,7 +448,7 @@ def _stage_lines(
     number of ignored lines with non-UTF-8 bytes."""
     size, parts = path.stat().st_size, parallel_parts(path)
     bounds = [None] if parts == 1 else [(size * i // parts, size * (i + 1) // parts) for i in range(parts)]
-    block_bytes = block_bytes or lines.BLOCK_BYTES  # resolved here: a worker sees the same blocks
+    block_bytes = block_bytes or lines.BLOCK_BYTES  # resolved once: every span reads the same blocks
     spans = [
         _Span(path, b, tmp / f"span-{i}.parquet", node, bus_order, max_decompressed_bytes, block_bytes)
         for i, b in enumerate(bounds)

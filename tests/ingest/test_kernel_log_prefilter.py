@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -152,7 +152,7 @@ def test_counts_add_up_and_non_utf8_ignored_lines_are_counted(con, tmp_path):
     assert lines == [(i + 1, 2025 if i < 150 else 2026) for i in range(0, 300, 7)]
 
 
-class _CountingPool(ProcessPoolExecutor):
+class _CountingPool(ThreadPoolExecutor):
     made: list[_CountingPool] = []
 
     def __init__(self, *args, **kwargs):
@@ -164,7 +164,7 @@ def test_one_set_of_workers_serves_every_file_and_is_shut_down(tmp_path, monkeyp
     """Two logs large enough for spans in one ingest: one pool, started once, shut down at the end;
     both files are read whole."""
     monkeypatch.setattr(kernel_log, "SPAN_BYTES", 2000)
-    monkeypatch.setattr(kernel_log, "ProcessPoolExecutor", _CountingPool)
+    monkeypatch.setattr(kernel_log, "ThreadPoolExecutor", _CountingPool)
     monkeypatch.setattr(kernel_log, "_workers", lambda: 1)
     _CountingPool.made.clear()
     first, second = tmp_path / "a.log", tmp_path / "b.log"
@@ -175,13 +175,13 @@ def test_one_set_of_workers_serves_every_file_and_is_shut_down(tmp_path, monkeyp
     assert [s.rows_read for s in summaries] == [300, 300]
     assert [s.rows_ingested for s in summaries] == [len(range(0, 300, 7)), len(range(300, 600, 7))]
     [pool] = _CountingPool.made
-    assert pool._shutdown_thread and not pool._processes  # every worker has exited
+    assert pool._shutdown and pool._threads and not any(t.is_alive() for t in pool._threads)
     con.close()
 
 
 class _NoPool:
     def __init__(self, *args, **kwargs):
-        raise OSError("no worker processes here")
+        raise RuntimeError("can't start new thread")
 
 
 def test_hashed_beside_the_parse_re_ingest_is_a_no_op_and_a_grown_log_adds_its_new_lines(
@@ -191,7 +191,7 @@ def test_hashed_beside_the_parse_re_ingest_is_a_no_op_and_a_grown_log_adds_its_n
     sha256 is the file's; the same content again (same or another name) is skipped; the log grown
     by more lines adds only those."""
     monkeypatch.setattr(kernel_log, "SPAN_BYTES", 2000)
-    monkeypatch.setattr(kernel_log, "ProcessPoolExecutor", _NoPool)
+    monkeypatch.setattr(kernel_log, "ThreadPoolExecutor", _NoPool)
     path = tmp_path / "kern.log"
     path.write_bytes(_syslog(300))
     assert kernel_log.parallel_parts(path) > 1
