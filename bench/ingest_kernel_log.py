@@ -67,8 +67,8 @@ def synthetic_log(path: Path, lines: int, xid_share: float, gz: bool, seed: int 
 
 
 def _cpu_seconds() -> float:
-    """CPU time of this process (all threads, the kernel-log parsing ones too) and its finished
-    children (none today; parsing workers were processes before)."""
+    """CPU time of this process (all its threads, the kernel-log parsing ones too) and of its
+    finished children."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
