@@ -173,18 +173,24 @@ def year_offsets(
     return _offsets(_month_changes(frame, prefix), np.arange(frame.height), carry)
 
 
-def _parse_block(
-    block: lines.Block, carry: tuple[int | None, int], node: str | None, bus_order: Mapping[str, int]
+def _relevant_lines(
+    block: lines.Block, carry: tuple[int | None, int]
 ) -> tuple[pl.DataFrame, tuple[int | None, int], tuple[int, int] | None]:
-    """Relevant lines of one block, parsed; ``carry`` is (last syslog month, New Years so far).
-    Only the relevant lines (``Xid`` in the bytes, or where a truncated .gz ends) become strings.
-    Also returns the first month change of the block (row, month), if any."""
+    """The relevant lines of one block (``Xid`` in the bytes, or where a truncated .gz ends: the
+    only lines made strings) with the New Years passed before each; ``carry`` is (last syslog
+    month, New Years so far). Also returns the first month change of the block (row, month)."""
     changes = _block_month_changes(block)
     relevant = block.containing(b"Xid")
     if block.truncated and (not len(relevant) or relevant[-1] != block.lines - 1):
         relevant = np.append(relevant, block.lines - 1)
     year_offset, new_carry = _offsets(changes, relevant, carry)
-    rel = block.frame(relevant).with_columns(year_offset)
+    first = (int(changes["i"][0]), int(changes["month"][0])) if changes.height else None
+    return block.frame(relevant).with_columns(year_offset), new_carry, first
+
+
+def _parse_xid_lines(rel: pl.DataFrame, node: str | None, bus_order: Mapping[str, int]) -> pl.DataFrame:
+    """The relevant lines (``line``, ``text``, ``bad_utf8``, ``truncated``, ``year_offset``) split
+    into the staged columns by the line-form regexes."""
     parts = rel.with_columns(
         pl.col("text").str.extract_groups(_ISO).alias("iso"),
         pl.col("text").str.extract_groups(_BSD).alias("bsd"),
@@ -224,8 +230,7 @@ def _parse_block(
         .replace_strict(dict(bus_order), default=None, return_dtype=pl.Int32)
         .alias("gpu_index"),
     )
-    first = (int(changes["i"][0]), int(changes["month"][0])) if changes.height else None
-    return staged.cast(_STAGED_SCHEMA), new_carry, first
+    return staged.cast(_STAGED_SCHEMA)
 
 
 _STAGE = """
@@ -322,26 +327,37 @@ class _Parsed:
     bad_ignored: int
 
 
+_PARSE_ROWS = 4096
+"""Relevant lines are parsed in batches of at least this many (or what a span has): the regexes'
+fixed cost per call is that of a few thousand lines."""
+
+
 def _stage_span(span: _Span, progress: Callable[[int], None] | None = None) -> _Parsed:
-    """Parse a span batch by batch and write its relevant lines to ``span.out``, so memory holds one
-    batch whatever the size of the log (a frame registered in DuckDB would stay alive until the
-    file's transaction commits). Runs in a worker thread for the spans of a parallel read."""
+    """Parse a span block by block and write its relevant lines to ``span.out``, so memory holds one
+    block (and a few thousand relevant lines) whatever the size of the log (a frame registered in
+    DuckDB would stay alive until the file's transaction commits). Runs in a worker thread for the
+    spans of a parallel read."""
     carry: tuple[int | None, int] = (None, 0)
     rows, bad_ignored, done = 0, 0, 0
     first_dated: tuple[int, int] | None = None
+    held: list[pl.DataFrame] = []  # relevant lines not parsed yet: the regexes run on a few thousand
     blocks = read_blocks(span.path, span.block_bytes, span.max_decompressed_bytes, span.bounds)
     with pq.ParquetWriter(span.out, _STAGED_ARROW) as writer:
         for block in blocks:
-            staged, carry, first = _parse_block(block, carry, span.node, span.bus_order)
+            relevant, carry, first = _relevant_lines(block, carry)
             if first_dated is None and first is not None:
                 first_dated = (rows + first[0] + 1, first[1])
             rows += block.lines
-            bad_ignored += block.bad_utf8_lines() - staged["bad_utf8"].sum()
-            if staged.height:
-                writer.write_table(staged.to_arrow())
+            bad_ignored += block.bad_utf8_lines() - relevant["bad_utf8"].sum()
+            held.append(relevant)
+            if sum(frame.height for frame in held) >= _PARSE_ROWS:
+                writer.write_table(_parse_xid_lines(pl.concat(held), span.node, span.bus_order).to_arrow())
+                held = []
             if progress:
                 progress(block.bytes_done - done)
             done = block.bytes_done
+        if held:
+            writer.write_table(_parse_xid_lines(pl.concat(held), span.node, span.bus_order).to_arrow())
     return _Parsed(rows, first_dated, carry[0], carry[1], int(bad_ignored))
 
 
