@@ -2,8 +2,10 @@
 
 Bytes are read in blocks (``.gz`` decompressed on the fly), cut at the last newline, checked for
 UTF-8 once per block (invalid bytes become U+FFFD, so those lines can be rejected by name) and cut
-at the newline positions into a Polars frame ``line`` (1-based), ``text``, ``bad_utf8``. No Python
-loop runs per line.
+at the newline positions (:class:`Block`, :func:`read_blocks`). :func:`read_lines` makes every line
+a Polars string (frame ``line`` (1-based), ``text``, ``bad_utf8``, ``truncated``); a reader that
+wants few lines finds them in the bytes first and makes strings of those only (the kernel-log
+reader: lines with ``Xid``). No Python loop runs per line.
 
 A truncated ``.gz`` ends the stream early: the lines before the cut are kept and the cut-off point
 counts as one more line, with ``truncated`` set, so it can be rejected with the reason.
