@@ -206,10 +206,10 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
         if progress:
             progress(size)
         return FileSummary(str(path), "-", fmt or "-", notes=["empty file: nothing to ingest"])
-    guessed, hasher = _guess_format(path, fmt), None
+    hasher = None
     if (
-        guessed == "kernel-log"
-        and parallel_parts(path) > 1
+        parallel_parts(path) > 1
+        and _guess_format(path, fmt) == "kernel-log"
         and not con.sql("SELECT 1 FROM ingested_files WHERE size_bytes = ?", params=[size]).fetchall()
     ):  # no stored file has this size, so none has this content: hashed while it is parsed
         hasher = ThreadPoolExecutor(1, thread_name_prefix="sha256")
@@ -221,7 +221,7 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
             return FileSummary(str(path), "-", fmt or "-", skipped=True)
     else:
         sha = hasher.submit(sha256_of, path).result
-    fmt = guessed or detect_format(path)
+    fmt = fmt or detect_format(path)
     con.execute(f"SET TimeZone = '{checked_timezone(con, options['timezone'])}'")
     try:
         with warehouse.transaction(con):
