@@ -19,11 +19,7 @@ that cannot be used is rejected with the reason (no date, no code, not UTF-8 ...
 id (``PCI:`` prefix optional, as on old drivers) identifies the GPU; with a bus order (the PCI bus
 number of each gpu_index, identical on every node of one board type) it becomes a gpu_index.
 
-Years for syslog lines: the first dated line is in ``year`` when given; otherwise the last dated
-line is in the file's modification year (the year before, if its month is after the modification
-month). Going through the file, the year goes up by one whenever the month falls back by six months
-or more (Dec -> Jan); a smaller step back is an out-of-order line in the same year. The summary
-states the years used, so a wrong guess is visible, never silent.
+Years of syslog lines (they have none): :mod:`.syslog_years`.
 
 Event key: (UTC time, node, message) - the cluster is left out because an XID line's cluster may be
 resolved later from the inventory; an identical line at the same second is one event.
@@ -36,7 +32,6 @@ import tempfile
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -54,25 +49,25 @@ from pipeline.ingest.common import (
     registered,
 )
 from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, is_gzip, read_blocks
+from pipeline.ingest.syslog_years import (
+    MONTH_PATTERN,
+    block_month_changes,
+    month_number,
+    syslog_base_year,
+    year_offsets_at,
+)
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
-MONTHS = {
-    m: i
-    for i, m in enumerate(
-        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1
-    )
-}
-_MON = "(?:" + "|".join(MONTHS) + ")"
 _ISO = (
     r"^(?<iso_ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)"
     r"\s+(?<iso_host>\S+)\s+(?<iso_rest>.*)$"
 )
 _BSD = (
-    rf"^(?<bsd_mon>{_MON})\s+(?<bsd_day>\d{{1,2}})\s+(?<bsd_hms>\d{{2}}:\d{{2}}:\d{{2}})"
+    rf"^(?<bsd_mon>{MONTH_PATTERN})\s+(?<bsd_day>\d{{1,2}})\s+(?<bsd_hms>\d{{2}}:\d{{2}}:\d{{2}})"
     r"\s+(?<bsd_host>\S+)\s+(?<bsd_rest>.*)$"
 )
 _CTIME = (
-    rf"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\s+(?<ct_mon>{_MON})\s+(?<ct_day>\d{{1,2}})\s+"
+    rf"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\s+(?<ct_mon>{MONTH_PATTERN})\s+(?<ct_day>\d{{1,2}})\s+"
     r"(?<ct_hms>\d{2}:\d{2}:\d{2})\s+(?<ct_year>\d{4})\]\s*(?<ct_rest>.*)$"
 )
 _MONOTONIC = r"^\[\s*\d+\.\d+\]"
@@ -107,83 +102,17 @@ _STAGED_SCHEMA = {
 _STAGED_ARROW = pl.DataFrame(schema=_STAGED_SCHEMA).to_arrow().schema
 
 
-def _month(expr: pl.Expr) -> pl.Expr:
-    return expr.replace_strict(MONTHS, default=None, return_dtype=pl.Int32)
-
-
-_DATED = rf"{_MON}\s+\d{{1,2}}\s+\d{{2}}:"  # after a line's prefix: a syslog date
-_MONTH_HEADS = np.array([int.from_bytes(m.encode(), "big") for m in MONTHS], np.int32)
-
-
-def _month_changes(frame: pl.DataFrame, prefix: str) -> pl.DataFrame:
-    """Row ``i`` and ``month`` of each syslog-dated line (``Mon DD hh:`` after the regex ``prefix``)
-    whose month name differs from the previous dated line's: the only lines where a New Year can
-    pass. A regex match test and a 3-character comparison per line; the month lookup runs on the
-    few change points only."""
-    text = pl.col("text")
-    head = pl.when(text.str.contains(f"^{prefix}{_DATED}")).then(
-        (text.str.strip_chars_start("[") if prefix else text).str.head(3)
-    )
-    dated = frame.select(i=pl.int_range(pl.len(), dtype=pl.Int64), head=head).drop_nulls("head")
-    changes = dated.filter(pl.col("head").ne_missing(pl.col("head").shift(1)))
-    return changes.select("i", month=_month(pl.col("head")))
-
-
-def _block_month_changes(block: lines.Block) -> pl.DataFrame:
-    """:func:`_month_changes` of a block of kernel-log lines without a string per line: lines whose
-    first three bytes are a month name are the candidates, and the full regex runs on the lines where
-    that name changes only. A candidate that fails the regex is not a dated line; dropping it can
-    only change whether the next candidate is a change point, so the change points are found again
-    without it until all of them pass (candidates that are not change points may stay: the lines
-    around them have their month name, so they change nothing)."""
-    heads = block.heads()
-    candidates = np.flatnonzero(np.isin(heads, _MONTH_HEADS, kind="table"))
-    while True:
-        keys = heads[candidates]
-        points = candidates[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else candidates
-        dated = block.frame(points)["text"].str.contains(f"^{_DATED}").to_numpy()
-        if dated.all():
-            break
-        candidates = np.setdiff1d(candidates, points[~dated], assume_unique=True)
-    order = np.argsort(_MONTH_HEADS)  # month index of each head in ascending order
-    month = order[np.searchsorted(_MONTH_HEADS[order], heads[points])] + 1
-    return pl.DataFrame({"i": points.astype(np.int64), "month": month.astype(np.int32)})
-
-
-def _offsets(
-    changes: pl.DataFrame, rows: np.ndarray, carry: tuple[int | None, int]
-) -> tuple[pl.Series, tuple[int | None, int]]:
-    """New Years passed before each of the lines ``rows`` (indexes, ascending) of a batch whose
-    month changes are ``changes``; ``carry`` as in :func:`year_offsets`."""
-    last_month, offset = carry
-    rollover = changes.filter(
-        (pl.col("month").shift(1).fill_null(pl.lit(last_month, pl.Int32)) - pl.col("month")) >= 6
-    )["i"]
-    passed = np.searchsorted(rollover.to_numpy(), rows, side="right") + offset
-    new_carry = (changes["month"][-1] if changes.height else last_month, offset + rollover.len())
-    return pl.Series("year_offset", passed, dtype=pl.Int32), new_carry
-
-
-def year_offsets(
-    frame: pl.DataFrame, carry: tuple[int | None, int], prefix: str = ""
-) -> tuple[pl.Series, tuple[int | None, int]]:
-    """New Years passed before each line of a batch (see the module docstring), for lines dated
-    ``Mon DD hh:`` after the regex ``prefix``; ``carry`` is (last syslog month, New Years so far)
-    from the batches before and is returned updated."""
-    return _offsets(_month_changes(frame, prefix), np.arange(frame.height), carry)
-
-
 def _relevant_lines(
     block: lines.Block, carry: tuple[int | None, int]
 ) -> tuple[pl.DataFrame, tuple[int | None, int], tuple[int, int] | None]:
     """The relevant lines of one block (``Xid`` in the bytes, or where a truncated .gz ends: the
     only lines made strings) with the New Years passed before each; ``carry`` is (last syslog
     month, New Years so far). Also returns the first month change of the block (row, month)."""
-    changes = _block_month_changes(block)
+    changes = block_month_changes(block)
     relevant = block.containing(b"Xid")
     if block.truncated and (not len(relevant) or relevant[-1] != block.lines - 1):
         relevant = np.append(relevant, block.lines - 1)
-    year_offset, new_carry = _offsets(changes, relevant, carry)
+    year_offset, new_carry = year_offsets_at(changes, relevant, carry)
     first = (int(changes["i"][0]), int(changes["month"][0])) if changes.height else None
     return block.frame(relevant).with_columns(year_offset), new_carry, first
 
@@ -216,7 +145,7 @@ def _parse_xid_lines(rel: pl.DataFrame, node: str | None, bus_order: Mapping[str
         "truncated",
         form.alias("form"),
         pl.col("iso_ts").str.replace(",", ".", literal=True).alias("ts_text"),
-        _month(pl.coalesce("bsd_mon", "ct_mon")).alias("month"),
+        month_number(pl.coalesce("bsd_mon", "ct_mon")).alias("month"),
         pl.coalesce("bsd_day", "ct_day").cast(pl.Int32).alias("day"),
         pl.coalesce("bsd_hms", "ct_hms").alias("hms"),
         pl.col("ct_year").cast(pl.Int32).alias("year"),
@@ -286,20 +215,6 @@ WHERE line IN (SELECT min(line) FROM xid_parsed s
                WHERE reason IS NULL AND NOT EXISTS (SELECT 1 FROM events e WHERE e.event_key = s.event_key)
                GROUP BY event_key)
 """
-
-
-def syslog_base_year(path: Path, year: int | None, last: tuple[int | None, int], summary: FileSummary) -> int:
-    """The year of the first syslog line (see the module docstring) and a note saying so."""
-    last_month, rollovers = last
-    if year is not None:
-        base, source = year, "--year"
-    else:
-        modified = datetime.fromtimestamp(path.stat().st_mtime, UTC)
-        last_year = modified.year if (last_month or 1) <= modified.month else modified.year - 1
-        base, source = last_year - rollovers, f"file modified {modified:%Y-%m-%d}; override with --year"
-    span = f"{base}" if not rollovers else f"{base}..{base + rollovers} ({rollovers} New Year rollover(s))"
-    summary.notes.append(f"syslog times carry no year: read as {span} ({source})")
-    return base
 
 
 @dataclass(frozen=True)

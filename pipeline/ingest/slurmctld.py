@@ -34,9 +34,9 @@ import polars as pl
 
 from pipeline.ingest import hostlist
 from pipeline.ingest.common import FileSummary, account_lines, register_file, registered
-from pipeline.ingest.kernel_log import MONTHS, syslog_base_year, year_offsets
 from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, read_lines
 from pipeline.ingest.slurm_events import state_base
+from pipeline.ingest.syslog_years import MONTHS, syslog_base_year, year_offsets
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
 FORMAT = "slurmctld"

@@ -2,7 +2,7 @@
 line heads, the file is hashed beside the parse and one set of workers serves every file.
 
 Each byte-level result is checked against the string-per-line reading it replaces (``Block.frame()``
-of all lines, ``kernel_log._month_changes``), which the rest of the readers still use."""
+of all lines, ``syslog_years.month_changes``), which the rest of the readers still use."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline import warehouse
-from pipeline.ingest import ingest_files, kernel_log
+from pipeline.ingest import ingest_files, kernel_log, syslog_years
 from pipeline.ingest.lines import read_blocks
 
 # Xid lines in every form the parser accepts or rejects by name, with their sources:
@@ -116,7 +116,7 @@ def test_byte_level_block_equals_the_string_per_line_reading(
         every_other = np.arange(0, b.lines, 2)  # more than half of the lines: the other path
         assert b.frame(every_other).equals(_rows(full, every_other))
         assert b.bad_utf8_lines() == full["bad_utf8"].sum()
-        assert kernel_log._block_month_changes(b).equals(kernel_log._month_changes(full, ""))
+        assert syslog_years.block_month_changes(b).equals(syslog_years.month_changes(full, ""))
 
 
 def _rows(frame: pl.DataFrame, rows: np.ndarray) -> pl.DataFrame:
