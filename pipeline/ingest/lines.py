@@ -106,7 +106,10 @@ class Block:
         raw = np.frombuffer(data, np.uint8)
         ascii_only = bool(raw.max(initial=0) < 0x80)
         if not ascii_only:  # valid UTF-8 stays as is; undecodable bytes become U+FFFD
-            raw = np.frombuffer(bytes(data).decode("utf-8", errors="replace").encode(), np.uint8)
+            try:
+                str(data, "utf-8")  # valid (the usual case): checking is a third of decoding and encoding
+            except UnicodeDecodeError:
+                raw = np.frombuffer(str(data, "utf-8", errors="replace").encode(), np.uint8)
         ends = np.flatnonzero(raw == ord("\n"))
         return cls(raw, ends, first_line, ascii_only, truncated, bytes_done)
 
