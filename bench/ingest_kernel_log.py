@@ -6,7 +6,7 @@
 Writes a year-less syslog of ordinary kernel messages with a share of Xid lines (storms of 4), or
 takes ``--log``, ingests it into a fresh warehouse and prints lines/s, MB/s and peak RSS (memory
 must not grow with the file: the reader streams blocks of ``lines.BLOCK_BYTES``) and the CPU time
-of the ingest with its parsing workers (MB per CPU-second: the rate per core, which a machine
+of the ingest with its parsing threads (MB per CPU-second: the rate per core, which a machine
 shared with other jobs does not blur the way it blurs wall-clock MB/s). Then the floor:
 DuckDB counting the file's lines, the least any reader must do.
 """
@@ -67,7 +67,8 @@ def synthetic_log(path: Path, lines: int, xid_share: float, gz: bool, seed: int 
 
 
 def _cpu_seconds() -> float:
-    """CPU time of this process and its finished children (the kernel-log parsing workers)."""
+    """CPU time of this process (all its threads, the kernel-log parsing ones too) and of its
+    finished children."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
@@ -101,7 +102,7 @@ def main() -> None:
             f"{s.rows_read / elapsed:,.0f} lines/s, {size_mb / elapsed:.0f} MB/s; "
             f"ingested {s.rows_ingested}, duplicate {s.rows_duplicate}, ignored {s.rows_ignored}; "
             f"peak RSS {rss_before:.0f} MB before, {rss_after:.0f} MB after; "
-            f"CPU {cpu:.1f} s with the parsing workers ({size_mb / cpu:.0f} MB per CPU-second)"
+            f"CPU {cpu:.1f} s with the parsing threads ({size_mb / cpu:.0f} MB per CPU-second)"
         )
         start = time.perf_counter()
         lines = duckdb.sql(LINES_SQL, params=[str(log)]).fetchall()[0][0]

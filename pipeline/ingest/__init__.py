@@ -16,6 +16,7 @@ Rules that every reader follows:
 
 * **Idempotent.** A file whose sha256 is already in ``ingested_files`` is skipped; a record whose
   content key is already stored counts as a duplicate, so a log that grew adds only its new lines.
+  (A large kernel log whose size no stored file has is new content: it is hashed while it is parsed.)
 * **Nothing lost.** Every line is counted: read = ingested + duplicate + rejected + ignored. A line
   that should carry a record but cannot be used goes to ``rejects`` with file, line, raw text and
   the reason; ``ignored`` lines carry nothing by design (ordinary kernel messages, sacct job steps).
@@ -34,6 +35,7 @@ import glob
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +54,7 @@ from pipeline.ingest.canonical import (
 from pipeline.ingest.cloud_events import FORMATS as CLOUD_FORMATS
 from pipeline.ingest.cloud_events import ingest_cloud_events
 from pipeline.ingest.common import FileSummary, InputError, checked_timezone, sha256_of
-from pipeline.ingest.kernel_log import ingest_kernel_log
+from pipeline.ingest.kernel_log import SpanWorkers, ingest_kernel_log, parallel_parts
 from pipeline.ingest.kubernetes import ingest_kubernetes
 from pipeline.ingest.lines import BOM, MAX_DECOMPRESSED_BYTES, head_text, is_gzip
 from pipeline.ingest.sacct import ingest_sacct
@@ -66,7 +68,7 @@ DATASET_FORMATS = ("lanl", "titan", "bgl")
 # Line-oriented log readers: each streams its file in blocks and takes the common options (sha,
 # progress, size and block limits) plus the ones named here, which are ingest_files' options.
 LOG_READERS = {
-    "kernel-log": (ingest_kernel_log, ("cluster", "node", "year", "bus_order")),
+    "kernel-log": (ingest_kernel_log, ("cluster", "node", "year", "bus_order", "workers")),
     "sacct": (ingest_sacct, ("cluster",)),
     "slurm-events": (ingest_slurm_events, ("cluster",)),
     "slurmctld": (ingest_slurmctld, ("cluster", "year")),
@@ -185,6 +187,14 @@ def detect_format(path: Path) -> str:
     )
 
 
+def _guess_format(path: Path, fmt: str | None) -> str | None:
+    """The format given or detected, None if it cannot be told (:func:`detect_format` says why)."""
+    try:
+        return fmt or detect_format(path)
+    except InputError:
+        return None
+
+
 @contextmanager
 def session_timezone(con, timezone: str) -> Iterator[None]:
     """Naive times in the block are read in ``timezone`` (the readers' SQL casts in the session
@@ -208,8 +218,10 @@ def reader_options(
     progress: Callable[[int], None] | None = None,
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
     block_bytes: int | None = None,
+    workers: SpanWorkers | None = None,
 ) -> dict:
-    """The options :func:`read_file` passes on to the readers (see :func:`ingest_files`)."""
+    """The options :func:`read_file` passes on to the readers (see :func:`ingest_files`);
+    ``workers``: the threads that parse large kernel logs (None: the reader starts its own)."""
     return {
         "column_map": column_map or {},
         "timezone": timezone,
@@ -221,6 +233,7 @@ def reader_options(
         "progress": progress,
         "max_decompressed_bytes": max_decompressed_bytes,
         "block_bytes": block_bytes,
+        "workers": workers,
     }
 
 
@@ -291,16 +304,30 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
         if progress:
             progress(size)
         return FileSummary(str(path), "-", fmt or "-", notes=["empty file: nothing to ingest"])
-    sha = sha256_of(path)
-    if con.sql("SELECT 1 FROM ingested_files WHERE sha256 = ?", params=[sha]).fetchall():
-        if progress:
-            progress(size)
-        return FileSummary(str(path), "-", fmt or "-", skipped=True)
+    hasher = None
+    if (
+        parallel_parts(path) > 1
+        and _guess_format(path, fmt) == "kernel-log"
+        and not con.sql("SELECT 1 FROM ingested_files WHERE size_bytes = ?", params=[size]).fetchall()
+    ):  # no stored file has this size, so none has this content: hashed while it is parsed
+        hasher = ThreadPoolExecutor(1, thread_name_prefix="sha256")
+    if hasher is None:
+        sha: str | Callable[[], str] = sha256_of(path)
+        if con.sql("SELECT 1 FROM ingested_files WHERE sha256 = ?", params=[sha]).fetchall():
+            if progress:
+                progress(size)
+            return FileSummary(str(path), "-", fmt or "-", skipped=True)
+    else:
+        sha = hasher.submit(sha256_of, path).result
     fmt = fmt or detect_format(path)
-    with session_timezone(con, options["timezone"]), warehouse.transaction(con):
-        summary = read_file(con, path, sha=sha, fmt=fmt, options=options)
-        if note := taxonomy.classify_new_events(con, options["category_map"]):
-            summary.notes.append(note)
+    try:
+        with session_timezone(con, options["timezone"]), warehouse.transaction(con):
+            summary = read_file(con, path, sha=sha, fmt=fmt, options=options)
+            if note := taxonomy.classify_new_events(con, options["category_map"]):
+                summary.notes.append(note)
+    finally:
+        if hasher is not None:
+            hasher.shutdown()
     return summary
 
 
@@ -352,12 +379,14 @@ def ingest_files(
     options["category_map"] = category_map or CategoryMap()
     summaries: list[FileSummary] = []
     try:
-        for path in map(Path, paths):
-            if lake.is_lake(path):  # each input's summary kept as it commits, should a later one fail
-                for summary in lake.ingest_lake(con, path, category_map=options["category_map"]):
-                    summaries.append(summary)
-            else:
-                summaries.append(_ingest_one(con, path, fmt=fmt, options=options))
+        with SpanWorkers() as workers:  # the threads parsing large kernel logs, for every file
+            options["workers"] = workers
+            for path in map(Path, paths):
+                if lake.is_lake(path):  # each input's summary kept as it commits, should a later one fail
+                    for summary in lake.ingest_lake(con, path, category_map=options["category_map"]):
+                        summaries.append(summary)
+                else:
+                    summaries.append(_ingest_one(con, path, fmt=fmt, options=options))
     except InputError:
         if summaries:  # the files before the bad one are committed: keep incidents in step
             _rebuild(con, window_seconds, estimate_exposure, options["category_map"])

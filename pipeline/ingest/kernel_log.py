@@ -19,11 +19,7 @@ that cannot be used is rejected with the reason (no date, no code, not UTF-8 ...
 id (``PCI:`` prefix optional, as on old drivers) identifies the GPU; with a bus order (the PCI bus
 number of each gpu_index, identical on every node of one board type) it becomes a gpu_index.
 
-Years for syslog lines: the first dated line is in ``year`` when given; otherwise the last dated
-line is in the file's modification year (the year before, if its month is after the modification
-month). Going through the file, the year goes up by one whenever the month falls back by six months
-or more (Dec -> Jan); a smaller step back is an out-of-order line in the same year. The summary
-states the years used, so a wrong guess is visible, never silent.
+Years of syslog lines (they have none): :mod:`.syslog_years`.
 
 Event key: (UTC time, node, message) - the cluster is left out because an XID line's cluster may be
 resolved later from the inventory; an identical line at the same second is one event.
@@ -31,17 +27,15 @@ resolved later from the inventory; an identical line at the same second is one e
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import tempfile
 from collections.abc import Callable, Mapping
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
-from contextlib import suppress
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
@@ -55,26 +49,26 @@ from pipeline.ingest.common import (
     register_file,
     registered,
 )
-from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, is_gzip, read_lines
+from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, is_gzip, read_blocks
+from pipeline.ingest.syslog_years import (
+    MONTH_PATTERN,
+    block_month_changes,
+    month_number,
+    syslog_base_year,
+    year_offsets_at,
+)
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
-MONTHS = {
-    m: i
-    for i, m in enumerate(
-        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1
-    )
-}
-_MON = "(?:" + "|".join(MONTHS) + ")"
 _ISO = (
     r"^(?<iso_ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)"
     r"\s+(?<iso_host>\S+)\s+(?<iso_rest>.*)$"
 )
 _BSD = (
-    rf"^(?<bsd_mon>{_MON})\s+(?<bsd_day>\d{{1,2}})\s+(?<bsd_hms>\d{{2}}:\d{{2}}:\d{{2}})"
+    rf"^(?<bsd_mon>{MONTH_PATTERN})\s+(?<bsd_day>\d{{1,2}})\s+(?<bsd_hms>\d{{2}}:\d{{2}}:\d{{2}})"
     r"\s+(?<bsd_host>\S+)\s+(?<bsd_rest>.*)$"
 )
 _CTIME = (
-    rf"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\s+(?<ct_mon>{_MON})\s+(?<ct_day>\d{{1,2}})\s+"
+    rf"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\s+(?<ct_mon>{MONTH_PATTERN})\s+(?<ct_day>\d{{1,2}})\s+"
     r"(?<ct_hms>\d{2}:\d{2}:\d{2})\s+(?<ct_year>\d{4})\]\s*(?<ct_rest>.*)$"
 )
 _MONOTONIC = r"^\[\s*\d+\.\d+\]"
@@ -109,59 +103,24 @@ _STAGED_SCHEMA = {
 _STAGED_ARROW = pl.DataFrame(schema=_STAGED_SCHEMA).to_arrow().schema
 
 
-def _month(expr: pl.Expr) -> pl.Expr:
-    return expr.replace_strict(MONTHS, default=None, return_dtype=pl.Int32)
-
-
-def _month_changes(frame: pl.DataFrame, prefix: str) -> pl.DataFrame:
-    """Row ``i`` and ``month`` of each syslog-dated line (``Mon DD hh:`` after the regex ``prefix``)
-    whose month name differs from the previous dated line's: the only lines where a New Year can
-    pass. A regex match test and a 3-character comparison per line; the month lookup runs on the
-    few change points only."""
-    text = pl.col("text")
-    head = pl.when(text.str.contains(rf"^{prefix}{_MON}\s+\d{{1,2}}\s+\d{{2}}:")).then(
-        (text.str.strip_chars_start("[") if prefix else text).str.head(3)
-    )
-    dated = frame.select(i=pl.int_range(pl.len(), dtype=pl.Int64), head=head).drop_nulls("head")
-    changes = dated.filter(pl.col("head").ne_missing(pl.col("head").shift(1)))
-    return changes.select("i", month=_month(pl.col("head")))
-
-
-def _offsets(
-    changes: pl.DataFrame, height: int, carry: tuple[int | None, int]
-) -> tuple[pl.Series, tuple[int | None, int]]:
-    last_month, offset = carry
-    rollover = changes.filter(
-        (pl.col("month").shift(1).fill_null(pl.lit(last_month, pl.Int32)) - pl.col("month")) >= 6
-    )["i"]
-    steps = pl.zeros(height, pl.Int32, eager=True).scatter(rollover, 1) if rollover.len() else None
-    year_offset = (
-        (steps.cum_sum() + offset).rename("year_offset")
-        if steps is not None
-        else pl.repeat(offset, height, dtype=pl.Int32, eager=True).rename("year_offset")
-    )
-    new_carry = (changes["month"][-1] if changes.height else last_month, offset + rollover.len())
-    return year_offset, new_carry
-
-
-def year_offsets(
-    frame: pl.DataFrame, carry: tuple[int | None, int], prefix: str = ""
-) -> tuple[pl.Series, tuple[int | None, int]]:
-    """New Years passed before each line of a batch (see the module docstring), for lines dated
-    ``Mon DD hh:`` after the regex ``prefix``; ``carry`` is (last syslog month, New Years so far)
-    from the batches before and is returned updated."""
-    return _offsets(_month_changes(frame, prefix), frame.height, carry)
-
-
-def _parse_batch(
-    frame: pl.DataFrame, carry: tuple[int | None, int], node: str | None, bus_order: Mapping[str, int]
+def _relevant_lines(
+    block: lines.Block, carry: tuple[int | None, int]
 ) -> tuple[pl.DataFrame, tuple[int | None, int], tuple[int, int] | None]:
-    """Relevant lines of one batch, parsed; ``carry`` is (last syslog month, New Years so far).
-    Also returns the first month change of the batch (row, month), if any."""
-    changes = _month_changes(frame, "")
-    year_offset, new_carry = _offsets(changes, frame.height, carry)
-    relevant = frame["text"].str.contains("Xid", literal=True) | frame["truncated"]
-    rel = frame.filter(relevant).with_columns(year_offset=year_offset.filter(relevant))
+    """The relevant lines of one block (``Xid`` in the bytes, or where a truncated .gz ends: the
+    only lines made strings) with the New Years passed before each; ``carry`` is (last syslog
+    month, New Years so far). Also returns the first month change of the block (row, month)."""
+    changes = block_month_changes(block)
+    relevant = block.containing(b"Xid")
+    if block.truncated and (not len(relevant) or relevant[-1] != block.lines - 1):
+        relevant = np.append(relevant, block.lines - 1)
+    year_offset, new_carry = year_offsets_at(changes, relevant, carry)
+    first = (int(changes["i"][0]), int(changes["month"][0])) if changes.height else None
+    return block.frame(relevant).with_columns(year_offset), new_carry, first
+
+
+def _parse_xid_lines(rel: pl.DataFrame, node: str | None, bus_order: Mapping[str, int]) -> pl.DataFrame:
+    """The relevant lines (``line``, ``text``, ``bad_utf8``, ``truncated``, ``year_offset``) split
+    into the staged columns by the line-form regexes."""
     parts = rel.with_columns(
         pl.col("text").str.extract_groups(_ISO).alias("iso"),
         pl.col("text").str.extract_groups(_BSD).alias("bsd"),
@@ -187,7 +146,7 @@ def _parse_batch(
         "truncated",
         form.alias("form"),
         pl.col("iso_ts").str.replace(",", ".", literal=True).alias("ts_text"),
-        _month(pl.coalesce("bsd_mon", "ct_mon")).alias("month"),
+        month_number(pl.coalesce("bsd_mon", "ct_mon")).alias("month"),
         pl.coalesce("bsd_day", "ct_day").cast(pl.Int32).alias("day"),
         pl.coalesce("bsd_hms", "ct_hms").alias("hms"),
         pl.col("ct_year").cast(pl.Int32).alias("year"),
@@ -201,20 +160,24 @@ def _parse_batch(
         .replace_strict(dict(bus_order), default=None, return_dtype=pl.Int32)
         .alias("gpu_index"),
     )
-    first = (int(changes["i"][0]), int(changes["month"][0])) if changes.height else None
-    return staged.cast(_STAGED_SCHEMA), new_carry, first
+    return staged.cast(_STAGED_SCHEMA)
 
 
 _STAGE = """
 CREATE OR REPLACE TEMP TABLE xid_parsed AS
-WITH shown AS (
+WITH staged AS (  -- the spans' lines numbered and dated as in one pass over the file
+    SELECT s.* EXCLUDE (line, year_offset, filename), s.line + o.line_base AS line,
+           s.year_offset + o.year_base + CASE WHEN s.line >= o.new_year_from THEN 1 ELSE 0 END
+               AS year_offset
+    FROM read_parquet($staged_paths, filename = true) s JOIN span_offsets o ON o.file = s.filename
+), shown AS (
     SELECT *,
            CASE form
              WHEN 'iso' THEN ts_text
              WHEN 'bsd' THEN printf('%04d-%02d-%02d %s', $base_year + year_offset, month, day, hms)
              WHEN 'ctime' THEN printf('%04d-%02d-%02d %s', year, month, day, hms)
            END AS ts_shown
-    FROM read_parquet($staged_path)
+    FROM staged
 ), timed AS (
     SELECT *,
            CASE WHEN form = 'iso' THEN TRY_CAST(ts_shown AS TIMESTAMPTZ)
@@ -255,20 +218,6 @@ WHERE line IN (SELECT min(line) FROM xid_parsed s
 """
 
 
-def syslog_base_year(path: Path, year: int | None, last: tuple[int | None, int], summary: FileSummary) -> int:
-    """The year of the first syslog line (see the module docstring) and a note saying so."""
-    last_month, rollovers = last
-    if year is not None:
-        base, source = year, "--year"
-    else:
-        modified = datetime.fromtimestamp(path.stat().st_mtime, UTC)
-        last_year = modified.year if (last_month or 1) <= modified.month else modified.year - 1
-        base, source = last_year - rollovers, f"file modified {modified:%Y-%m-%d}; override with --year"
-    span = f"{base}" if not rollovers else f"{base}..{base + rollovers} ({rollovers} New Year rollover(s))"
-    summary.notes.append(f"syslog times carry no year: read as {span} ({source})")
-    return base
-
-
 @dataclass(frozen=True)
 class _Span:
     """One parsing task: the lines beginning in bytes ``[start, stop)`` of a plain log (the whole
@@ -294,26 +243,37 @@ class _Parsed:
     bad_ignored: int
 
 
+_PARSE_ROWS = 4096
+"""Relevant lines are parsed in batches of at least this many (or what a span has): the regexes'
+fixed cost per call is that of a few thousand lines."""
+
+
 def _stage_span(span: _Span, progress: Callable[[int], None] | None = None) -> _Parsed:
-    """Parse a span batch by batch and write its relevant lines to ``span.out``, so memory holds one
-    batch whatever the size of the log (a frame registered in DuckDB would stay alive until the
-    file's transaction commits). Runs in a worker process for the spans of a parallel read."""
+    """Parse a span block by block and write its relevant lines to ``span.out``, so memory holds one
+    block (and a few thousand relevant lines) whatever the size of the log (a frame registered in
+    DuckDB would stay alive until the file's transaction commits). Runs in a worker thread for the
+    spans of a parallel read."""
     carry: tuple[int | None, int] = (None, 0)
     rows, bad_ignored, done = 0, 0, 0
     first_dated: tuple[int, int] | None = None
-    batches = read_lines(span.path, span.block_bytes, span.max_decompressed_bytes, span.bounds)
+    held: list[pl.DataFrame] = []  # relevant lines not parsed yet: the regexes run on a few thousand
+    blocks = read_blocks(span.path, span.block_bytes, span.max_decompressed_bytes, span.bounds)
     with pq.ParquetWriter(span.out, _STAGED_ARROW) as writer:
-        for batch in batches:
-            staged, carry, first = _parse_batch(batch.frame, carry, span.node, span.bus_order)
+        for block in blocks:
+            relevant, carry, first = _relevant_lines(block, carry)
             if first_dated is None and first is not None:
                 first_dated = (rows + first[0] + 1, first[1])
-            rows += batch.frame.height
-            bad_ignored += batch.frame["bad_utf8"].sum() - staged["bad_utf8"].sum()
-            if staged.height:
-                writer.write_table(staged.to_arrow())
+            rows += block.lines
+            bad_ignored += block.bad_utf8_lines() - relevant["bad_utf8"].sum()
+            held.append(relevant)
+            if sum(frame.height for frame in held) >= _PARSE_ROWS:
+                writer.write_table(_parse_xid_lines(pl.concat(held), span.node, span.bus_order).to_arrow())
+                held = []
             if progress:
-                progress(batch.bytes_done - done)
-            done = batch.bytes_done
+                progress(block.bytes_done - done)
+            done = block.bytes_done
+        if held:
+            writer.write_table(_parse_xid_lines(pl.concat(held), span.node, span.bus_order).to_arrow())
     return _Parsed(rows, first_dated, carry[0], carry[1], int(bad_ignored))
 
 
@@ -323,46 +283,83 @@ def _workers() -> int:
     return max(cores - 1, 0)
 
 
-def _parse_spans(spans: list[_Span]) -> list[_Parsed]:
-    """Parse the spans in worker processes and in this one at once; the results are the same
-    whoever parses a span. Spans go to the workers in order while this process takes the next
-    one itself, so the workers' start-up (importing Polars) is not waited for. Without workers (one
-    core, a daemon process, a pool that cannot start or breaks) this process parses them all."""
+class SpanWorkers:
+    """The threads that parse spans of large plain logs beside the ingesting thread, one per
+    further core, kept for every file of one ingest (a context manager: they end with it).
+
+    Threads, not processes: a span's parse spends its time in NumPy, Polars and file reads, which
+    release the GIL, so threads run in parallel as well as processes did, without a process's start
+    (importing Polars, ~0.6 CPU-s) or a pass over the results to bring them back. If no thread can
+    start, the ingesting thread parses every span."""
+
+    def __init__(self) -> None:
+        self.count = _workers()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def submit(self, span: _Span) -> Future | None:
+        """The span's future, or None when no thread can take it (then none ever will)."""
+        if not self.count:
+            return None
+        try:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.count, thread_name_prefix="failcast-span")
+            return self._pool.submit(_stage_span, span)
+        except RuntimeError:  # cannot start a thread here
+            self.close()
+            self.count = 0
+            return None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> SpanWorkers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _parse_spans(spans: list[_Span], workers: SpanWorkers) -> list[_Parsed]:
+    """Parse the spans in the worker threads and in this one at once; the results are the same
+    whoever parses a span. Spans go to the workers in order (two each in flight, so none waits for
+    the next) while this thread takes spans from the end; once none is left, it takes back the
+    spans no worker has begun."""
     results: dict[int, _Parsed] = {}
     pending = list(range(len(spans)))
     futures: dict[int, Future] = {}
-    workers, pool = _workers(), None
-    if workers:
-        with suppress(OSError, RuntimeError, ValueError):
-            pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-    usable = pool is not None
+    taking_back = False
     try:
         while pending or futures:
-            while usable and pending and len(futures) < 2 * workers:
-                try:
-                    futures[pending[0]] = pool.submit(_stage_span, spans[pending[0]])
-                    pending.pop(0)
-                except (OSError, RuntimeError, AssertionError, BrokenProcessPool):
-                    # workers cannot start here (a daemon process may not have children: an
-                    # AssertionError from multiprocessing): parse in this process
-                    usable = False
+            while pending and not taking_back and len(futures) < 2 * workers.count:
+                future = workers.submit(spans[pending[0]])
+                if future is None:
+                    break
+                futures[pending.pop(0)] = future
+            if not pending and not taking_back:
+                taking_back = True
+                pending = [index for index, future in futures.items() if future.cancel()]
+                futures = {i: f for i, f in futures.items() if i not in pending}
             if pending:
-                index = pending.pop()  # from the end: the workers take the spans from the start
+                index = pending.pop()
                 results[index] = _stage_span(spans[index])
             elif futures:
                 wait(futures.values(), return_when=FIRST_COMPLETED)
             for index, future in list(futures.items()):
                 if future.done():
-                    del futures[index]
-                    try:
-                        results[index] = future.result()
-                    except BrokenProcessPool:
-                        pending.append(index)
-                        usable = False
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
+                    results[index] = futures.pop(index).result()
+    finally:  # on an error here, no worker may still write into the temporary folder
+        for future in futures.values():
+            future.cancel()
+        wait(futures.values())
     return [results[i] for i in range(len(spans))]
+
+
+def parallel_parts(path: Path) -> int:
+    """How many spans the log is parsed in: one for a ``.gz`` or a log under two :data:`SPAN_BYTES`."""
+    size = path.stat().st_size
+    return 1 if is_gzip(path) or size < 2 * SPAN_BYTES else -(-size // SPAN_BYTES)
 
 
 def _stage_lines(
@@ -374,86 +371,90 @@ def _stage_lines(
     progress: Callable[[int], None] | None,
     max_decompressed_bytes: int,
     block_bytes: int | None,
-) -> tuple[Path, tuple[int | None, int], bool, int]:
-    """Parse the log into one Parquet file of its relevant lines. A plain log of two spans or more
-    (:data:`SPAN_BYTES`) is cut into byte spans parsed in parallel; their line numbers and New Year
-    counts are then joined in file order: a span's lines follow the lines of the spans before it, and
-    a New Year passes at its first dated line when the month falls back by six or more from the
-    last dated month before it. Returns the Parquet path, the year carry, whether any syslog line
-    was dated, and the number of ignored lines with non-UTF-8 bytes."""
-    size = path.stat().st_size
-    parts = 1 if is_gzip(path) or size < 2 * SPAN_BYTES else -(-size // SPAN_BYTES)
+    workers: SpanWorkers,
+) -> tuple[pl.DataFrame, tuple[int | None, int], bool, int]:
+    """Parse the log into Parquet files of its relevant lines, one per span. A plain log of two
+    spans or more (:data:`SPAN_BYTES`) is cut into byte spans parsed in parallel, each numbering
+    its lines and counting New Years from its own start (:func:`_span_offsets` joins them in file
+    order). Returns the spans' offsets, the year carry, whether any syslog line was dated, and the
+    number of ignored lines with non-UTF-8 bytes."""
+    size, parts = path.stat().st_size, parallel_parts(path)
     bounds = [None] if parts == 1 else [(size * i // parts, size * (i + 1) // parts) for i in range(parts)]
-    block_bytes = block_bytes or lines.BLOCK_BYTES  # resolved here: a worker sees the same blocks
+    block_bytes = block_bytes or lines.BLOCK_BYTES  # resolved once: every span reads the same blocks
     spans = [
         _Span(path, b, tmp / f"span-{i}.parquet", node, bus_order, max_decompressed_bytes, block_bytes)
         for i, b in enumerate(bounds)
     ]
     if parts == 1:
-        part = _stage_span(spans[0], progress)
-        staged_path, carry = spans[0].out, (part.last_month, part.rollovers)
-        parsed = [part]
+        parsed = [_stage_span(spans[0], progress)]
     else:
-        parsed = _parse_spans(spans)
+        parsed = _parse_spans(spans, workers)
         if progress:
             progress(size)
-        staged_path, carry = tmp / "xid_lines.parquet", _join_spans(spans, parsed, tmp / "xid_lines.parquet")
     summary.rows_read += sum(p.rows for p in parsed)
-    return staged_path, carry, carry[0] is not None, sum(p.bad_ignored for p in parsed)
+    offsets, carry = _span_offsets(spans, parsed)
+    return offsets, carry, carry[0] is not None, sum(p.bad_ignored for p in parsed)
 
 
-def _join_spans(spans: list[_Span], parsed: list[_Parsed], staged_path: Path) -> tuple[int | None, int]:
-    """Write the spans' lines to ``staged_path`` numbered and dated as one pass over the file would
-    have (row group by row group: memory holds one block's lines); returns the year carry."""
-    line_base, last_month, offset = 0, None, 0
-    with pq.ParquetWriter(staged_path, _STAGED_ARROW) as writer:
-        for span, part in zip(spans, parsed, strict=True):
-            new_year_from = part.rows + 1
-            if part.first_dated is not None and last_month is not None:
-                first_line, first_month = part.first_dated
-                if last_month - first_month >= 6:
-                    new_year_from = first_line
-            for batch in pq.ParquetFile(span.out).iter_batches():
-                staged = pl.from_arrow(batch).with_columns(
-                    pl.col("line") + line_base,
-                    pl.col("year_offset") + offset + (pl.col("line") >= new_year_from).cast(pl.Int32),
-                )
-                writer.write_table(staged.cast(_STAGED_SCHEMA).to_arrow())
-            span.out.unlink()
-            line_base += part.rows
-            offset += part.rollovers + (new_year_from <= part.rows)
-            last_month = part.last_month if part.last_month is not None else last_month
-    return last_month, offset
+def _span_offsets(spans: list[_Span], parsed: list[_Parsed]) -> tuple[pl.DataFrame, tuple[int | None, int]]:
+    """What makes each span's lines numbered and dated as one pass over the file would have:
+    ``file``, ``line_base`` (lines before the span), ``year_base`` (New Years before it) and
+    ``new_year_from`` (its first line past a New Year at its start, if one passed there: when its
+    first dated month falls back by six or more from the last dated month before it). DuckDB adds
+    them as it reads the spans' Parquet files. Also returns the year carry of the whole file."""
+    rows, line_base, last_month, offset = [], 0, None, 0
+    for span, part in zip(spans, parsed, strict=True):
+        new_year_from = part.rows + 1
+        if part.first_dated is not None and last_month is not None:
+            first_line, first_month = part.first_dated
+            if last_month - first_month >= 6:
+                new_year_from = first_line
+        rows.append((str(span.out), line_base, offset, new_year_from))
+        line_base += part.rows
+        offset += part.rollovers + (new_year_from <= part.rows)
+        last_month = part.last_month if part.last_month is not None else last_month
+    frame = pl.DataFrame(rows, schema=["file", "line_base", "year_base", "new_year_from"], orient="row")
+    return frame, (last_month, offset)
 
 
 def ingest_kernel_log(
     con,
     path: Path,
     *,
-    sha: str,
+    sha: str | Callable[[], str],
     cluster: str | None,
     node: str | None,
     year: int | None,
     bus_order: Mapping[str, int],
+    workers: SpanWorkers | None = None,
     progress: Callable[[int], None] | None = None,
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
     block_bytes: int | None = None,
 ) -> FileSummary:
     """One kernel log; the caller holds the transaction and the session time zone. The parsed Xid
-    lines wait in a temporary directory, removed at the end (also on error and Ctrl-C)."""
+    lines wait in a temporary directory, removed at the end (also on error and Ctrl-C). ``sha``: the
+    file's sha256, or a function that returns it once a thread hashing beside the parse is done.
+    ``workers``: the ingest's span threads; None (one file on its own, e.g. an extract task):
+    threads of its own for this file."""
     summary = FileSummary(str(path), "xid_log", "kernel-log")
-    file_id = register_file(con, path, sha, "xid_log", "kernel-log")
-    summary.file_id = file_id
-    with tempfile.TemporaryDirectory(prefix="failcast-xid-") as tmp:
-        staged_path, carry, any_syslog, bad_ignored = _stage_lines(
-            path, Path(tmp), summary, node, bus_order, progress, max_decompressed_bytes, block_bytes
+    with (
+        tempfile.TemporaryDirectory(prefix="failcast-xid-") as tmp,
+        nullcontext(workers) if workers is not None else SpanWorkers() as workers,
+    ):
+        offsets, carry, any_syslog, bad_ignored = _stage_lines(
+            path, Path(tmp), summary, node, bus_order, progress, max_decompressed_bytes, block_bytes, workers
         )
+        file_id = register_file(con, path, sha if isinstance(sha, str) else sha(), "xid_log", "kernel-log")
+        summary.file_id = file_id
         base_year = syslog_base_year(path, year, carry, summary) if any_syslog else 0
-        with registered(con, "xid_catalog", xid_catalog.catalog_frame()):
+        with (
+            registered(con, "xid_catalog", xid_catalog.catalog_frame()),
+            registered(con, "span_offsets", offsets),
+        ):
             con.execute(
                 _STAGE,
                 {
-                    "staged_path": str(staged_path),
+                    "staged_paths": offsets["file"].to_list(),
                     "base_year": base_year,
                     "sxid_category": xid_catalog.SXID_CATEGORY.value,
                     "sxid_interrupting": xid_catalog.SXID_CATEGORY.interrupting,

@@ -2,8 +2,10 @@
 
 Bytes are read in blocks (``.gz`` decompressed on the fly), cut at the last newline, checked for
 UTF-8 once per block (invalid bytes become U+FFFD, so those lines can be rejected by name) and cut
-at the newline positions into a Polars frame ``line`` (1-based), ``text``, ``bad_utf8``. No Python
-loop runs per line.
+at the newline positions (:class:`Block`, :func:`read_blocks`). :func:`read_lines` makes every line
+a Polars string (frame ``line`` (1-based), ``text``, ``bad_utf8``, ``truncated``); a reader that
+wants few lines finds them in the bytes first and makes strings of those only (the kernel-log
+reader: lines with ``Xid``). No Python loop runs per line.
 
 A truncated ``.gz`` ends the stream early: the lines before the cut are kept and the cut-off point
 counts as one more line, with ``truncated`` set, so it can be rejected with the reason.
@@ -82,28 +84,104 @@ def check_decompressed_size(path: Path, limit: int = MAX_DECOMPRESSED_BYTES) -> 
         return  # a damaged .gz: the reader reports it with its own message
 
 
-def _frame(data: bytes | bytearray | memoryview, first_line: int, file_start: bool) -> pl.DataFrame:
-    """The lines of ``data``, which ends with a newline. The block is cut at its newline positions
-    (NumPy) into one Arrow string array: no Python string per line and no copy per line.
-    ``file_start``: ``data`` begins the file (a byte order mark there is dropped)."""
-    if file_start and bytes(data[: len(BOM_BYTES)]) == BOM_BYTES:
-        data = data[len(BOM_BYTES) :]
-    raw = np.frombuffer(data, np.uint8)
-    ascii_only = raw.max(initial=0) < 0x80
-    if not ascii_only:  # valid UTF-8 stays as is; undecodable bytes become U+FFFD
-        raw = np.frombuffer(bytes(data).decode("utf-8", errors="replace").encode(), np.uint8)
-    ends = np.flatnonzero(raw == ord("\n"))
-    offsets = np.concatenate([[0], ends + 1]).astype(np.int64)  # each line with its newline
-    with_newline = pa.LargeStringArray.from_buffers(len(ends), pa.py_buffer(offsets), pa.py_buffer(raw))
-    text = pl.Series("text", with_newline).str.head(-1)
-    if (raw[ends - 1] == ord("\r")).any():  # CRLF: drop the \r too (ends - 1 = -1 is the last \n)
-        text = text.str.strip_suffix("\r")
-    frame = pl.DataFrame({"text": text})
-    return frame.with_row_index("line", offset=first_line).with_columns(
-        pl.col("line").cast(pl.Int64),
-        bad_utf8=pl.lit(False) if ascii_only else pl.col("text").str.contains("\ufffd", literal=True),
-        truncated=pl.lit(False),
-    )
+@dataclass
+class Block:
+    """Whole lines of a block as bytes, cut at their newlines with NumPy: no Python object per line.
+    Undecodable bytes are already U+FFFD and a byte order mark at the start of the file is dropped,
+    so a line's text is its bytes. ``frame`` makes Polars strings of the lines (all, or the few a
+    reader wants: the kernel-log reader finds its ``Xid`` lines with ``containing`` first)."""
+
+    data: np.ndarray  # uint8, UTF-8, ends with a newline
+    ends: np.ndarray  # int64 position of each line's newline
+    first_line: int  # line number of the first line
+    ascii_only: bool
+    truncated: bool  # the last line is where a truncated .gz ends
+    bytes_done: int  # position in the file on disk (compressed bytes for .gz), for progress
+
+    @classmethod
+    def of(cls, data, first_line: int, file_start: bool, truncated: bool, bytes_done: int) -> Block:
+        """``data`` ends with a newline; ``file_start``: it begins the file."""
+        if file_start and bytes(data[: len(BOM_BYTES)]) == BOM_BYTES:
+            data = data[len(BOM_BYTES) :]
+        raw = np.frombuffer(data, np.uint8)
+        ascii_only = bool(raw.max(initial=0) < 0x80)
+        if not ascii_only:  # valid UTF-8 stays as is; undecodable bytes become U+FFFD
+            try:
+                str(data, "utf-8")  # valid (the usual case): checking is a third of decoding and encoding
+            except UnicodeDecodeError:
+                raw = np.frombuffer(str(data, "utf-8", errors="replace").encode(), np.uint8)
+        ends = np.flatnonzero(raw == ord("\n"))
+        return cls(raw, ends, first_line, ascii_only, truncated, bytes_done)
+
+    @property
+    def lines(self) -> int:
+        return len(self.ends)
+
+    def starts(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """Where each line (or each of the lines ``rows``) begins."""
+        if rows is None:
+            return np.concatenate([[0], self.ends[:-1] + 1])
+        return np.where(rows > 0, self.ends[rows - 1] + 1, 0)
+
+    def heads(self) -> np.ndarray:
+        """The first three bytes of each line as one integer (``b0 << 16 | b1 << 8 | b2``); bytes
+        past a line's end are its newline or the next line's, so a line shorter than three bytes
+        never matches three printable characters. One gather of big-endian 4-byte words read at
+        every byte (a strided view)."""
+        starts, last = self.starts(), len(self.data) - 4
+        words = np.ndarray((max(last + 1, 0),), ">u4", self.data, strides=(1,))
+        heads = (words[np.clip(starts, 0, max(last, 0))] >> 8).astype(np.int32) if last >= 0 else starts * 0
+        heads[starts > last] = 0  # lines shorter than three bytes at the end of the block
+        return heads
+
+    def containing(self, needle: bytes) -> np.ndarray:
+        """Indexes of the lines that contain ``needle`` (bytes without a newline), ascending."""
+        hits = np.flatnonzero(self.data[: len(self.data) - len(needle) + 1] == needle[0])
+        for k, byte in enumerate(needle[1:], start=1):
+            hits = hits[self.data[hits + k] == byte]
+        return np.unique(np.searchsorted(self.ends, hits))
+
+    def bad_utf8_lines(self) -> int:
+        """Lines with undecodable bytes (U+FFFD in the text, as ``frame``'s ``bad_utf8``)."""
+        return 0 if self.ascii_only else len(self.containing("\ufffd".encode()))
+
+    def frame(self, rows: np.ndarray | None = None) -> pl.DataFrame:
+        """``line`` (1-based), ``text``, ``bad_utf8``, ``truncated`` of the lines ``rows`` (indexes,
+        ascending; all lines when None). All lines are one Arrow string array over the block's bytes
+        (each with its newline, cut off after); a few rows are gathered into a buffer of their own,
+        without their line ends."""
+        if rows is None:
+            offsets = np.concatenate([[0], self.ends + 1]).astype(np.int64)
+            with_newline = pa.LargeStringArray.from_buffers(
+                self.lines, pa.py_buffer(offsets), pa.py_buffer(self.data)
+            )
+            text = pl.Series("text", with_newline).str.head(-1)
+            if self.lines and (self.data[self.ends - 1] == ord("\r")).any():  # CRLF: drop the \r too
+                text = text.str.strip_suffix("\r")  # (ends - 1 = -1 is the last \n)
+            return self._with_text(np.arange(self.lines), text)
+        if 2 * len(rows) > self.lines:  # most lines: no copy of the bytes
+            return self.frame().select(pl.all().gather(rows))
+        index = np.asarray(rows, np.int64)
+        starts, stops = self.starts(index), self.ends[index]
+        stops = stops - ((stops > starts) & (self.data[np.maximum(stops - 1, 0)] == ord("\r")))  # CRLF
+        offsets = np.concatenate([[0], np.cumsum(stops - starts)]).astype(np.int64)
+        gathered = self.data[np.repeat(starts - offsets[:-1], stops - starts) + np.arange(offsets[-1])]
+        text = pa.LargeStringArray.from_buffers(len(index), pa.py_buffer(offsets), pa.py_buffer(gathered))
+        return self._with_text(index, pl.Series("text", text))
+
+    def _with_text(self, index: np.ndarray, text: pl.Series) -> pl.DataFrame:
+        return pl.DataFrame(
+            {
+                "line": pl.Series(index + self.first_line, dtype=pl.Int64),
+                "text": text,
+                "bad_utf8": (
+                    np.zeros(len(index), bool)
+                    if self.ascii_only
+                    else text.str.contains("\ufffd", literal=True)
+                ),
+                "truncated": self.truncated & (index == self.lines - 1),
+            }
+        )
 
 
 def _skip_to_line_start(stream, start: int) -> int:
@@ -128,7 +206,18 @@ def read_lines(
     max_bytes: int = MAX_DECOMPRESSED_BYTES,
     span: tuple[int, int] | None = None,
 ) -> Iterator[LineBatch]:
-    """Yield the file's lines in batches; a last line without a newline is still a line.
+    """Yield the file's lines in batches of Polars strings (:func:`read_blocks`, all lines)."""
+    for block in read_blocks(path, block_bytes, max_bytes, span):
+        yield LineBatch(block.frame(), block.bytes_done)
+
+
+def read_blocks(
+    path: Path,
+    block_bytes: int | None = None,
+    max_bytes: int = MAX_DECOMPRESSED_BYTES,
+    span: tuple[int, int] | None = None,
+) -> Iterator[Block]:
+    """Yield the file's lines in blocks of bytes; a last line without a newline is still a line.
 
     ``span`` (plain files only): just the lines that begin in bytes ``[start, stop)``, numbered from 1,
     so that byte ranges cut anywhere split a file into disjoint runs of whole lines."""
@@ -145,42 +234,43 @@ def read_lines(
         pos = _skip_to_line_start(stream, start)
         file_start = pos == 0
         while True:
-            block, truncated = bytearray(), False
+            # one buffer per block, the carried part of a line first: no copy of the block's bytes
+            buffer, truncated = bytearray(len(carry) + block_bytes), False
+            buffer[: len(carry)] = carry
+            view, filled = memoryview(buffer), len(carry)
             try:
-                while len(block) < block_bytes:
-                    want = min(block_bytes - len(block), stop - pos)
-                    piece = stream.read1(want) if want > 0 else b""
-                    if not piece:
+                while filled < len(buffer):
+                    want = min(len(buffer) - filled, stop - pos)
+                    got = stream.readinto1(view[filled : filled + want]) if want > 0 else 0
+                    if not got:
                         break
-                    block += piece
-                    pos += len(piece)
-                    expanded += len(piece)
+                    filled += got
+                    pos += got
+                    expanded += got
                     if compressed and expanded > max_bytes:
                         raise too_big(path, max_bytes)
             except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-                if next_line == 1 and not block and not carry:
+                if next_line == 1 and filled == 0:
                     raise InputError(
                         f"{path}: cannot read ({exc}); a damaged or truncated .gz? copy it again"
                     ) from exc
                 truncated = True
-            data = carry + block
+            data = view[:filled]
             if truncated:  # the piece after the last newline (maybe empty) is the cut-off line
-                frame = _frame(data + b"\n", next_line, file_start)
-                frame = frame.with_columns(truncated=pl.col("line") == pl.col("line").max())
-                yield LineBatch(frame, raw.tell())
+                yield Block.of(bytes(data) + b"\n", next_line, file_start, True, raw.tell())
                 return
-            if not block:  # end of file or span: the last line, which may run past the span's end
+            if filled == len(carry):  # end of file or span: the last line, which may run past its end
                 if carry:
                     while not carry.endswith(b"\n") and (piece := stream.read1(1 << 16)):
                         newline = piece.find(b"\n")
                         carry += piece if newline < 0 else piece[: newline + 1]
                     ended = carry if carry.endswith(b"\n") else carry + b"\n"
-                    yield LineBatch(_frame(ended, next_line, file_start), raw.tell())
+                    yield Block.of(ended, next_line, file_start, False, raw.tell())
                 return
-            cut = data.rfind(b"\n") + 1
+            cut = buffer.rfind(b"\n", 0, filled) + 1
             carry = bytes(data[cut:])
             if cut:
-                frame = _frame(memoryview(data)[:cut], next_line, file_start)
+                lines = Block.of(data[:cut], next_line, file_start, False, raw.tell())
                 file_start = False
-                next_line += frame.height
-                yield LineBatch(frame, raw.tell())
+                next_line += lines.lines
+                yield lines

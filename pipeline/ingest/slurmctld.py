@@ -20,7 +20,7 @@ Line prefixes (src/common/log.c, ``LogTimeFormat``): ``[2024-05-01T12:00:00.123]
 the default; iso8601 without milliseconds; rfc5424/rfc3339 with an offset), ``[May 01 12:00:00]``
 (short), and syslog (``SlurmctldSyslogDebug``): ``May  1 12:00:00 head slurmctld[1533]: ...`` or
 RFC 3339 ``2024-05-01T12:00:00.123456+00:00 head slurmctld[1533]: ...``. Times without an offset
-are in ``timezone``; times without a year get one as in :mod:`.kernel_log` (``year``, else the
+are in ``timezone``; times without a year get one as in :mod:`.syslog_years` (``year``, else the
 file's modification time, with New Year rollovers). A failure line without a usable time
 (``LogTimeFormat=clock`` or ``thread_id``) is rejected with the reason.
 """
@@ -34,9 +34,9 @@ import polars as pl
 
 from pipeline.ingest import hostlist
 from pipeline.ingest.common import FileSummary, account_lines, register_file, registered
-from pipeline.ingest.kernel_log import MONTHS, syslog_base_year, year_offsets
 from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, read_lines
 from pipeline.ingest.slurm_events import state_base
+from pipeline.ingest.syslog_years import MONTHS, syslog_base_year, year_offsets
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
 FORMAT = "slurmctld"

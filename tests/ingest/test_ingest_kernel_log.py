@@ -503,9 +503,9 @@ def _full_snapshot(con) -> tuple:
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_parallel_spans_give_the_same_result_as_one_pass(tmp_path, monkeypatch, seed):
-    """A plain log cut into byte spans parsed by a worker process and by this one, with blocks of
+    """A plain log cut into byte spans parsed by a worker thread and by this one, with blocks of
     37 bytes (lines cut at span and block edges), stores the same events, content keys, counts and
-    rejects as one pass over the file; so does the fallback when no worker process can start."""
+    rejects as one pass over the file; so does the fallback when no worker thread can start."""
     path = tmp_path / "kern.log"
     path.write_bytes(_hostile_log(seed))
     snapshots = []
@@ -514,7 +514,7 @@ def test_parallel_spans_give_the_same_result_as_one_pass(tmp_path, monkeypatch, 
             monkeypatch.setattr("pipeline.ingest.kernel_log.SPAN_BYTES", 1499)
             monkeypatch.setattr("pipeline.ingest.lines.BLOCK_BYTES", 37)
         if mode == "spans without workers":
-            monkeypatch.setattr("pipeline.ingest.kernel_log.ProcessPoolExecutor", _NoPool)
+            monkeypatch.setattr("pipeline.ingest.kernel_log.ThreadPoolExecutor", _NoPool)
         con = warehouse.connect(tmp_path / f"{mode}.duckdb")
         [s] = ingest_files(con, [path], year=2025, cluster="c1")
         assert s.rows_read == s.rows_ingested + s.rows_duplicate + s.rows_rejected + s.rows_ignored
@@ -533,7 +533,7 @@ def test_parallel_spans_give_the_same_result_as_one_pass(tmp_path, monkeypatch, 
 
 class _NoPool:
     def __init__(self, *args, **kwargs):
-        raise OSError("no worker processes here")
+        raise RuntimeError("can't start new thread")
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
