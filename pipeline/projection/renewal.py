@@ -34,6 +34,8 @@ by H, a negligible bias since H is far in the tail). Cost: ~10^7 failures per se
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 from scipy.special import gamma as gamma_fn
 from scipy.special import gammainc
@@ -43,6 +45,7 @@ from .spec import NODE_AGES, RecoveryProfile, SpecError
 
 CHUNK_EVENTS = 4_000_000  # failures held in memory at once (a few 32 MB arrays)
 PILOT_RUNS = 100  # the first chunk, drawn with the generous first horizon
+WAVE = 2  # chunks drawn at once, one thread each
 MAX_EVENTS = 300_000_000  # beyond this a run of the renewal Monte Carlo takes minutes: refuse
 
 
@@ -153,6 +156,31 @@ def wall_hours_from_failures(
     return finish, fails
 
 
+def _chunk(
+    work_hours: float,
+    instances: int,
+    shape: float,
+    scale: float,
+    runs: int,
+    profile: RecoveryProfile,
+    node_ages: str,
+    horizon: float,
+    max_horizon: float,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(wall hours, interruptions) of ``runs`` runs, failures drawn up to ``horizon``, redrawn with
+    twice it while a run is unfinished there."""
+    delay = profile.detect_hours + profile.replace_hours
+    while True:
+        times = failure_times(runs, instances, shape, scale, horizon, delay, node_ages, rng)
+        wall, fails = wall_hours_from_failures(times, work_hours, profile)
+        if np.all(wall <= horizon):
+            return wall, fails
+        horizon *= 2
+        if horizon > max_horizon:
+            raise SpecError("the renewal simulation did not finish: the job cannot finish")
+
+
 def simulate_wall_hours(
     work_hours: float,
     instances: int,
@@ -167,34 +195,45 @@ def simulate_wall_hours(
     """(wall hours, interruptions) of ``runs`` runs on ``instances`` slots, the runs split evenly
     over the Weibull parameter draws (``shapes[i]``, ``scales[i]``; one pair for fixed parameters).
 
-    Runs are drawn in chunks of about ``CHUNK_EVENTS`` failures. The horizon up to which failures
-    are drawn starts at ``first_horizon_hours`` for a first chunk of at most ``PILOT_RUNS`` runs;
-    after it the horizon is 1.25 x the longest
-    wall time seen, and a chunk with a run unfinished at the horizon is redrawn with twice it."""
-    delay = profile.detect_hours + profile.replace_hours
+    Runs are drawn in chunks of about ``CHUNK_EVENTS`` failures, ``WAVE`` chunks at a time on
+    threads of their own (NumPy's sorts, draws and array arithmetic release the GIL), each chunk
+    with its own generator seeded from ``rng`` in chunk order, so the result does not depend on
+    the number of cores. The horizon up to which failures are drawn starts at
+    ``first_horizon_hours`` for a first chunk of at most ``PILOT_RUNS`` runs; after each wave it is
+    1.25 x the longest wall time seen, and a chunk with a run unfinished at its horizon is redrawn
+    with twice it."""
     mean_gap = scales * gamma_fn(1 + 1 / shapes)
-    horizon = first_horizon_hours
-    per_run = instances * horizon / float(mean_gap.min())  # failures per run, stationary ages
-    if runs * per_run > MAX_EVENTS:
+    per_hour = instances / float(mean_gap.min())  # failures per run and hour, stationary ages
+    if runs * per_hour * first_horizon_hours > MAX_EVENTS:
         raise SpecError(
-            f"the renewal simulation would draw ~{per_run:,.0f} failures per run; "
+            f"the renewal simulation would draw ~{per_hour * first_horizon_hours:,.0f} failures per run; "
             "use fewer Monte Carlo runs or instances"
         )
     bounds = np.linspace(0, runs, shapes.size + 1).round().astype(int)
-    wall, fails = np.empty(runs), np.empty(runs, np.int64)
+    tasks = []  # (shape, scale, first run, runs): chunks in order, the first a pilot
     for k, lam, lo, hi in zip(shapes, scales, bounds[:-1], bounds[1:], strict=True):
         while lo < hi:
-            size = min(hi - lo, max(1, int(CHUNK_EVENTS / max(instances * horizon / mean_gap.min(), 1.0))))
-            size = size if lo > 0 else min(size, PILOT_RUNS)  # a small first chunk sets the horizon
-            while True:
-                times = failure_times(size, instances, k, lam, horizon, delay, node_ages, rng)
-                w, f = wall_hours_from_failures(times, work_hours, profile)
-                if np.all(w <= horizon):
-                    break
-                horizon *= 2
-                if size * instances * horizon / mean_gap.min() > MAX_EVENTS:
-                    raise SpecError("the renewal simulation did not finish: the job cannot finish")
-            wall[lo : lo + size], fails[lo : lo + size] = w, f
-            horizon = 1.25 * float(wall[: lo + size].max())
+            size = min(hi - lo, max(1, int(CHUNK_EVENTS / max(per_hour * first_horizon_hours, 1.0))))
+            size = size if tasks else min(size, PILOT_RUNS)  # a small first chunk sets the horizon
+            tasks.append((k, lam, lo, size))
             lo += size
+    wall, fails = np.empty(runs), np.empty(runs, np.int64)
+    waves = [tasks[:1]] + [tasks[i : i + WAVE] for i in range(1, len(tasks), WAVE)]
+    horizon = first_horizon_hours
+    with ThreadPoolExecutor(WAVE) as pool:
+        for wave in waves:
+            seeds = rng.integers(2**63, size=len(wave))
+
+            def draw(task, seed, horizon=horizon):
+                k, lam, _, size = task
+                most = MAX_EVENTS / (size * per_hour)  # the longest horizon this chunk may draw to
+                return _chunk(
+                    work_hours, instances, k, lam, size, profile, node_ages, horizon, most,
+                    np.random.default_rng(seed),
+                )  # fmt: skip
+
+            for (_, _, lo, size), (w, f) in zip(wave, pool.map(draw, wave, seeds), strict=True):
+                wall[lo : lo + size], fails[lo : lo + size] = w, f
+            end = wave[-1][2] + wave[-1][3]  # chunks fill the runs in order
+            horizon = 1.25 * float(wall[:end].max())
     return wall, fails
