@@ -198,7 +198,8 @@ records count the fault; counting the job's view too would count it twice)."""
 # xid and attributes are the first event's that has one (arg_min skips NULLs), pci_bus_id the
 # smallest of the incident's (several only when one gpu_index was reported with different PCI ids).
 # Measured on 1 M events of single-event incidents: 4.5 s of CPU before (two windows and a
-# group-by carrying every column), 2 s now (bench/RESULTS.md, issue 18).
+# group-by carrying every column), 2.2 s now; peak of a 3 M-row first ingest 2.3 -> 1.5 GB
+# (bench/RESULTS.md, "Issue 18: canonical ingest").
 _INSERT_INCIDENTS = """
 INSERT INTO incidents BY NAME
 WITH listed AS (
