@@ -190,7 +190,7 @@ records count the fault; counting the job's view too would count it twice)."""
 # DuckDB happens to scan them in (incremental == full rebuild).
 #
 # Cost: one sort of narrow rows. The window over a fault (cluster, node, category, GPU) carries only
-# the row id, times and flags: it names each fault by the row id of its first event, numbers its
+# the row id and the time: it names each fault by the row id of its first event, numbers its
 # events (position) and marks where an incident starts (gap to the previous event longer than the
 # window) and ends (gap to the next). An incident that starts and ends on one event (most rows of a
 # canonical incidents file) is that event: its other columns are read by row id, no grouping. The
@@ -208,14 +208,14 @@ WITH listed AS (
     WHERE node_id IN (SELECT node_id FROM events WHERE cluster_id = $unknown)
     GROUP BY node_id
 ), resolved AS (
-    SELECT e.rowid AS row_id, e.timestamp_utc, e.event_key, e.interrupting, e.resolved_at_utc, e.pci_bus_id,
+    SELECT e.rowid AS row_id, e.timestamp_utc, e.event_key,
            CASE WHEN e.cluster_id = $unknown THEN coalesce(l.cluster_id, e.cluster_id)
                 ELSE e.cluster_id END AS cluster_id,
            e.node_id, e.category, coalesce(CAST(e.gpu_index AS VARCHAR), e.pci_bus_id) AS gpu_key
     FROM events e LEFT JOIN listed l ON l.node_id = e.node_id
     WHERE e.node_id IN (SELECT node_id FROM rebuild_nodes) AND e.source_format IS DISTINCT FROM $job_symptoms
 ), ordered AS MATERIALIZED (
-    SELECT row_id, timestamp_utc, interrupting, resolved_at_utc, pci_bus_id, cluster_id, gpu_key,
+    SELECT row_id, timestamp_utc, cluster_id, gpu_key,
            first_value(row_id) OVER w AS fault,
            row_number() OVER w AS position,
            -- NULL (no previous / next event) or more than the window apart: a boundary
@@ -234,18 +234,18 @@ WITH listed AS (
 ), grouped AS (
     SELECT any_value(n.cluster_id) AS cluster_id, any_value(e.node_id) AS node_id,
            any_value(e.category) AS category, any_value(n.gpu_key) AS gpu_key,
-           bool_or(n.interrupting) AS interrupting, any_value(e.gpu_index) AS gpu_index,
+           bool_or(e.interrupting) AS interrupting, any_value(e.gpu_index) AS gpu_index,
            min(n.timestamp_utc) AS timestamp_utc, max(n.timestamp_utc) AS last_event_utc,
-           max(n.resolved_at_utc) AS resolved_at_utc, count(*) AS events,
+           max(e.resolved_at_utc) AS resolved_at_utc, count(*) AS events,
            arg_min(e.job_id, n.position) AS job_id, arg_min(e.message, n.position) AS message,
-           min(n.pci_bus_id) AS pci_bus_id, arg_min(e.xid, n.position) AS xid,
+           min(e.pci_bus_id) AS pci_bus_id, arg_min(e.xid, n.position) AS xid,
            any_value(e.failure_class) AS failure_class, arg_min(e.attributes, n.position) AS attributes
     FROM numbered n JOIN events e ON e.rowid = n.row_id
     GROUP BY n.fault, n.incident_seq
 ), collapsed AS (
-    SELECT o.cluster_id, e.node_id, e.category, o.gpu_key, o.interrupting, e.gpu_index,
-           o.timestamp_utc, o.timestamp_utc AS last_event_utc, o.resolved_at_utc, 1 AS events,
-           e.job_id, e.message, o.pci_bus_id, e.xid, e.failure_class, e.attributes
+    SELECT o.cluster_id, e.node_id, e.category, o.gpu_key, e.interrupting, e.gpu_index,
+           o.timestamp_utc, o.timestamp_utc AS last_event_utc, e.resolved_at_utc, 1 AS events,
+           e.job_id, e.message, e.pci_bus_id, e.xid, e.failure_class, e.attributes
     FROM ordered o JOIN events e ON e.rowid = o.row_id
     WHERE o.starts_incident AND o.ends_incident
     UNION ALL
