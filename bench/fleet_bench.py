@@ -387,15 +387,16 @@ def run_stage(stage: str, args) -> dict:
     size = ["--rows", str(args.rows)] if args.rows else ["--scale", args.scale]
     cmd = [sys.executable, "-m", "bench.fleet_bench", *size, "--workdir", str(args.workdir)]
     out = subprocess.run(
-        ["/usr/bin/time", "-f", "%M %e", "-o", str(usage), *cmd, "--stage", stage],
+        ["/usr/bin/time", "-f", "%M %e %U %S", "-o", str(usage), *cmd, "--stage", stage],
         stdout=subprocess.PIPE,
         text=True,
         check=True,
     ).stdout
-    rss_kb, process_s = usage.read_text().split()[-2:]
+    rss_kb, process_s, user_s, system_s = usage.read_text().split()[-4:]
     return {
         "peak_rss_mb": int(rss_kb) / 1024,
         "process_s": float(process_s),
+        "cpu_s": float(user_s) + float(system_s),
         **json.loads(out.splitlines()[-1]),
     }
 
@@ -408,7 +409,8 @@ def measure(stage: str, args) -> dict:
     result["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
     result["repeats"] = repeats
     print(
-        f"  {stage}: {result['wall_s']:.2f} s ({result['process_s']:.1f} s process), "
+        f"  {stage}: {result['wall_s']:.2f} s ({result['process_s']:.1f} s process, "
+        f"{result['cpu_s']:.1f} s CPU), "
         f"{result['peak_rss_mb']:.0f} MB",
         file=sys.stderr,
         flush=True,

@@ -187,59 +187,74 @@ records count the fault; counting the job's view too would count it twice)."""
 # (looked up once per such node, not per event). An incident depends only on the events of its
 # node, so the query reads only the events of the nodes in the temp table ``rebuild_nodes``.
 # Events at the same time are ordered by event_key, so the result does not depend on the order
-# DuckDB happens to scan them in (incremental == full rebuild). The one window over strings names
-# each fault (cluster, node, category, GPU) by the row id of its first event and numbers its events
-# (position); numbering incidents, grouping and picking the first event's job, message and xid
-# (arg_min skips NULLs) then work on integers: at 10 M events 1.35x less CPU, 40% less memory.
-# pci_bus_id is the smallest of the incident's, to be deterministic (several only when one
-# gpu_index was reported with different PCI ids).
+# DuckDB happens to scan them in (incremental == full rebuild).
+#
+# Cost: one sort of narrow rows. The window over a fault (cluster, node, category, GPU) carries only
+# the row id and the time: it names each fault by the row id of its first event, numbers its
+# events (position) and marks where an incident starts (gap to the previous event longer than the
+# window) and ends (gap to the next). An incident that starts and ends on one event (most rows of a
+# canonical incidents file) is that event: its other columns are read by row id, no grouping. The
+# other events are numbered into incidents by a second, smaller window and grouped; job, message,
+# xid and attributes are the first event's that has one (arg_min skips NULLs), pci_bus_id the
+# smallest of the incident's (several only when one gpu_index was reported with different PCI ids).
+# Measured on 1 M events of single-event incidents: 4.5 s of CPU before (two windows and a
+# group-by carrying every column), 2.2 s now; peak of a 3 M-row first ingest 2.3 -> 1.5 GB
+# (bench/RESULTS.md, "Issue 18: canonical ingest").
 _INSERT_INCIDENTS = """
-INSERT INTO incidents
+INSERT INTO incidents BY NAME
 WITH listed AS (
     SELECT node_id, min(cluster_id) AS cluster_id
     FROM inventory
     WHERE node_id IN (SELECT node_id FROM events WHERE cluster_id = $unknown)
     GROUP BY node_id
 ), resolved AS (
-    SELECT e.rowid AS row_id, e.* REPLACE (
-               CASE WHEN e.cluster_id = $unknown THEN coalesce(l.cluster_id, e.cluster_id)
-                    ELSE e.cluster_id END AS cluster_id),
-           coalesce(CAST(e.gpu_index AS VARCHAR), e.pci_bus_id) AS gpu_key
+    SELECT e.rowid AS row_id, e.timestamp_utc, e.event_key,
+           CASE WHEN e.cluster_id = $unknown THEN coalesce(l.cluster_id, e.cluster_id)
+                ELSE e.cluster_id END AS cluster_id,
+           e.node_id, e.category, coalesce(CAST(e.gpu_index AS VARCHAR), e.pci_bus_id) AS gpu_key
     FROM events e LEFT JOIN listed l ON l.node_id = e.node_id
     WHERE e.node_id IN (SELECT node_id FROM rebuild_nodes) AND e.source_format IS DISTINCT FROM $job_symptoms
-), ordered AS (
-    SELECT *,
+), ordered AS MATERIALIZED (
+    SELECT row_id, timestamp_utc, cluster_id, gpu_key,
            first_value(row_id) OVER w AS fault,
            row_number() OVER w AS position,
-           -- 1 on a fault's first event (lag is NULL) and after a gap longer than the window
-           CASE WHEN timestamp_utc - lag(timestamp_utc) OVER w <= to_seconds(CAST($window_seconds AS DOUBLE))
-                THEN 0 ELSE 1 END AS starts_incident
+           -- NULL (no previous / next event) or more than the window apart: a boundary
+           coalesce(timestamp_utc - lag(timestamp_utc) OVER w > to_seconds(CAST($window_seconds AS DOUBLE)),
+                    true) AS starts_incident,
+           coalesce(lead(timestamp_utc) OVER w - timestamp_utc > to_seconds(CAST($window_seconds AS DOUBLE)),
+                    true) AS ends_incident
     FROM resolved
     WINDOW w AS (PARTITION BY cluster_id, node_id, category, gpu_key ORDER BY timestamp_utc, event_key)
 ), numbered AS (
     SELECT *,
-           sum(starts_incident) OVER (PARTITION BY fault ORDER BY position ROWS UNBOUNDED PRECEDING)
-               AS incident_seq
+           count(*) FILTER (WHERE starts_incident)
+               OVER (PARTITION BY fault ORDER BY position ROWS UNBOUNDED PRECEDING) AS incident_seq
     FROM ordered
+    WHERE NOT (starts_incident AND ends_incident)
+), grouped AS (
+    SELECT any_value(n.cluster_id) AS cluster_id, any_value(e.node_id) AS node_id,
+           any_value(e.category) AS category, any_value(n.gpu_key) AS gpu_key,
+           bool_or(e.interrupting) AS interrupting, any_value(e.gpu_index) AS gpu_index,
+           min(n.timestamp_utc) AS timestamp_utc, max(n.timestamp_utc) AS last_event_utc,
+           max(e.resolved_at_utc) AS resolved_at_utc, count(*) AS events,
+           arg_min(e.job_id, n.position) AS job_id, arg_min(e.message, n.position) AS message,
+           min(e.pci_bus_id) AS pci_bus_id, arg_min(e.xid, n.position) AS xid,
+           any_value(e.failure_class) AS failure_class, arg_min(e.attributes, n.position) AS attributes
+    FROM numbered n JOIN events e ON e.rowid = n.row_id
+    GROUP BY n.fault, n.incident_seq
+), collapsed AS (
+    SELECT o.cluster_id, e.node_id, e.category, o.gpu_key, e.interrupting, e.gpu_index,
+           o.timestamp_utc, o.timestamp_utc AS last_event_utc, e.resolved_at_utc, 1 AS events,
+           e.job_id, e.message, e.pci_bus_id, e.xid, e.failure_class, e.attributes
+    FROM ordered o JOIN events e ON e.rowid = o.row_id
+    WHERE o.starts_incident AND o.ends_incident
+    UNION ALL
+    SELECT * FROM grouped
 )
-SELECT CAST(md5_number(concat_ws(chr(31), any_value(cluster_id), any_value(node_id), any_value(category),
-                                 coalesce(any_value(gpu_key), ''), CAST(min(timestamp_utc) AS VARCHAR)))
-            >> 65 AS BIGINT) AS incident_id,
-       any_value(cluster_id) AS cluster_id, any_value(node_id) AS node_id,
-       any_value(category) AS category, bool_or(interrupting) AS interrupting,
-       any_value(gpu_index) AS gpu_index,
-       min(timestamp_utc) AS timestamp_utc,
-       max(timestamp_utc) AS last_event_utc,
-       max(resolved_at_utc) AS resolved_at_utc,
-       count(*) AS events,
-       arg_min(job_id, position) AS job_id,
-       arg_min(message, position) AS message,
-       min(pci_bus_id) AS pci_bus_id,
-       arg_min(xid, position) AS xid,
-       any_value(failure_class) AS failure_class,
-       arg_min(attributes, position) AS attributes
-FROM numbered
-GROUP BY fault, incident_seq
+SELECT CAST(md5_number(concat_ws(chr(31), cluster_id, node_id, category, coalesce(gpu_key, ''),
+                                 CAST(timestamp_utc AS VARCHAR))) >> 65 AS BIGINT) AS incident_id,
+       * EXCLUDE (gpu_key)
+FROM collapsed
 """
 
 # Nodes that can have changed since the last build: those with events from newer files, and every

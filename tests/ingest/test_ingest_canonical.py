@@ -246,3 +246,19 @@ def test_peak_memory_barely_grows_with_the_file(tmp_path, compressed):
     read-ahead and DuckDB's cache of the rows written). A ``.gz`` is streamed from a plain copy."""
     growth_mb = _peak_rss_mb(tmp_path, 1_000_000, compressed) - _peak_rss_mb(tmp_path, 250_000, compressed)
     assert growth_mb < 400, f"peak RSS grew by {growth_mb:.0f} MB from 250k to 1 M rows"
+
+
+@pytest.mark.parametrize("variant", ["plain", "crlf", "gz"])
+def test_rows_after_a_quoted_field_spanning_lines_keep_their_physical_lines(con, write, sql, variant):
+    multi = '2026-03-02T04:26:29Z,c1,n2,gpu_memory,0,j1,"first\nsecond\nthird",\n'
+    text = HEADER + multi + "\n" + "yesterday,c1,n1,gpu_memory,0,j1,m,\n" + GOOD
+    if variant == "crlf":
+        text = text.replace("\n", "\r\n")
+    name, data = ("i.csv.gz", gzip.compress(text.encode())) if variant == "gz" else ("i.csv", text)
+    [s] = ingest_files(con, [write(name, data)])
+    assert (s.rows_read, s.rows_ingested, s.rows_rejected) == (4, 2, 2)
+    assert sql("SELECT line, raw, reason FROM rejects ORDER BY line") == [
+        (5, "", "timestamp is empty"),
+        (6, "yesterday,c1,n1,gpu_memory,0,j1,m,", "timestamp yesterday is not ISO 8601"),
+    ]
+    assert sql("SELECT line, node_id FROM events ORDER BY line") == [(2, "n2"), (7, "n1")]

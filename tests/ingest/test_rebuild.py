@@ -192,3 +192,22 @@ def test_rebuild_follows_the_collapse_rule_on_random_events(con, seed):
         assert con.sql("SELECT * FROM incidents ORDER BY incident_id").fetchall() == expected, file_id
         assert full_rebuild(con, window_seconds).rows() == expected, file_id
     assert len({incident[0] for incident in expected}) == len(expected)
+
+
+def test_rebuild_of_the_sample_and_a_storm_follows_the_collapse_rule(con, write):
+    """The bundled sample (one event per incident, mostly) and a kernel log of Xid storms (many
+    events per incident, some of unknown cluster) give the incidents of the rule in plain Python."""
+    storm = kernel_log(
+        [f"c0032-n{n:04d}" for n in range(12) for _ in range(9)],
+        [f"2026-03-0{1 + n % 3}T0{k // 8 * 5}:{k * 4:02d}:00" for n in range(12) for k in range(9)],
+    )
+    ingest_files(con, [SAMPLE / "inventory.csv", SAMPLE / "incidents.csv", write("storm.log", storm)])
+    events = con.sql(
+        "SELECT event_key, file_id, line, timestamp_utc, cluster_id, node_id, category, interrupting,"
+        " gpu_index, job_id, message, resolved_at_utc, xid, pci_bus_id FROM events"
+    ).fetchall()
+    inventory = con.sql("SELECT * FROM inventory").fetchall()
+    expected = [row[:14] for row in reference_incidents(events, inventory, 600.0)]
+    found = con.sql("SELECT * EXCLUDE (failure_class, attributes) FROM incidents ORDER BY ALL").fetchall()
+    assert found == sorted(expected)
+    assert sum(row[9] > 1 for row in found) >= 12  # the storms are incidents of several events
