@@ -197,3 +197,39 @@ def test_repairs_recover_the_samples_repair_median_and_project_shows_spares(samp
     assert project["spares"]["spares"] == models.spares_needed(
         64 * project["spec"]["failure"]["rate_per_instance_hour"] * total["mttr_hours"]
     )
+
+
+def test_every_command_is_in_the_lazy_table_with_its_module():
+    """`main` imports a command's module only when the command is used (cli.common.COMMANDS): every
+    module's commands must be in the table, under the module that defines them."""
+    import importlib
+    import pkgutil
+
+    import pipeline.cli
+    from pipeline.cli.common import COMMANDS
+
+    for module in pkgutil.iter_modules(pipeline.cli.__path__):
+        importlib.import_module(f"pipeline.cli.{module.name}")
+    assert set(main.commands) == set(COMMANDS)
+    for name, command in main.commands.items():
+        assert command.callback.__module__ == f"pipeline.cli.{COMMANDS[name]}", name
+
+
+def test_ingest_starts_without_the_statistics_and_report_libraries(tmp_path):
+    """`failcast ingest` (run after every export) does not import scipy.stats, lifelines or Altair: a
+    fresh interpreter ingests a file and reports which of them it loaded."""
+    (tmp_path / "i.csv").write_text(
+        "timestamp,cluster_id,node_id,category\n2026-03-02T04:26:29Z,c1,n1,nvlink\n"
+    )
+    code = (
+        "import sys\n"
+        "from pipeline.cli import main\n"
+        "try:\n"
+        f"    main(['ingest', {str(tmp_path / 'i.csv')!r}, '--db', {str(tmp_path / 'w.duckdb')!r}, '-q'])\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        "print(sorted(m for m in ('scipy.stats', 'lifelines', 'altair') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert (tmp_path / "w.duckdb").exists()
