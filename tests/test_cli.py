@@ -233,3 +233,46 @@ def test_ingest_starts_without_the_statistics_and_report_libraries(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip().splitlines()[-1] == "[]"
     assert (tmp_path / "w.duckdb").exists()
+
+
+@pytest.mark.parametrize("command", ["project", "report"])
+def test_recovery_measured_without_any_measurement_is_one_line_and_exit_2(tmp_path, command):
+    """No outage with an end and no training log: `--recovery measured` says what is missing."""
+    incidents = tmp_path / "i.csv"
+    incidents.write_text("timestamp,cluster_id,node_id,category\n2026-03-02T04:26:29Z,c1,n1,nvlink\n")
+    inventory = tmp_path / "inventory.csv"
+    inventory.write_text(
+        "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n"
+        "c1,n1,p5.48xlarge,8,2026-03-01T00:00:00Z,\n"
+    )
+    db = tmp_path / "w.duckdb"
+    ingested = CliRunner().invoke(main, ["ingest", str(inventory), str(incidents), "--db", str(db), "-q"])
+    assert ingested.exit_code == 0, ingested.output
+    job = tmp_path / "job.toml"
+    job.write_text(
+        '[work]\ngpu_hours = 1e5\ngpu = "H100"\n[cluster]\ninstances = 8\nprice_per_gpu_hour_usd = 2\n'
+    )
+    args = ["--db", str(db), "--recovery", "measured", "--monte-carlo-runs", "0"]
+    args += (
+        ["--spec", str(job)] if command == "project" else ["--job", str(job), "--out", str(tmp_path / "r")]
+    )
+    result = CliRunner().invoke(main, [command, *args])
+    assert result.exit_code == 2, result.output
+    assert "--recovery measured: no outage in" in result.stderr and "use --recovery assumed" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_output_piped_into_head_ends_quietly(sample_db):
+    """`failcast rates --by node_id | head -1`: the reader stops early; failcast exits with the
+    shell's SIGPIPE code and no 'unexpected error' line."""
+    done = subprocess.run(
+        f"{sys.executable} -m pipeline rates --db {sample_db} --by node_id | head -1; "
+        'echo "exit ${PIPESTATUS[0]}" >&2',
+        shell=True,
+        executable="/bin/bash",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.startswith("Fleet: ") and len(done.stdout.splitlines()) == 1
+    assert "unexpected error" not in done.stderr and done.stderr.strip().endswith("exit 141"), done.stderr

@@ -102,6 +102,33 @@ def test_run_succeeds_end_to_end_on_an_inventory_only_fleet(tmp_path):
     assert "upper-bound rate" in (tmp_path / "reports/latest.html").read_text()
 
 
+@pytest.mark.parametrize("failures", [1, 2])
+def test_a_new_fleets_first_failures_are_counted_but_not_fitted(new_fleet, tmp_path, failures):
+    """One node, its first failure (the window ends at it: one time between failures), or two
+    failures 1 h apart at the same gap twice... one gap is too few for a two-parameter fit, which
+    lifelines refuses or makes degenerate (shape -> infinity). Rates, fit, report and run say so
+    and succeed: the crash this replaces took `failcast run` down at a fleet's first failure."""
+    times = ["2026-02-20T00:00:00Z", "2026-02-20T01:00:00Z"][:failures]
+    rows = "".join(f"{t},c1,n2,nvlink\n" for t in times)
+    (tmp_path / "incidents.csv").write_text("timestamp,cluster_id,node_id,category\n" + rows)
+    assert invoke("ingest", str(tmp_path / "incidents.csv"), "--db", str(new_fleet)).exit_code == 0
+    fit = invoke("fit", "--db", str(new_fleet))
+    payload = json.loads(invoke("fit", "--db", str(new_fleet), "--json").stdout)
+    if failures == 1:
+        assert fit.exit_code == 0 and fit.stdout.startswith("nothing to fit: too few times between failures")
+        assert payload["failures"] == 1 and payload["best_family"] is None
+        assert payload["not_fitted"].startswith("too few times between failures to fit (1 observed gap")
+    else:  # two different gaps (the first from service start, then 1 h): fitted as before
+        assert payload["best_family"] is not None and payload["not_fitted"] is None
+    rates = json.loads(invoke("rates", "--db", str(new_fleet), "--json").stdout)
+    assert sum(r["failures"] for r in rates) == failures
+    out = tmp_path / "report"
+    result = invoke("report", "--db", str(new_fleet), "--out", str(out), "--no-images")
+    assert result.exit_code == 0, result.output
+    text = _text((out / "failcast-report.html").read_text())
+    assert ("Time between failures not fitted too few times between failures" in text) is (failures == 1)
+
+
 @pytest.mark.parametrize("kind", ["directory", "fifo"])
 def test_an_input_that_is_not_a_file_says_what_it_is(tmp_path, kind):
     path = tmp_path / "logs"

@@ -129,6 +129,13 @@ TREND_SCHEMA = {
 }
 
 
+def sizes_that_failed(per_cluster: pl.DataFrame) -> int:
+    """Distinct cluster sizes with at least one failure: the count law MTBF(N) = MTBF_1 / N^alpha
+    needs two. With failures at one size only, a size without any separates the data and the
+    Poisson fit's slope runs off to infinity (a singular information matrix)."""
+    return per_cluster.filter(pl.col("failures") > 0)["instances"].n_unique()
+
+
 def trend_tests(operating_times: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
     """One row per cluster: Laplace and MIL-HDBK-189 tests on its failures' operating times
     (:func:`pipeline.transform.failure_operating_times`); nulls where it had fewer than 2."""

@@ -16,6 +16,7 @@ from pipeline.analysis.failures import (
     node_evidence,
     rate_exposure,
     read_failures,
+    sizes_that_failed,
     trend_tests,
 )
 from pipeline.analysis.jobs import (
@@ -28,6 +29,7 @@ from pipeline.analysis.jobs import (
 from pipeline.analysis.repairs import repair_times
 
 PROJECTED_SIZES = (256, 512, 2048, 16384)
+MIN_DISTINCT_GAPS = 2  # distinct observed times between failures the fits need
 
 
 @dataclass
@@ -57,7 +59,9 @@ class FleetAnalysis:
     interval, node out of service); :func:`left_out_note` says it in one line.
     A fleet with no failures in service yet (``has_failures`` False) has exposure, rates (0
     failures, with the one-sided ``rate_upper_bound``) and trend rows but nothing to fit:
-    ``node_fits`` is empty and ``best_family``, ``kaplan_meier``, ``nelson_aalen`` are None.
+    ``node_fits`` is empty and ``best_family``, ``kaplan_meier``, ``nelson_aalen`` are None. So is
+    a fleet with fewer than ``MIN_DISTINCT_GAPS`` distinct observed times between failures (its
+    first failure, say): ``has_fits`` False, ``too_few_gaps`` says why.
     ``job_interruptions`` is None without Slurm jobs; jobs on clusters without inventory are left
     out of it. ``rates_by_node`` has one row per node (the report shows only the nodes with the
     most failures), with exact intervals; ``lemons`` tests each against the rest of its cluster
@@ -128,8 +132,25 @@ class FleetAnalysis:
 
     @property
     def has_failures(self) -> bool:
-        """True when at least one failure counts (in service, in the window): else nothing to fit."""
+        """True when at least one failure counts (in service, in the window)."""
         return bool(self.rates_overall["failures"].sum())
+
+    @property
+    def has_fits(self) -> bool:
+        """True when the times between failures were fitted (``node_fits``, ``kaplan_meier``, ...):
+        at least ``MIN_DISTINCT_GAPS`` distinct observed gaps."""
+        return bool(self.node_fits)
+
+    @property
+    def too_few_gaps(self) -> str:
+        """Why nothing was fitted though failures count (empty when fitted or no failure)."""
+        if self.has_fits or not self.has_failures:
+            return ""
+        gaps = self.node_durations.filter("observed")["count"].sum()
+        return (
+            f"too few times between failures to fit ({gaps} observed gap{'s' if gaps != 1 else ''}, "
+            f"at least {MIN_DISTINCT_GAPS} different ones are needed): rates and bounds only"
+        )
 
 
 def _projection(predict, sizes: np.ndarray) -> pl.DataFrame:
@@ -196,7 +217,9 @@ def analyze(
         gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap)
     durations = transform.aggregate_durations(gaps, relative_resolution=relative_resolution)
     args = (durations["duration_hours"], durations["observed"], durations["count"])
-    fitted = bool(overall["failures"].sum())  # no failure yet: exposure and bounds, nothing to fit
+    # no failure yet, or fewer than two distinct times between failures (a new fleet's first
+    # failure): two-parameter fits are degenerate (shape -> infinity) or fail, so nothing is fitted
+    fitted = durations.filter("observed")["duration_hours"].n_unique() >= MIN_DISTINCT_GAPS
     fits = models.fit_families(*args) if fitted else {}
 
     per_cluster = cluster_mtbf(by_cluster, exposure)
@@ -208,7 +231,7 @@ def analyze(
     )
     dispersion = transform.dispersion_test(by_node).phi  # every node: the scaling law's spread
     scaling, projection, regression, regression_projection = None, pl.DataFrame(), None, pl.DataFrame()
-    if fitted and per_cluster["instances"].n_unique() >= 2:
+    if fitted and sizes_that_failed(per_cluster) >= 2:
         scaling = models.MTBFScaling().fit(
             per_cluster["instances"],
             per_cluster["failures"],

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from pipeline import models, projection, transform
-from pipeline.analysis.failures import cluster_mtbf
+from pipeline.analysis.failures import cluster_mtbf, sizes_that_failed
 
 if TYPE_CHECKING:
     from pipeline.analysis.fleet import FleetAnalysis
@@ -72,7 +72,7 @@ def rate_model_for(
         source = f"{label}: measured rate of clusters of ~{bucket} instances"
         return projection.FailureModel.from_counts(row["failures"], row["exposure_node_hours"], source)
     per_cluster = cluster_mtbf(transform.failure_rates(failures, at_risk, by=["cluster_id"]), exposure)
-    if per_cluster["instances"].n_unique() >= 2 and per_cluster["failures"].sum() > 0:
+    if sizes_that_failed(per_cluster) >= 2:
         law = models.MTBFScaling().fit(
             per_cluster["instances"],
             per_cluster["failures"],

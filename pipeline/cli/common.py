@@ -24,6 +24,7 @@ from pipeline import warehouse
 
 EXIT_INPUT = 2
 EXIT_UNEXPECTED = 1
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a tool killed by the signal
 EXPECTED_ERRORS = (ingest_mod.InputError, config_mod.ConfigError, ValueError, FileNotFoundError)
 
 
@@ -156,6 +157,9 @@ class FailcastGroup(click.Group):
             raise
         except duckdb.OutOfMemoryException as exc:
             fail(out_of_memory(exc), EXIT_UNEXPECTED)
+        except BrokenPipeError:  # the reader stopped (`| head`): not an error, and nothing to say
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
+            sys.exit(EXIT_BROKEN_PIPE)
         except Exception as exc:
             if ctx.params.get("debug"):
                 raise

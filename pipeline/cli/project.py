@@ -20,6 +20,18 @@ from pipeline.cli.common import (
 from pipeline.projection import cannot_finish
 
 
+def required_measured_recovery(fleet: analysis_mod.FleetAnalysis, db: Path) -> dict[str, float]:
+    """What ``--recovery measured`` uses (:func:`pipeline.analysis.measured_recovery_hours`); a
+    ValueError saying what to ingest when the warehouse measured nothing."""
+    measured = analysis_mod.measured_recovery_hours(fleet)
+    if not measured:
+        raise ValueError(
+            f"--recovery measured: no outage in {db} has an end (resolved_at or a return in the "
+            "inventory) and no training log has an interruption; use --recovery assumed"
+        )
+    return measured
+
+
 # --- project -------------------------------------------------------------------------------------
 @main.command()
 @click.option(
@@ -124,12 +136,7 @@ def project(
         fleet = fleet_analysis("--recovery measured needs the fleet's repair data or training logs")
         repair = fleet.repair_times
     if recovery_source == "measured":
-        measured = analysis_mod.measured_recovery_hours(fleet)
-        if not measured:
-            raise ValueError(
-                f"--recovery measured: no outage in {db} has an end (resolved_at or a return in the "
-                "inventory) and no training log has an interruption; use --recovery assumed"
-            )
+        measured = required_measured_recovery(fleet, db)
         spec = dataclasses.replace(spec, recovery=proj.measured_recovery(spec.recovery, **measured))
         sources = proj.recovery_sources(assumed_recovery, **measured)
     spares = (

@@ -15,6 +15,7 @@ from pipeline.cli.common import (
     recovery_option,
     until_option,
 )
+from pipeline.cli.project import required_measured_recovery
 
 
 # --- report --------------------------------------------------------------------------------------
@@ -63,14 +64,7 @@ def report(
         spec = projection.job_spec_for_fleet(
             job_path, fleet_failure=lambda n: analysis_mod.failure_model_for(result, n)
         )
-        measured = None
-        if recovery_source == "measured":
-            measured = analysis_mod.measured_recovery_hours(result)
-            if not measured:
-                raise ValueError(
-                    f"--recovery measured: no outage in {db} has an end (resolved_at or a return in the "
-                    "inventory) and no training log has an interruption; use --recovery assumed"
-                )
+        measured = required_measured_recovery(result, db) if recovery_source == "measured" else None
         outlook = report_mod.job_outlook(
             spec, monte_carlo_runs=monte_carlo_runs, seed=seed, measured=measured
         )

@@ -278,9 +278,10 @@ def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
         "failures": int(result.rates_overall["failures"].sum()),
         "failures_left_out": records(result.failures_left_out),
         "best_family": result.best_family,
-        "hazard_message": result.node_fits["weibull"].hazard_message_ if result.has_failures else None,
+        "not_fitted": result.too_few_gaps or None,
+        "hazard_message": result.node_fits["weibull"].hazard_message_ if result.has_fits else None,
         "node_time_between_failures": {family: _tbf_fit(m) for family, m in result.node_fits.items()},
-        "kaplan_meier_median_hours": result.kaplan_meier.median_hours_ if result.has_failures else None,
+        "kaplan_meier_median_hours": result.kaplan_meier.median_hours_ if result.has_fits else None,
         "cluster_mtbf": records(result.cluster_mtbf),
         "scaling": None
         if result.scaling is None
@@ -337,6 +338,9 @@ def fit(db: Path, observed_until, first_gap: str, interruption_window: float, as
         return
     if not result.has_failures:
         click.echo(f"nothing to fit: {_no_failures_line(result.rates_overall)}")
+        return
+    if not result.has_fits:
+        click.echo(f"nothing to fit: {result.too_few_gaps}")
         return
     click.echo(f"best family by AIC: {result.best_family}")
     for family, m in result.node_fits.items():

@@ -92,9 +92,13 @@ def summary_cards(
                 f"{rate.exposure_hours_:,.0f} instance-hours",
             ),
             (
-                "Best time-between-failures model",
-                analysis.best_family,
-                analysis.node_fits["weibull"].hazard_message_ or "",
+                (
+                    "Best time-between-failures model",
+                    analysis.best_family,
+                    analysis.node_fits["weibull"].hazard_message_ or "",
+                )
+                if analysis.has_fits
+                else ("Time between failures", "not fitted", analysis.too_few_gaps)
             ),
         ]
     else:

@@ -89,7 +89,7 @@ def _rates_section(analysis: FleetAnalysis) -> Section:
 
 
 def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
-    if not analysis.has_failures:  # nothing to fit, share or rank: exposure and bounds only
+    if not analysis.has_fits:  # no failure or too few gaps to fit: exposure, rates and bounds only
         return [_rates_section(analysis), _job_section(analysis), badput_section(analysis)]
     trends = drivers.trend_table(analysis)
     flat = (trends["crow_verdict"] == "flat").sum()
