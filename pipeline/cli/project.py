@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import click
@@ -130,15 +129,13 @@ def project(
         node_ages=node_ages,
     )
     spec = proj.job_spec_for_fleet(spec_path, fleet_failure=fleet_failure, **overrides)
-    assumed_recovery = spec.recovery
     repair, measured = None, {}
     if recovery_source == "measured" or Path(db).exists():
         fleet = fleet_analysis("--recovery measured needs the fleet's repair data or training logs")
         repair = fleet.repair_times
     if recovery_source == "measured":
         measured = required_measured_recovery(fleet, db)
-        spec = dataclasses.replace(spec, recovery=proj.measured_recovery(spec.recovery, **measured))
-        sources = proj.recovery_sources(assumed_recovery, **measured)
+        spec, sources = proj.with_measured_recovery(spec, measured)
     spares = (
         None
         if repair is None

@@ -28,7 +28,7 @@ Formulas and sources (details in docs/projection.md):
 """
 
 from .explain import explain, weibull_difference
-from .measured import measured_recovery, recovery_sources
+from .measured import measured_recovery, recovery_sources, with_measured_recovery
 from .model import (
     expected_wall_hours,
     first_order_ettr,
@@ -92,6 +92,7 @@ __all__ = [
     "job_spec_from_mapping",
     "load_job_spec",
     "measured_recovery",
+    "with_measured_recovery",
     "monte_carlo",
     "project",
     "read_job_document",

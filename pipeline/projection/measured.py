@@ -8,9 +8,9 @@ and time, what was assumed and what is used, so every output can tell measured f
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
-from pipeline.projection.spec import RecoveryProfile, _non_negative
+from pipeline.projection.spec import JobSpec, RecoveryProfile, _non_negative
 
 TIMES = ("detect_hours", "replace_hours", "restart_hours")
 
@@ -85,3 +85,10 @@ def recovery_sources(
             for name in TIMES
         ]
     return rows
+
+
+def with_measured_recovery(spec: JobSpec, measured: dict[str, float]) -> tuple[JobSpec, list[dict]]:
+    """``spec`` with ``measured`` (keywords of :func:`measured_recovery`) in place of its profiles'
+    assumptions, and the :func:`recovery_sources` rows that say which times changed."""
+    sources = recovery_sources(spec.recovery, **measured)
+    return replace(spec, recovery=measured_recovery(spec.recovery, **measured)), sources

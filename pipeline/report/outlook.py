@@ -64,9 +64,9 @@ def job_outlook(
     """Project ``spec`` and collect what the report draws, as frames. ``measured``: recovery
     times the fleet measured (``pipeline.analysis.measured_recovery_hours``), used in place of the
     profiles' assumptions (:func:`pipeline.projection.measured_recovery`) and marked so."""
-    sources = proj.recovery_sources(spec.recovery, **measured) if measured else []
+    sources = []
     if measured:
-        spec = dataclasses.replace(spec, recovery=proj.measured_recovery(spec.recovery, **measured))
+        spec, sources = proj.with_measured_recovery(spec, measured)
     result = proj.project(spec, monte_carlo_runs=monte_carlo_runs, seed=seed)
     modes = list(result.modes)
     rows = []
