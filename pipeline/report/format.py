@@ -129,8 +129,9 @@ def column_label(column: str) -> str:
 
 
 def p_value_text(p: float) -> str:
-    """``p = 0.042`` or ``p < 0.001``: beyond three decimals a p-value's digits mean nothing."""
-    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+    """``p = 0.042`` or ``p < 0.001`` (the table cell of :func:`format_value` after "p")."""
+    cell = format_value("p_value", p)
+    return f"p {cell}" if cell.startswith("<") else f"p = {cell}"
 
 
 def _significant(value: float, digits: int) -> str:
@@ -167,7 +168,7 @@ def format_value(column: str, value) -> str:
     if column in ("share", "goodput") or any(p in column for p in _PERCENT):
         return f"{value:.1%}"
     if column.endswith("p_value"):
-        return p_value_text(value).removeprefix("p = ").removeprefix("p ")
+        return "< 0.001" if value < 0.001 else f"{value:.3f}"  # beyond 3 decimals digits mean nothing
     if column in _INTEGERS:
         return f"{value:,.0f}"
     if abs(value) >= 1000:
