@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 from bench.ingest_kernel_log import synthetic_log
-from pipeline.extract import ExtractOptions, extract_files
+from pipeline.extract import extract_files
+from pipeline.ingest import ReaderOptions
 
 TEN_TB = 10e12
 
@@ -43,9 +44,9 @@ def _cpu_seconds() -> float:
 def _run(files: list[Path], lake: Path, engine: str, workers: int) -> tuple[float, float, int]:
     """Wall seconds, CPU seconds (local engine: this process and its workers) and lines read."""
     shutil.rmtree(lake, ignore_errors=True)
-    options = ExtractOptions(year=2026, workers=workers)
+    options = ReaderOptions(year=2026)
     cpu, start = _cpu_seconds(), time.perf_counter()
-    done = extract_files([str(f) for f in files], lake, engine=engine, options=options)
+    done = extract_files([str(f) for f in files], lake, engine=engine, options=options, workers=workers)
     elapsed, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
     assert all(d.error is None and not d.skipped for d in done), done
     return elapsed, cpu, sum(d.rows_read for d in done)

@@ -225,11 +225,11 @@ def ingest_canonical(paths, db: Path) -> dict:
 
 def _ingest_log(path: Path, db: Path) -> dict:
     from pipeline import warehouse
-    from pipeline.ingest import ingest_files
+    from pipeline.ingest import ReaderOptions, ingest_files
 
     _fresh(db)
     con = warehouse.connect(db)
-    [s] = ingest_files(con, [path], year=2026, cluster="bench")
+    [s] = ingest_files(con, [path], ReaderOptions(year=2026, cluster="bench"))
     con.close()
     _fresh(db)
     return {"lines": s.rows_read, "xid_events": s.rows_ingested, "mb": path.stat().st_size / 1e6}

@@ -27,7 +27,7 @@ import polars as pl
 
 from bench.fleet_bench import LINES_SQL
 from pipeline import warehouse
-from pipeline.ingest import ingest_files
+from pipeline.ingest import ReaderOptions, ingest_files
 
 CHUNK_LINES = 2_000_000
 
@@ -92,7 +92,7 @@ def main() -> None:
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         con = warehouse.connect(Path(tmp) / "w.duckdb")
         cpu_before, start = _cpu_seconds(), time.perf_counter()
-        [s] = ingest_files(con, [log], year=2026, cluster="bench")
+        [s] = ingest_files(con, [log], ReaderOptions(year=2026, cluster="bench"))
         elapsed, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_before
         rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         con.close()

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.categories import CategoryMap, FailureCategory, class_named, normal_form
-from pipeline.ingest import FORMATS, MAX_DECOMPRESSED_BYTES, parse_bus_order
+from pipeline.ingest import FORMATS, MAX_DECOMPRESSED_BYTES, ReaderOptions, parse_bus_order
 
 SAMPLE_DIR = Path("data/sample")
 SAMPLE_JOB = Path("data/jobs/fleet-llama3-70b.toml")
@@ -70,7 +70,7 @@ class RunConfig:
     jobs: tuple[str | dict[str, Any], ...] = ()
     recovery: dict[str, dict[str, float]] = field(default_factory=dict)
     recovery_source: str = "assumed"
-    # [ingest]: options of pipeline.ingest.ingest_files for kernel logs and missing inventories
+    # [ingest]: reader options (pipeline.ingest.ReaderOptions) for kernel logs, and missing inventories
     year: int | None = None
     cluster: str | None = None
     node: str | None = None
@@ -88,6 +88,19 @@ class RunConfig:
         if "category_map" in given:
             given["category_map"] = self.category_map.merged(given["category_map"])
         return replace(self, **given)
+
+    def reader_options(self, fmt: str | None = None) -> ReaderOptions:
+        """How the run reads its inputs of format ``fmt`` (None: detected per file)."""
+        return ReaderOptions(
+            fmt=fmt,
+            column_map=self.column_map,
+            timezone=self.timezone,
+            year=self.year,
+            cluster=self.cluster,
+            node=self.node,
+            bus_order=self.gpu_bus_order,
+            max_decompressed_bytes=self.max_decompressed_mb << 20,
+        )
 
     def to_document(self) -> dict[str, Any]:
         """The config as a TOML/JSON-shaped document (the inverse of :func:`load_config`)."""

@@ -173,7 +173,7 @@ def test_titan_service_nodes_are_dropped(tmp_path):
 def test_ingest_format_lanl(tmp_path, tiny_lanl):
     path = tmp_path / "lanl.csv"  # the file behind tiny_lanl
     con = warehouse.connect(tmp_path / "w.duckdb")
-    (summary,) = ingest.ingest_files(con, [path], fmt="lanl")
+    (summary,) = ingest.ingest_files(con, [path], ingest.ReaderOptions(fmt="lanl"))
     assert (summary.rows_read, summary.rows_ingested, summary.rows_rejected) == (4, 3, 1)
     assert warehouse.table(con, "events").height == tiny_lanl.incidents.height - 1
     assert warehouse.table(con, "inventory").height == tiny_lanl.inventory.height
@@ -181,7 +181,9 @@ def test_ingest_format_lanl(tmp_path, tiny_lanl):
     assert (reject["path"], reject["line"], reject["reason"]) == (str(path), 5, "node_id is empty")
     files = warehouse.table(con, "ingested_files")
     assert set(files["path"]) == {str(path)} and set(files["format"]) == {"lanl"}
-    assert ingest.ingest_files(con, [path], fmt="lanl")[0].skipped  # same sha256: skipped
+    assert ingest.ingest_files(con, [path], ingest.ReaderOptions(fmt="lanl"))[
+        0
+    ].skipped  # same sha256: skipped
     assert warehouse.table(con, "events").height == 3
     con.close()
 
@@ -196,7 +198,7 @@ def test_ingest_format_bgl_keeps_reader_rejects(tmp_path):
     ]
     path.write_text("\n".join(lines) + "\n")
     con = warehouse.connect(tmp_path / "w.duckdb")
-    (summary,) = ingest.ingest_files(con, [path], fmt="bgl")
+    (summary,) = ingest.ingest_files(con, [path], ingest.ReaderOptions(fmt="bgl"))
     counts = (summary.rows_read, summary.rows_ingested, summary.rows_rejected, summary.rows_ignored)
     assert counts == (4, 1, 2, 1)
     rejects = warehouse.table(con, "rejects").sort("line")
@@ -222,7 +224,7 @@ def test_ingest_format_titan_reads_companions_beside_the_file(tmp_path):
         "SN,time,batch,dead,col,cage,node\nA,1,old,TRUE,0,0,0\nB,1,old,TRUE,0,0,1\nC,1,new,FALSE,0,0,2\n"
     )
     con = warehouse.connect(tmp_path / "w.duckdb")
-    (summary,) = ingest.ingest_files(con, [full], fmt="titan")
+    (summary,) = ingest.ingest_files(con, [full], ingest.ReaderOptions(fmt="titan"))
     # the service node's period is dropped: 2 periods read, 1 failure, 1 period of exposure only
     counts = (summary.rows_read, summary.rows_ingested, summary.rows_rejected, summary.rows_ignored)
     assert counts == (2, 1, 0, 1)
@@ -238,7 +240,7 @@ def test_ingest_format_names_the_file_when_it_is_not_that_data_set(tmp_path, fmt
     path.write_text("a,b\n1,2\n")
     con = warehouse.connect(tmp_path / "w.duckdb")
     with pytest.raises(ingest.InputError, match=f"other.csv: cannot read as {fmt}: .*missing columns"):
-        ingest.ingest_files(con, [path], fmt=fmt)
+        ingest.ingest_files(con, [path], ingest.ReaderOptions(fmt=fmt))
     assert warehouse.table(con, "ingested_files").is_empty()
     con.close()
 
@@ -275,7 +277,7 @@ def lanl() -> CanonicalFrames:
 def lanl_warehouse(lanl, tmp_path_factory):
     root = tmp_path_factory.mktemp("lanl")
     con = warehouse.connect(root / "lanl.duckdb")
-    summaries = ingest.ingest_files(con, [shared(LANL_CSV)], fmt="lanl")
+    summaries = ingest.ingest_files(con, [shared(LANL_CSV)], ingest.ReaderOptions(fmt="lanl"))
     yield con, summaries, analysis.analyze(con)
     con.close()
 
@@ -440,7 +442,9 @@ def test_titan_competing_causes_add_up_to_all_cause_failure(titan):
 
 def test_titan_through_the_warehouse(titan, tmp_path):
     con = warehouse.connect(tmp_path / "titan.duckdb")
-    (summary,) = ingest.ingest_files(con, [shared(TITAN) / "gc_full.csv.gz"], fmt="titan")
+    (summary,) = ingest.ingest_files(
+        con, [shared(TITAN) / "gc_full.csv.gz"], ingest.ReaderOptions(fmt="titan")
+    )
     # exact duplicate rows in gc_full are stored once
     unique = titan.incidents.unique(subset=["timestamp", "node_id", "category", "message"]).height
     assert (summary.rows_ingested, summary.rows_rejected) == (unique, 0)
@@ -494,7 +498,7 @@ def test_bgl_alert_lines_all_recognised(tmp_path):
     categories = dict(frames.incidents.group_by("category").len().iter_rows())
     assert categories == {"hardware": 90, "network": 31, "storage": 12, "software": 9, "application": 1}
     con = warehouse.connect(tmp_path / "bgl.duckdb")
-    (summary,) = ingest.ingest_files(con, [shared(BGL)], fmt="bgl")
+    (summary,) = ingest.ingest_files(con, [shared(BGL)], ingest.ReaderOptions(fmt="bgl"))
     counts = (summary.rows_read, summary.rows_ingested, summary.rows_rejected, summary.rows_ignored)
     assert counts == (2000, 143 - summary.rows_duplicate, 0, 1857)
     assert warehouse.table(con, "events").height == summary.rows_ingested

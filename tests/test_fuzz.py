@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from pipeline import warehouse
 from pipeline.cli import main
-from pipeline.ingest import InputError, detect_format, ingest_files
+from pipeline.ingest import InputError, ReaderOptions, detect_format, ingest_files
 
 REPO = Path(__file__).parents[1]
 CSV_HEADER = "timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at"
@@ -75,13 +75,15 @@ def test_crlf_and_byte_order_marks_read_like_plain_files(tmp_path, name, text, f
     """A BOM used to break the first line: JSONL refused, the sacct header lost, XID line 1 rejected."""
     plain_con = warehouse.connect(tmp_path / "plain.duckdb")
     (tmp_path / "plain").mkdir()
-    [plain] = ingest_files(plain_con, [_write(tmp_path / "plain" / name, text.encode())], fmt=fmt)
+    [plain] = ingest_files(
+        plain_con, [_write(tmp_path / "plain" / name, text.encode())], ReaderOptions(fmt=fmt)
+    )
     data = text.replace("\n", "\r\n") if "crlf" in shape else text
     data = ("\ufeff" + data if "bom" in shape else data).encode()
     path = tmp_path / (name + ".gz" if "gzip" in shape else name)
     shaped_con = warehouse.connect(tmp_path / "shaped.duckdb")
     [shaped] = ingest_files(
-        shaped_con, [_write(path, gzip.compress(data) if "gzip" in shape else data)], fmt=fmt
+        shaped_con, [_write(path, gzip.compress(data) if "gzip" in shape else data)], ReaderOptions(fmt=fmt)
     )
     counts = ("rows_read", "rows_ingested", "rows_rejected", "rows_ignored")
     assert [getattr(shaped, c) for c in counts] == [getattr(plain, c) for c in counts]
@@ -131,7 +133,7 @@ def test_ten_megabyte_lines_are_read_across_block_boundaries(con, tmp_path):
     csv_path = _write(
         tmp_path / "big.csv", csv_rows(f"2026-03-02T04:26:29Z,c1,n1,gpu_fell_off_bus,0,,{junk},").encode()
     )
-    [s_log] = ingest_files(con, [log], fmt="kernel-log")
+    [s_log] = ingest_files(con, [log], ReaderOptions(fmt="kernel-log"))
     [s_csv] = ingest_files(con, [csv_path])
     assert (s_log.rows_read, s_log.rows_ingested, s_log.rows_ignored) == (3, 2, 1)
     assert (s_csv.rows_read, s_csv.rows_ingested) == (1, 1)
@@ -167,7 +169,7 @@ def test_out_of_order_future_and_pre_1970_times_are_kept_as_given(con, tmp_path)
 def test_leap_seconds_are_rejected_with_the_time_named(con, tmp_path, name, content, fmt):
     """Decision (SECURITY.md): 23:59:60 is not a valid time for DuckDB; the line is rejected with
     its text kept, never dropped silently or moved to another second."""
-    [s] = ingest_files(con, [_write(tmp_path / name, content.encode())], fmt=fmt, year=2016)
+    [s] = ingest_files(con, [_write(tmp_path / name, content.encode())], ReaderOptions(fmt=fmt, year=2016))
     assert (s.rows_read, s.rows_ingested, s.rows_rejected) == (1, 0, 1)
     [(reason, raw)] = rows_of(con, "SELECT reason, raw FROM rejects")
     assert "23:59:60" in reason and "23:59:60" in raw
@@ -189,7 +191,7 @@ def test_dst_naive_local_times_follow_the_documented_rule(con, tmp_path, local, 
         path = _write(tmp_path / "dst.csv", csv_rows(f"{local},c1,n1,host,,,m,").encode())
     else:
         path = _write(tmp_path / "dst.log", XID.replace("2026-03-02T04:26:{s:02d}+00:00", local).encode())
-    [s] = ingest_files(con, [path], timezone="America/New_York")
+    [s] = ingest_files(con, [path], ReaderOptions(timezone="America/New_York"))
     assert s.rows_ingested == 1
     assert rows_of(con, "SELECT timestamp_utc FROM events") == [(datetime.fromisoformat(utc),)]
 
@@ -213,7 +215,7 @@ def test_gzip_bombs_stop_at_the_decompressed_size_limit(con, tmp_path, name, pay
     good = _write(tmp_path / "good.csv", INVENTORY.encode())
     ingest_files(con, [good])
     with pytest.raises(InputError, match="decompresses to more than 1 MB.*gzip bomb.*--max-decompressed-mb"):
-        ingest_files(con, [path], fmt=fmt, max_decompressed_bytes=BOMB_LIMIT)
+        ingest_files(con, [path], ReaderOptions(fmt=fmt, max_decompressed_bytes=BOMB_LIMIT))
     files = rows_of(con, "SELECT path FROM ingested_files")
     assert files == [(str(good),)]  # the bomb's transaction rolled back
     assert rows_of(con, "SELECT count(*) FROM events") + rows_of(con, "SELECT count(*) FROM jobs") == [
@@ -246,7 +248,7 @@ def test_the_configured_limit_reaches_a_scheduled_run(tmp_path):
 
 def test_a_gzip_within_the_limit_is_read(con, tmp_path):
     path = _write(tmp_path / "ok.log.gz", gzip.compress((xid_log(2) + "\n" * 1000).encode()))
-    [s] = ingest_files(con, [path], max_decompressed_bytes=BOMB_LIMIT)
+    [s] = ingest_files(con, [path], ReaderOptions(max_decompressed_bytes=BOMB_LIMIT))
     assert (s.rows_ingested, s.rows_ignored) == (2, 1000)
 
 

@@ -28,7 +28,7 @@ from click.testing import CliRunner
 
 from pipeline import config, sample, warehouse
 from pipeline.cli import main
-from pipeline.ingest import InputError, ingest_files
+from pipeline.ingest import InputError, ReaderOptions, ingest_files
 
 REPO = Path(__file__).parents[1]
 SQL_INJECTION = "'; DROP TABLE incidents; --"
@@ -152,7 +152,7 @@ def test_hostile_values_are_stored_verbatim_and_the_tables_survive(tmp_path):
     )
     con = warehouse.connect(tmp_path / "w.duckdb")
     files = ["inventory.csv", "incidents.csv", "kernel.log", "sacct.txt"]
-    summaries = ingest_files(con, [tmp_path / f for f in files], cluster="c1")
+    summaries = ingest_files(con, [tmp_path / f for f in files], ReaderOptions(cluster="c1"))
     assert [s.rows_ingested for s in summaries] == [5, 6, 1, 1]
     stored = con.sql(
         "SELECT cluster_id, node_id, job_id, message FROM events WHERE source_format = 'canonical'"
@@ -177,7 +177,7 @@ def test_a_hostile_time_zone_is_refused_before_it_reaches_sql(tmp_path, timezone
     path.write_text(INCIDENT_HEADER + "2026-03-02 04:26:29,c1,n1,host,,,,\n")
     con = warehouse.connect(tmp_path / "w.duckdb")
     with pytest.raises(InputError, match="unknown time zone"):
-        ingest_files(con, [path], timezone=timezone)
+        ingest_files(con, [path], ReaderOptions(timezone=timezone))
     assert con.sql("SELECT count(*) FROM events").fetchall() == [(0,)]
 
 

@@ -76,7 +76,7 @@ def extract(
 ) -> None:
     if address and engine != "ray":
         fail("--address is for --engine ray")
-    options = extract_mod.ExtractOptions(
+    options = ingest_mod.ReaderOptions(
         fmt=fmt,
         timezone=timezone,
         year=year,
@@ -85,10 +85,11 @@ def extract(
         bus_order=ingest_mod.parse_bus_order(gpu_bus_order),
         column_map=ingest_mod.parse_column_map(mapping),
         max_decompressed_bytes=max_decompressed_mb << 20,
-        workers=workers,
     )
     try:
-        results = extract_mod.extract_files(sources, out, engine=engine, address=address, options=options)
+        results = extract_mod.extract_files(
+            sources, out, engine=engine, address=address, options=options, workers=workers
+        )
     except extract_mod.EngineMissing as exc:
         fail(str(exc))
     if as_json:

@@ -167,9 +167,18 @@ def ingest(
     as_json: bool,
 ) -> None:
     files = _expand(paths)
-    column_map = ingest_mod.parse_column_map(mapping)
+    options = ingest_mod.ReaderOptions(
+        fmt=fmt,
+        column_map=ingest_mod.parse_column_map(mapping),
+        timezone=timezone,
+        year=year,
+        cluster=cluster,
+        node=node,
+        job=job,
+        bus_order=ingest_mod.parse_bus_order(gpu_bus_order),
+        max_decompressed_bytes=max_decompressed_mb << 20,
+    )
     categories = ingest_mod.parse_category_map(category_map)
-    bus_order = ingest_mod.parse_bus_order(gpu_bus_order)
     con = warehouse.connect(db)
     show_bar = not quiet and not as_json and sys.stderr.isatty()
     total = sum(f.stat().st_size for f in files if f.is_file())
@@ -179,19 +188,11 @@ def ingest(
         summaries = ingest_mod.ingest_files(
             con,
             files,
-            fmt=fmt,
-            column_map=column_map,
-            timezone=timezone,
-            window_seconds=window_minutes * 60,
-            year=year,
-            cluster=cluster,
-            node=node,
-            job=job,
-            bus_order=bus_order,
-            progress=bar.update,
-            estimate_exposure=estimate_exposure,
-            max_decompressed_bytes=max_decompressed_mb << 20,
+            options,
             category_map=categories,
+            window_seconds=window_minutes * 60,
+            estimate_exposure=estimate_exposure,
+            progress=bar.update,
         )
     check = ingest_mod.inventory_check(con)
     if as_json:  # a list of per-file summaries; notes and inventory warnings go to stderr too

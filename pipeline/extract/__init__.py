@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -43,40 +43,23 @@ from pipeline import warehouse
 from pipeline.extract.engines import ATTEMPTS, ENGINES, EngineMissing, run_tasks
 from pipeline.ingest import (
     InputError,
+    ReaderOptions,
     check_readable,
     detect_format,
     expand_pattern,
     read_file,
-    reader_options,
     session_timezone,
     sha256_of,
 )
 from pipeline.ingest import lake as layout
-from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, head_text, is_gzip
+from pipeline.ingest.lines import head_text, is_gzip
 
 ATTEMPTS_DIR = "attempts"
 """``LAKE/attempts/<run>-<sha256>-<id>``: one empty file per attempt at an input whose process is
 still running it, or died running it; the attempt after :data:`ATTEMPTS` deaths reports the input
 as failed instead of parsing it again (Ray Data retries a task that lost its worker without end)."""
 
-__all__ = ["ENGINES", "EngineMissing", "ExtractOptions", "Extracted", "extract_files", "list_inputs"]
-
-
-@dataclass(frozen=True)
-class ExtractOptions:
-    """How inputs are read: the options of ``failcast ingest`` that concern parsing one file
-    (see :func:`pipeline.ingest.ingest_files`), and the number of workers (default: the cores)."""
-
-    fmt: str | None = None
-    timezone: str = "UTC"
-    year: int | None = None
-    cluster: str | None = None
-    node: str | None = None
-    bus_order: tuple[str, ...] = ()
-    column_map: Mapping[str, str] = field(default_factory=dict)
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
-    block_bytes: int | None = None
-    workers: int | None = None
+__all__ = ["ENGINES", "EngineMissing", "Extracted", "extract_files", "list_inputs"]
 
 
 @dataclass(frozen=True)
@@ -188,7 +171,7 @@ def _write_parts(con, lake: Path, source: str, sha: str) -> dict[str, list[str]]
     return parts
 
 
-def extract_one(task: Mapping, *, lake: str, options: ExtractOptions) -> dict:
+def extract_one(task: Mapping, *, lake: str, options: ReaderOptions) -> dict:
     """One input -> its part files and manifest entry (run by a worker; the task is
     ``{"source": ..., "listed": [run, position]}``). Returns an :class:`Extracted` as a dict; a bad
     input's error names the source (a URL, not the worker's temporary copy)."""
@@ -203,7 +186,7 @@ def extract_one(task: Mapping, *, lake: str, options: ExtractOptions) -> dict:
         return Extracted(source, error=str(exc)).to_dict()
 
 
-def _extract(path: Path, task: Mapping, lake: Path, options: ExtractOptions) -> Extracted:
+def _extract(path: Path, task: Mapping, lake: Path, options: ReaderOptions) -> Extracted:
     source = task["source"]
     check_readable(path)
     size = path.stat().st_size
@@ -230,7 +213,7 @@ def _extract(path: Path, task: Mapping, lake: Path, options: ExtractOptions) -> 
 
 
 def _parse_into_lake(
-    path: Path, task: Mapping, sha: str, size: int, lake: Path, options: ExtractOptions
+    path: Path, task: Mapping, sha: str, size: int, lake: Path, options: ReaderOptions
 ) -> Extracted:
     source, started = task["source"], time.perf_counter()
     fmt = options.fmt or detect_format(path)
@@ -240,18 +223,8 @@ def _parse_into_lake(
             f"{', '.join(layout.LAKE_FORMATS)}); ingest it directly with failcast ingest"
         )
     with warehouse.scratch() as con:
-        reader = reader_options(
-            column_map=options.column_map,
-            timezone=options.timezone,
-            year=options.year,
-            cluster=options.cluster,
-            node=options.node,
-            bus_order=options.bus_order,
-            max_decompressed_bytes=options.max_decompressed_bytes,
-            block_bytes=options.block_bytes,
-        )
         with session_timezone(con, options.timezone):
-            summary = read_file(con, path, sha=sha, fmt=fmt, options=reader)
+            summary = read_file(con, path, sha=sha, fmt=fmt, options=options)
         parts = _write_parts(con, lake, source, sha)
     entry = {
         "path": source,
@@ -300,12 +273,15 @@ def extract_files(
     *,
     engine: str = "local",
     address: str | None = None,
-    options: ExtractOptions | None = None,
+    options: ReaderOptions | None = None,
+    workers: int | None = None,
 ) -> list[Extracted]:
     """Extract every input of ``sources`` (paths, globs, URLs) not in the lake ``out_lake`` yet, one
-    task per file on ``engine``; returns what happened to each, in the order listed. A bad input
-    does not stop the others: its :attr:`Extracted.error` says why (it is not in the lake)."""
-    options = options or ExtractOptions()
+    task per file on ``engine`` with ``workers`` workers (default: the cores); ``options``: how the
+    inputs are read, as by ``failcast ingest``. Returns what happened to each, in the order listed.
+    A bad input does not stop the others: its :attr:`Extracted.error` says why (it is not in the
+    lake)."""
+    options = options or ReaderOptions()
     if engine not in ENGINES:
         raise InputError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
     if options.fmt is not None and options.fmt not in layout.LAKE_FORMATS:
@@ -324,7 +300,7 @@ def extract_files(
     run = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")  # sorts in time order; a file name part
     tasks = [{"source": s, "listed": [run, i]} for i, s in enumerate(files)]
     task = partial(extract_one, lake=str(lake.resolve()), options=options)
-    results = run_tasks(engine, task, tasks, workers=options.workers, address=address)
+    results = run_tasks(engine, task, tasks, workers=workers, address=address)
     for died in (lake / ATTEMPTS_DIR).glob(f"{run}-*"):
         died.unlink()
     return [Extracted(**{**r, "notes": tuple(r["notes"])}) for r in results]

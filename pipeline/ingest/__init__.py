@@ -34,7 +34,7 @@ from __future__ import annotations
 import glob
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,6 +57,7 @@ from pipeline.ingest.common import FileSummary, InputError, checked_timezone, sh
 from pipeline.ingest.kernel_log import SpanWorkers, ingest_kernel_log, parallel_parts
 from pipeline.ingest.kubernetes import ingest_kubernetes
 from pipeline.ingest.lines import BOM, MAX_DECOMPRESSED_BYTES, head_text, is_gzip
+from pipeline.ingest.options import ReaderOptions
 from pipeline.ingest.sacct import ingest_sacct
 from pipeline.ingest.slurm_events import ingest_slurm_events
 from pipeline.ingest.slurmctld import ingest_slurmctld
@@ -66,7 +67,8 @@ from pipeline.ingest.training_log import ingest_training_log
 
 DATASET_FORMATS = ("lanl", "titan", "bgl")
 # Line-oriented log readers: each streams its file in blocks and takes the common options (sha,
-# progress, size and block limits) plus the ones named here, which are ingest_files' options.
+# progress, size and block limits) plus the ones named here (from ReaderOptions; workers: the
+# threads that parse large kernel logs).
 LOG_READERS = {
     "kernel-log": (ingest_kernel_log, ("cluster", "node", "year", "bus_order", "workers")),
     "sacct": (ingest_sacct, ("cluster",)),
@@ -81,7 +83,7 @@ __all__ = [
     "expand_pattern",
     "check_readable",
     "read_file",
-    "reader_options",
+    "ReaderOptions",
     "session_timezone",
     "DATASET_FORMATS",
     "FORMATS",
@@ -206,52 +208,30 @@ def session_timezone(con, timezone: str) -> Iterator[None]:
         con.execute("SET TimeZone = 'UTC'")
 
 
-def reader_options(
+def read_file(
+    con,
+    path: Path,
     *,
-    column_map: Mapping[str, str] | None = None,
-    timezone: str = "UTC",
-    year: int | None = None,
-    cluster: str | None = None,
-    node: str | None = None,
-    job: str | None = None,
-    bus_order: Sequence[str] = (),
+    sha: str,
+    fmt: str,
+    options: ReaderOptions,
     progress: Callable[[int], None] | None = None,
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
-    block_bytes: int | None = None,
     workers: SpanWorkers | None = None,
-) -> dict:
-    """The options :func:`read_file` passes on to the readers (see :func:`ingest_files`);
-    ``workers``: the threads that parse large kernel logs (None: the reader starts its own)."""
-    return {
-        "column_map": column_map or {},
-        "timezone": timezone,
-        "year": year,
-        "cluster": cluster,
-        "node": node,
-        "job": job,
-        "bus_order": {b.lower().zfill(2): i for i, b in enumerate(bus_order)},
-        "progress": progress,
-        "max_decompressed_bytes": max_decompressed_bytes,
-        "block_bytes": block_bytes,
-        "workers": workers,
-    }
-
-
-def read_file(con, path: Path, *, sha: str, fmt: str, options: Mapping) -> FileSummary:
+) -> FileSummary:
     """Parse one file with its format's reader into the warehouse ``con``: the one parsing step of
     ``ingest`` and of ``extract`` (which runs it on a scratch warehouse per file, on a worker). The
     caller holds the transaction and the session time zone (:func:`session_timezone`); the new
-    events are left unclassified (:mod:`.taxonomy` runs after the file). ``options``: from
-    :func:`reader_options`."""
-    progress = options["progress"]
+    events are left unclassified (:mod:`.taxonomy` runs after the file). ``progress`` is called
+    with the number of bytes just read (compressed bytes for ``.gz``); ``workers``: the threads
+    that parse large kernel logs (None: the reader starts its own)."""
     if fmt in TABLE_FORMATS:
         summary = ingest_canonical(
             con,
             path,
             sha=sha,
             fmt=fmt,
-            column_map=options["column_map"],
-            max_decompressed_bytes=options["max_decompressed_bytes"],
+            column_map=options.column_map,
+            max_decompressed_bytes=options.max_decompressed_bytes,
         )
         if progress:
             progress(path.stat().st_size)
@@ -259,26 +239,34 @@ def read_file(con, path: Path, *, sha: str, fmt: str, options: Mapping) -> FileS
     if fmt in DATASET_FORMATS:
         from pipeline.datasets.load import ingest_dataset  # datasets build on ingest
 
-        return ingest_dataset(con, path, sha=sha, fmt=fmt, timezone=options["timezone"], progress=progress)
+        return ingest_dataset(con, path, sha=sha, fmt=fmt, timezone=options.timezone, progress=progress)
     if fmt in CLOUD_FORMATS:
         return ingest_cloud_events(
             con,
             path,
             sha=sha,
             fmt=fmt,
-            cluster=options["cluster"],
+            cluster=options.cluster,
             progress=progress,
-            max_decompressed_bytes=options["max_decompressed_bytes"],
+            max_decompressed_bytes=options.max_decompressed_bytes,
         )
     reader, extra = LOG_READERS[fmt]
+    values = {
+        "cluster": options.cluster,
+        "node": options.node,
+        "job": options.job,
+        "year": options.year,
+        "bus_order": options.bus_index,
+        "workers": workers,
+    }
     return reader(
         con,
         path,
         sha=sha,
         progress=progress,
-        max_decompressed_bytes=options["max_decompressed_bytes"],
-        block_bytes=options["block_bytes"],
-        **{name: options[name] for name in extra},
+        max_decompressed_bytes=options.max_decompressed_bytes,
+        block_bytes=options.block_bytes,
+        **{name: values[name] for name in extra},
     )
 
 
@@ -296,9 +284,16 @@ def check_readable(path: Path) -> None:
         raise InputError(f"{path}: cannot read ({exc.strerror}); check the file's permissions") from exc
 
 
-def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSummary:
+def _ingest_one(
+    con,
+    path: Path,
+    options: ReaderOptions,
+    category_map: CategoryMap,
+    progress: Callable[[int], None] | None,
+    workers: SpanWorkers,
+) -> FileSummary:
     check_readable(path)
-    progress = options["progress"]
+    fmt = options.fmt
     size = path.stat().st_size
     if size == 0 or (is_gzip(path) and not head_text(path, 1)):
         if progress:
@@ -321,9 +316,11 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
         sha = hasher.submit(sha256_of, path).result
     fmt = fmt or detect_format(path)
     try:
-        with session_timezone(con, options["timezone"]), warehouse.transaction(con):
-            summary = read_file(con, path, sha=sha, fmt=fmt, options=options)
-            if note := taxonomy.classify_new_events(con, options["category_map"]):
+        with session_timezone(con, options.timezone), warehouse.transaction(con):
+            summary = read_file(
+                con, path, sha=sha, fmt=fmt, options=options, progress=progress, workers=workers
+            )
+            if note := taxonomy.classify_new_events(con, category_map):
                 summary.notes.append(note)
     finally:
         if hasher is not None:
@@ -334,64 +331,40 @@ def _ingest_one(con, path: Path, *, fmt: str | None, options: dict) -> FileSumma
 def ingest_files(
     con,
     paths: Iterable[Path | str],
+    options: ReaderOptions | None = None,
     *,
-    fmt: str | None = None,
-    column_map: Mapping[str, str] | None = None,
-    timezone: str = "UTC",
-    window_seconds: float = 600.0,
-    year: int | None = None,
-    cluster: str | None = None,
-    node: str | None = None,
-    job: str | None = None,
-    bus_order: Sequence[str] = (),
-    progress: Callable[[int], None] | None = None,
-    estimate_exposure: int | None = None,
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
-    block_bytes: int | None = None,
     category_map: CategoryMap | None = None,
+    window_seconds: float = 600.0,
+    estimate_exposure: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> list[FileSummary]:
     """Ingest each file in its own transaction, then rebuild ``incidents`` from ``events``.
 
-    ``year``: year of the first line of year-less syslog files (default: from the file's mtime).
-    ``cluster`` / ``node``: for logs that do not name them; ``job``: the job of a training log
-    (default: its file name). ``bus_order``: PCI bus number (hex) of
-    each gpu_index, e.g. ``("18", "2a", ...)``, so XID lines get a gpu_index. ``progress`` is called
-    with the number of bytes just read (compressed bytes for ``.gz``). A ``.gz`` that expands past
-    ``max_decompressed_bytes`` stops the ingest with an :class:`InputError` (a gzip bomb).
-    ``block_bytes``: size of the blocks text logs are read in (default ``lines.BLOCK_BYTES``, 8 MiB);
-    memory per batch scales with it. ``category_map``: the user's taxonomy (:mod:`.taxonomy`); a map
-    other than the one the warehouse was built with reclassifies every stored event.
+    ``options``: how the files are read (:class:`ReaderOptions`; default: formats detected, UTC).
+    ``category_map``: the user's taxonomy (:mod:`.taxonomy`); a map other than the one the
+    warehouse was built with reclassifies every stored event. ``window_seconds``: events of one
+    node and fault closer than this are one incident. ``estimate_exposure``: GPUs per node of an
+    inventory estimated from the nodes seen, when there is no inventory. ``progress`` is called
+    with the number of bytes just read (compressed bytes for ``.gz``).
     """
-    if fmt is not None and fmt not in FORMATS:
-        raise InputError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    options = reader_options(
-        column_map=column_map,
-        timezone=timezone,
-        year=year,
-        cluster=cluster,
-        node=node,
-        job=job,
-        bus_order=bus_order,
-        progress=progress,
-        max_decompressed_bytes=max_decompressed_bytes,
-        block_bytes=block_bytes,
-    )
-    options["category_map"] = category_map or CategoryMap()
+    options = options or ReaderOptions()
+    if options.fmt is not None and options.fmt not in FORMATS:
+        raise InputError(f"unknown format {options.fmt!r}; use one of {', '.join(FORMATS)}")
+    category_map = category_map or CategoryMap()
     summaries: list[FileSummary] = []
     try:
         with SpanWorkers() as workers:  # the threads parsing large kernel logs, for every file
-            options["workers"] = workers
             for path in map(Path, paths):
                 if lake.is_lake(path):  # each input's summary kept as it commits, should a later one fail
-                    for summary in lake.ingest_lake(con, path, category_map=options["category_map"]):
+                    for summary in lake.ingest_lake(con, path, category_map=category_map):
                         summaries.append(summary)
                 else:
-                    summaries.append(_ingest_one(con, path, fmt=fmt, options=options))
+                    summaries.append(_ingest_one(con, path, options, category_map, progress, workers))
     except InputError:
         if summaries:  # the files before the bad one are committed: keep incidents in step
-            _rebuild(con, window_seconds, estimate_exposure, options["category_map"])
+            _rebuild(con, window_seconds, estimate_exposure, category_map)
         raise
-    _rebuild(con, window_seconds, estimate_exposure, options["category_map"])
+    _rebuild(con, window_seconds, estimate_exposure, category_map)
     return summaries
 
 

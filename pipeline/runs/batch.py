@@ -209,18 +209,11 @@ def _ingest(con, cfg: RunConfig, record: RunRecord, progress: bool) -> dict[str,
             summaries = ingest.ingest_files(
                 con,
                 [f.path for f in batch],
-                fmt=batch[0].fmt,
-                column_map=cfg.column_map,
-                timezone=cfg.timezone,
+                cfg.reader_options(batch[0].fmt),
+                category_map=cfg.category_map,
                 window_seconds=cfg.dedup_window_minutes * 60,
-                year=cfg.year,
-                cluster=cfg.cluster,
-                node=cfg.node,
-                bus_order=cfg.gpu_bus_order,
                 estimate_exposure=cfg.estimate_exposure,
                 progress=bar.update if progress else None,
-                max_decompressed_bytes=cfg.max_decompressed_mb << 20,
-                category_map=cfg.category_map,
             )
             for item, summary in zip(batch, summaries, strict=True):
                 entry = {"status": item.status, **summary.to_dict()}

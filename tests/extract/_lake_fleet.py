@@ -81,7 +81,7 @@ def write_fleet(folder: Path, shards: int = 3, lines: int = 400) -> list[Path]:
     return [folder / name for name in files]
 
 
-INGEST_OPTIONS = {"year": YEAR, "bus_order": BUSES}
+READER = ingest.ReaderOptions(year=YEAR, bus_order=BUSES)
 
 # Columns whose values are the time of the run, not of the data
 _RUN_TIME = {"ingested_at_utc", "rejected_at_utc"}
@@ -105,7 +105,7 @@ def tables(db: Path) -> dict[str, pl.DataFrame]:
 def direct_ingest(files: list[Path], db: Path) -> list[ingest.FileSummary]:
     con = warehouse.connect(db)
     try:
-        return ingest.ingest_files(con, files, **INGEST_OPTIONS)
+        return ingest.ingest_files(con, files, READER)
     finally:
         con.close()
 

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 from pipeline import ingest, warehouse
 from pipeline.cli import main
-from pipeline.extract import ExtractOptions, extract_files, extract_one
+from pipeline.extract import extract_files, extract_one
 from pipeline.extract.engines import run_local
-from pipeline.ingest import InputError
+from pipeline.ingest import InputError, ReaderOptions
 from pipeline.ingest import lake as layout
 from tests.extract._lake_fleet import (
     BAD_XID,
@@ -31,7 +31,7 @@ from tests.extract._lake_fleet import (
     write_fleet,
 )
 
-OPTIONS = ExtractOptions(year=YEAR, bus_order=tuple(BUSES), workers=2)
+OPTIONS = ReaderOptions(year=YEAR, bus_order=tuple(BUSES))
 
 
 def counts(summary) -> tuple:
@@ -57,7 +57,7 @@ def assert_same_warehouse(direct_db: Path, lake_db: Path) -> None:
 
 def test_lake_ingest_gives_exactly_what_direct_ingest_gives(fleet, tmp_path):
     direct = direct_ingest(fleet, tmp_path / "direct.duckdb")
-    extracted = extract_files([str(f) for f in fleet], tmp_path / "lake", options=OPTIONS)
+    extracted = extract_files([str(f) for f in fleet], tmp_path / "lake", options=OPTIONS, workers=2)
     assert [e.error for e in extracted] == [None] * len(fleet)
     for e in extracted:  # within each file every line is counted once
         assert e.rows_read == e.rows_stored + e.rows_duplicate + e.rows_rejected + e.rows_ignored > 0
@@ -74,12 +74,12 @@ def test_lake_ingest_gives_exactly_what_direct_ingest_gives(fleet, tmp_path):
 
 def test_rerunning_extract_and_ingest_changes_nothing(fleet, tmp_path):
     lake, db = tmp_path / "lake", tmp_path / "w.duckdb"
-    extract_files([str(f) for f in fleet], lake, options=OPTIONS)
+    extract_files([str(f) for f in fleet], lake, options=OPTIONS, workers=2)
     lake_ingest(lake, db)
     manifests = {p.name: p.read_text() for p in (lake / "manifest").iterdir()}
     parts = sorted(p.relative_to(lake) for p in lake.rglob("*.parquet"))
     before = tables(db)
-    again = extract_files([str(f) for f in fleet], lake, options=OPTIONS)
+    again = extract_files([str(f) for f in fleet], lake, options=OPTIONS, workers=2)
     assert all(e.skipped for e in again)
     assert {p.name: p.read_text() for p in (lake / "manifest").iterdir()} == manifests
     assert sorted(p.relative_to(lake) for p in lake.rglob("*.parquet")) == parts
@@ -90,7 +90,7 @@ def test_rerunning_extract_and_ingest_changes_nothing(fleet, tmp_path):
 
 def test_the_lake_is_hive_partitioned_and_rejects_keep_file_and_physical_line(fleet, tmp_path):
     lake = tmp_path / "lake"
-    extract_files([str(f) for f in fleet], lake, options=OPTIONS)
+    extract_files([str(f) for f in fleet], lake, options=OPTIONS, workers=2)
     events = {p.relative_to(lake).parent.as_posix() for p in (lake / "events").rglob("*.parquet")}
     assert {"events/cluster=unknown/month=2026-03", "events/cluster=c1/month=2026-03"} <= events
     assert "events/cluster=c2/month=2026-04" in events  # the canonical row of cluster c2 in April
@@ -154,12 +154,12 @@ def test_a_crashed_runs_leftovers_are_replaced_not_read(fleet, tmp_path):
     run removes the temp file, parses the input again and the lake ingests it once."""
     lake = tmp_path / "lake"
     kern = next(f for f in fleet if f.name == "kern-0.log")
-    extract_files([str(kern)], lake, options=OPTIONS)
+    extract_files([str(kern)], lake, options=OPTIONS, workers=2)
     manifest = next((lake / "manifest").glob("*.json"))
     manifest.unlink()  # the crash came before the manifest entry
     stale = lake / "events" / "cluster=unknown" / ".part-half-written.tmp"
     stale.write_bytes(b"PAR1 half")
-    extract_files([str(f) for f in fleet], lake, options=OPTIONS)
+    extract_files([str(f) for f in fleet], lake, options=OPTIONS, workers=2)
     assert not stale.exists()
     direct_ingest(fleet, tmp_path / "direct.duckdb")
     lake_ingest(lake, tmp_path / "lake.duckdb")
@@ -169,10 +169,10 @@ def test_a_crashed_runs_leftovers_are_replaced_not_read(fleet, tmp_path):
 def test_a_lake_grows_incrementally(fleet, tmp_path):
     """Files extracted in two runs and ingested after each give the warehouse of one direct ingest."""
     lake, db = tmp_path / "lake", tmp_path / "w.duckdb"
-    extract_files([str(f) for f in fleet[:3]], lake, options=OPTIONS)
+    extract_files([str(f) for f in fleet[:3]], lake, options=OPTIONS, workers=2)
     first = lake_ingest(lake, db)
     assert len(first) == 3
-    extract_files([str(f) for f in fleet], lake, options=OPTIONS)
+    extract_files([str(f) for f in fleet], lake, options=OPTIONS, workers=2)
     second = lake_ingest(lake, db)
     assert [s.skipped for s in second] == [True] * 3 + [False] * (len(fleet) - 3)
     direct_ingest(fleet, tmp_path / "direct.duckdb")
@@ -182,14 +182,14 @@ def test_a_lake_grows_incrementally(fleet, tmp_path):
 def test_bad_inputs_are_named_and_kept_out_of_the_lake(tmp_path, fleet):
     odd = tmp_path / "cluster.json"
     odd.write_text('{"kind": "Event", "apiVersion": "v1", "items": []}\n')
-    results = extract_files([str(fleet[0]), str(odd)], tmp_path / "lake", options=OPTIONS)
+    results = extract_files([str(fleet[0]), str(odd)], tmp_path / "lake", options=OPTIONS, workers=2)
     assert results[0].error is None
     assert results[1].error.startswith(f"{odd}: format kubernetes is not extracted to a lake")
     assert len(list((tmp_path / "lake" / "manifest").glob("*.json"))) == 1
     with pytest.raises(InputError, match="no files match"):
         extract_files([str(tmp_path / "missing-*.log")], tmp_path / "lake")
     with pytest.raises(InputError, match="unknown time zone"):
-        extract_files([str(fleet[0])], tmp_path / "lake", options=ExtractOptions(timezone="Mars/Olympus"))
+        extract_files([str(fleet[0])], tmp_path / "lake", options=ReaderOptions(timezone="Mars/Olympus"))
 
 
 def test_cluster_names_stay_one_partition_directory():
@@ -207,12 +207,12 @@ def test_urls_are_read_through_pyarrow_filesystems_keeping_the_objects_mtime(tmp
     for f in files:
         os.utime(f, (stamp, stamp))
     lake = tmp_path / "lake"
-    options = ExtractOptions(bus_order=tuple(BUSES), workers=2)
-    extracted = extract_files([f"file://{tmp_path / 'logs'}/"], lake, options=options)
+    options = ReaderOptions(bus_order=tuple(BUSES))
+    extracted = extract_files([f"file://{tmp_path / 'logs'}/"], lake, options=options, workers=2)
     assert [e.path for e in extracted] == [f"file://{f}" for f in files]
     assert [e.error for e in extracted] == [None] * len(files)
     con = warehouse.connect(tmp_path / "direct.duckdb")
-    ingest.ingest_files(con, files, bus_order=BUSES)
+    ingest.ingest_files(con, files, ingest.ReaderOptions(bus_order=BUSES))
     con.close()
     lake_ingest(lake, tmp_path / "lake.duckdb")
     direct, from_lake = tables(tmp_path / "direct.duckdb"), tables(tmp_path / "lake.duckdb")
@@ -228,7 +228,7 @@ def test_urls_are_read_through_pyarrow_filesystems_keeping_the_objects_mtime(tmp
 
 def test_a_lake_with_a_missing_part_stops_with_one_line_after_committing_the_inputs_before(fleet, tmp_path):
     lake, db = tmp_path / "lake", tmp_path / "w.duckdb"
-    extract_files([str(f) for f in fleet], lake, options=OPTIONS)
+    extract_files([str(f) for f in fleet], lake, options=OPTIONS, workers=2)
     entries = [json.loads(p.read_text()) for p in (lake / "manifest").glob("*.json")]
     sacct = next(e for e in entries if e["format"] == "sacct")
     (lake / sacct["parts"]["jobs"][0]).unlink()

@@ -7,14 +7,15 @@ from functools import partial
 
 import pytest
 
-from pipeline.extract import ExtractOptions, extract_files, extract_one
+from pipeline.extract import extract_files, extract_one
 from pipeline.extract.engines import run_ray
+from pipeline.ingest import ReaderOptions
 from tests.extract._lake_fleet import BUSES, YEAR, crash_always, crash_once, direct_ingest, lake_ingest
 from tests.extract.test_extract import assert_same_warehouse
 
 ray = pytest.importorskip("ray")
 
-OPTIONS = ExtractOptions(year=YEAR, bus_order=tuple(BUSES))
+OPTIONS = ReaderOptions(year=YEAR, bus_order=tuple(BUSES))
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from pipeline import warehouse
-from pipeline.ingest import InputError, ingest_files, parse_column_map
+from pipeline.ingest import InputError, ReaderOptions, ingest_files, parse_column_map
 from pipeline.ingest.canonical import BATCH_ROWS, ingest_canonical
 
 HEADER = "timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at\n"
@@ -62,7 +62,7 @@ def test_jsonl_parquet_and_column_map(con, write, tmp_path, sql):
     parquet = tmp_path / "events.parquet"
     pl.DataFrame([{**record, "hostname": "n2", "extra": 1}]).write_parquet(parquet)
     mapping = parse_column_map(["timestamp=ts", "node_id=hostname"])
-    summaries = ingest_files(con, [jsonl, parquet], column_map=mapping)
+    summaries = ingest_files(con, [jsonl, parquet], ReaderOptions(column_map=mapping))
     assert [(s.format, s.rows_ingested) for s in summaries] == [("jsonl", 1), ("parquet", 1)]
     assert summaries[1].attribute_columns == ["extra"]
     assert sql("SELECT node_id, hour(timestamp_utc) FROM events ORDER BY node_id") == [

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from pipeline import warehouse
 from pipeline.cli import main
-from pipeline.ingest import InputError, detect_format, ingest_files
+from pipeline.ingest import InputError, ReaderOptions, detect_format, ingest_files
 
 # Shapes: DescribeInstanceStatus / InstanceStatusEvent (docs.aws.amazon.com/AWSEC2/latest/APIReference/
 # API_InstanceStatusEvent.html): Code, Description ("[Completed] ..."), NotBefore, NotAfter,
@@ -108,7 +108,7 @@ def _adds_up(s):
 def test_ec2_completed_events_become_planned_outage_windows(con, write, sql):
     path = write("status.json", json.dumps(EC2, indent=4))
     assert detect_format(path) == "ec2-status"
-    [s] = ingest_files(con, [path], cluster="aws1")
+    [s] = ingest_files(con, [path], ReaderOptions(cluster="aws1"))
     assert _counts(s) == (4, 2, 0, 0, 2) and _adds_up(s)
     assert any("1 record(s) ignored: canceled" in n for n in s.notes)
     assert any("1 record(s) ignored: EC2 events not completed yet" in n for n in s.notes)
@@ -145,7 +145,7 @@ def test_ec2_completed_events_become_planned_outage_windows(con, write, sql):
 def test_gce_host_errors_are_unplanned_and_maintenance_planned(con, write, sql):
     path = write("system_event.json", json.dumps(GCE, indent=2))
     assert detect_format(path) == "gce-audit"
-    [s] = ingest_files(con, [path], cluster="gcp1")
+    [s] = ingest_files(con, [path], ReaderOptions(cluster="gcp1"))
     assert _counts(s) == (6, 4, 0, 0, 2) and _adds_up(s)
     got = sql(
         "SELECT node_id, timestamp_utc, category, interrupting, json_extract_string(attributes, '$.planned'),"
@@ -248,7 +248,7 @@ def test_ec2_records_missing_fields_are_rejected_with_their_line(con, write, sql
         del status["InstanceId"]
     good = {"InstanceId": "i-0ok", "Events": [EC2["InstanceStatuses"][0]["Events"][0]]}
     path = write("status.json", json.dumps({"InstanceStatuses": [good, status]}, indent=2))
-    [s] = ingest_files(con, [path], fmt="ec2-status")
+    [s] = ingest_files(con, [path], ReaderOptions(fmt="ec2-status"))
     assert _counts(s) == (2, 1, 0, 1, 0)
     [(line, raw, why)] = sql("SELECT line, raw, reason FROM rejects")
     assert reason in why
@@ -265,7 +265,9 @@ def test_gce_entries_missing_fields_and_non_objects_are_rejected(con, write, sql
         "a string",
         {"textPayload": "not an audit entry", "timestamp": "2024-05-01T00:00:00Z"},
     ]
-    [s] = ingest_files(con, [write("logs.json", json.dumps(entries, indent=2))], fmt="gce-audit")
+    [s] = ingest_files(
+        con, [write("logs.json", json.dumps(entries, indent=2))], ReaderOptions(fmt="gce-audit")
+    )
     assert _counts(s) == (4, 0, 0, 3, 1)
     reasons = [r for (r,) in sql("SELECT reason FROM rejects ORDER BY line")]
     assert reasons[0] == "timestamp is missing"
@@ -317,7 +319,7 @@ def test_reingest_changes_nothing_and_a_later_export_adds_only_new_events(con, w
 
 def test_empty_or_recordless_files(con, write):
     with pytest.raises(InputError, match="no JSON records"):
-        ingest_files(con, [write("blank.json", "\n\n  \n")], fmt="gce-audit")
+        ingest_files(con, [write("blank.json", "\n\n  \n")], ReaderOptions(fmt="gce-audit"))
     [s] = ingest_files(con, [write("none.json", '{"InstanceStatuses": []}')])
     assert (s.format, _counts(s)) == ("ec2-status", (0, 0, 0, 0, 0))
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from click.testing import CliRunner
 
 from pipeline.cli import main
-from pipeline.ingest import ingest_files, inventory_check
+from pipeline.ingest import ReaderOptions, ingest_files, inventory_check
 
 LOG = (
     "2026-03-02T04:26:29Z node-1 kernel: NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.\n"
@@ -21,14 +21,19 @@ INVENTORY = (
 
 
 def test_no_inventory_and_no_estimate_leaves_inventory_empty(con, write):
-    ingest_files(con, [write("kern.log", LOG)], cluster="c1")
+    ingest_files(con, [write("kern.log", LOG)], ReaderOptions(cluster="c1"))
     check = inventory_check(con)
     assert (check.inventory_rows, check.exposure_estimated) == (0, False)
     assert check.nodes_not_in_inventory == ("node-1", "node-2")
 
 
 def test_estimated_inventory_from_nodes_seen_until_a_real_one_arrives(con, write, sql):
-    ingest_files(con, [write("kern.log", LOG), write("sacct.txt", SACCT)], cluster="c1", estimate_exposure=4)
+    ingest_files(
+        con,
+        [write("kern.log", LOG), write("sacct.txt", SACCT)],
+        ReaderOptions(cluster="c1"),
+        estimate_exposure=4,
+    )
     got = sql(
         "SELECT node_id, gpus_per_node, in_service_from_utc, in_service_to_utc, estimated"
         " FROM inventory ORDER BY 1",
@@ -38,7 +43,7 @@ def test_estimated_inventory_from_nodes_seen_until_a_real_one_arrives(con, write
     assert inventory_check(con).exposure_estimated
 
     # a later run without the option keeps the estimate up to date with new nodes
-    ingest_files(con, [write("more.log", LOG.replace("node-2", "node-9"))], cluster="c1")
+    ingest_files(con, [write("more.log", LOG.replace("node-2", "node-9"))], ReaderOptions(cluster="c1"))
     assert sql("SELECT count(*), min(gpus_per_node) FROM inventory WHERE estimated") == [(5, 4)]
 
     ingest_files(con, [write("inventory.csv", INVENTORY)], estimate_exposure=4)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pipeline import sample, warehouse
-from pipeline.ingest import InputError, ingest_files
+from pipeline.ingest import InputError, ReaderOptions, ingest_files
 from pipeline.ingest.lines import read_lines
 
 HOST = "node-017"
@@ -49,7 +49,7 @@ def summary_counts(s):
 
 def test_xid_storm_exact_counts(con, write, sql):
     path = write("kern.log", STORM + "\n")
-    [s] = ingest_files(con, [path], cluster="c1")
+    [s] = ingest_files(con, [path], ReaderOptions(cluster="c1"))
     assert summary_counts(s) == (9, 5, 1, 0, 3)
     assert sum(summary_counts(s)[1:]) == s.rows_read
     incidents = warehouse.table(con, "incidents").sort("timestamp_utc")
@@ -64,13 +64,13 @@ def test_xid_storm_exact_counts(con, write, sql):
 
 def test_rerun_is_a_no_op_and_grown_log_adds_only_new_lines(con, write, sql):
     path = write("kern.log", STORM + "\n")
-    ingest_files(con, [path], cluster="c1")
-    [again] = ingest_files(con, [path], cluster="c1")
+    ingest_files(con, [path], ReaderOptions(cluster="c1"))
+    [again] = ingest_files(con, [path], ReaderOptions(cluster="c1"))
     assert again.skipped
     copy = write("kern-copy.log", STORM + "\n")  # same content under another name: same sha256
-    assert ingest_files(con, [copy], cluster="c1")[0].skipped
+    assert ingest_files(con, [copy], ReaderOptions(cluster="c1"))[0].skipped
     grown = write("kern.log", STORM + "\n" + iso("2026-03-03T00:00:00", XID79.replace("79,", "48,")) + "\n")
-    [s] = ingest_files(con, [grown], cluster="c1")
+    [s] = ingest_files(con, [grown], ReaderOptions(cluster="c1"))
     assert summary_counts(s) == (10, 1, 6, 0, 3)
     assert sql("SELECT count(*) FROM events") == [(6,)]
     assert sql("SELECT count(*) FROM incidents") == [(3,)]
@@ -113,7 +113,7 @@ def test_rerun_is_a_no_op_and_grown_log_adds_only_new_lines(con, write, sql):
 )
 def test_yearless_syslog_years(con, write, lines, mtime, year, expected):
     text = "".join(f"{t} {HOST} kernel: NVRM: Xid (PCI:0000:18:00): 79, n={i}\n" for i, t in enumerate(lines))
-    [s] = ingest_files(con, [write("messages", text, mtime)], year=year, cluster="c1")
+    [s] = ingest_files(con, [write("messages", text, mtime)], ReaderOptions(year=year, cluster="c1"))
     assert s.rows_ingested == len(lines)
     got = con.sql("SELECT strftime(timestamp_utc, '%Y-%m-%d %H:%M:%S') FROM events ORDER BY line").fetchall()
     assert [g[0] for g in got] == expected
@@ -126,7 +126,7 @@ def test_ordinary_kernel_lines_move_the_year_too(con, write, sql):
         f"Jan  1 00:30:00 {HOST} kernel: usb 1-1: new device\n"
         f"Mar  1 00:00:00 {HOST} kernel: NVRM: Xid (PCI:0000:18:00): 79, b\n"
     )
-    ingest_files(con, [write("messages", text)], year=2025, cluster="c1")
+    ingest_files(con, [write("messages", text)], ReaderOptions(year=2025, cluster="c1"))
     got = sql("SELECT year(timestamp_utc) FROM events ORDER BY line")
     assert got == [(2025,), (2026,)]
 
@@ -145,7 +145,7 @@ def test_ordinary_kernel_lines_move_the_year_too(con, write, sql):
 def test_broken_xid_lines_are_rejected_with_reason(con, write, line, reason, sql):
     good = f"Mar  2 04:00:00 {HOST} kernel: NVRM: Xid (PCI:0000:18:00): 48, DBE"
     path = write("kern.log", f"{good}\n{line}\n{HOST} unrelated noise\n")
-    [s] = ingest_files(con, [path], year=2026, cluster="c1")
+    [s] = ingest_files(con, [path], ReaderOptions(year=2026, cluster="c1"))
     assert summary_counts(s) == (3, 1, 0, 1, 1)
     [(line_no, raw, got)] = sql("SELECT line, raw, reason FROM rejects")
     assert (line_no, raw) == (2, line)
@@ -154,7 +154,7 @@ def test_broken_xid_lines_are_rejected_with_reason(con, write, line, reason, sql
 
 def test_dmesg_ctime_with_node_option(con, write, sql):
     path = write("dmesg.txt", f"[Mon Mar  2 04:26:29 2026] {XID79}\n[Mon Mar  2 04:26:30 2026] usb 1-1: x\n")
-    [s] = ingest_files(con, [path], node="node-9", cluster="c1")
+    [s] = ingest_files(con, [path], ReaderOptions(node="node-9", cluster="c1"))
     assert summary_counts(s) == (2, 1, 0, 0, 1)
     assert sql("SELECT node_id, timestamp_utc FROM events") == [("node-9", datetime(2026, 3, 2, 4, 26, 29))]
 
@@ -167,7 +167,7 @@ def test_non_utf8_bytes(con, write, sql):
         + b"\xff\xfethon\n"
         + b"Mar  2 04:28:00 node-017 kernel: caf\xe9 \xff noise\n"
     )
-    [s] = ingest_files(con, [write("kern.log", content)], cluster="c1")
+    [s] = ingest_files(con, [write("kern.log", content)], ReaderOptions(cluster="c1"))
     assert summary_counts(s) == (3, 1, 0, 1, 1)
     assert "not valid UTF-8" in sql("SELECT reason FROM rejects")[0][0]
     assert any("non-UTF-8" in n for n in s.notes)
@@ -182,7 +182,7 @@ def test_truncated_gz_keeps_lines_before_the_cut(con, write, sql, monkeypatch, b
     )
     packed = gzip.compress(lines.encode() * 50, compresslevel=1)  # 3000 lines, ~60 distinct
     path = write("kern.log.gz", packed[: len(packed) * 2 // 3])
-    [s] = ingest_files(con, [path], cluster="c1")
+    [s] = ingest_files(con, [path], ReaderOptions(cluster="c1"))
     assert s.rows_rejected == 1
     assert s.rows_read == s.rows_ingested + s.rows_duplicate + s.rows_rejected + s.rows_ignored
     assert 1000 < s.rows_read < 3000 and s.rows_ingested == 60
@@ -191,7 +191,9 @@ def test_truncated_gz_keeps_lines_before_the_cut(con, write, sql, monkeypatch, b
 
 
 def test_whole_gz_reads_like_plain(con, write):
-    [s] = ingest_files(con, [write("kern.log.gz", gzip.compress(STORM.encode()))], cluster="c1")
+    [s] = ingest_files(
+        con, [write("kern.log.gz", gzip.compress(STORM.encode()))], ReaderOptions(cluster="c1")
+    )
     assert summary_counts(s) == (9, 5, 1, 0, 3)  # no newline at the end: last line still counted
 
 
@@ -241,7 +243,9 @@ def test_empty_file_is_reported_and_not_recorded(con, write, sql, name, content)
     ],
 )
 def test_xid_codes_map_to_categories(con, write, message, category, interrupting, xid, sql):
-    [s] = ingest_files(con, [write("kern.log", iso("2026-03-02T04:26:29", message) + "\n")], cluster="c1")
+    [s] = ingest_files(
+        con, [write("kern.log", iso("2026-03-02T04:26:29", message) + "\n")], ReaderOptions(cluster="c1")
+    )
     assert s.rows_ingested == 1
     assert sql("SELECT category, interrupting, xid FROM events") == [(category, interrupting, xid)]
     assert any("unknown_xid" in n for n in s.notes) == (category == "unknown_xid")
@@ -254,8 +258,12 @@ def test_pci_bus_id_becomes_gpu_index_only_with_a_bus_order(con, write, sql):
         + iso("2026-03-02T04:26:29", XID79.replace(":18:", ":2A:"))
         + "\n"
     )
-    ingest_files(con, [write("a.log", text)], cluster="c1")
-    ingest_files(con, [write("b.log", text.replace(HOST, "node-018"))], cluster="c1", bus_order=("18", "2a"))
+    ingest_files(con, [write("a.log", text)], ReaderOptions(cluster="c1"))
+    ingest_files(
+        con,
+        [write("b.log", text.replace(HOST, "node-018"))],
+        ReaderOptions(cluster="c1", bus_order=("18", "2a")),
+    )
     got = sql("SELECT node_id, pci_bus_id, gpu_index FROM events ORDER BY node_id, pci_bus_id")
     assert got == [
         (HOST, "0000:18:00", None),
@@ -290,7 +298,7 @@ def test_cluster_comes_from_inventory_whatever_the_order(con, write, sql):
 @pytest.mark.parametrize(("timezone", "hour"), [("UTC", 4), ("America/New_York", 9), ("Asia/Tokyo", 19)])
 def test_naive_times_are_read_in_the_given_timezone(con, write, timezone, hour, sql):
     text = f"Mar  2 04:26:29 {HOST} kernel: {XID79}\n2026-03-02T04:26:29+00:00 {HOST} kernel: {XID79} x\n"
-    ingest_files(con, [write("messages", text)], year=2026, timezone=timezone, cluster="c1")
+    ingest_files(con, [write("messages", text)], ReaderOptions(year=2026, timezone=timezone, cluster="c1"))
     got = sql("SELECT hour(timestamp_utc) FROM events ORDER BY line")
     assert got == [(hour,), (4,)]  # the line with an offset is not affected
 
@@ -300,7 +308,7 @@ def test_interrupted_file_leaves_the_warehouse_as_before(con, write, tmp_path, m
     spill.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(spill))  # where the parsed Xid lines wait
     first = write("a.log", iso("2026-03-02T04:26:29", XID79) + "\n")
-    ingest_files(con, [first], cluster="c1")
+    ingest_files(con, [first], ReaderOptions(cluster="c1"))
     before = {t: warehouse.table(con, t).height for t in warehouse.TABLES}
 
     def interrupt(_bytes: int) -> None:
@@ -308,15 +316,17 @@ def test_interrupted_file_leaves_the_warehouse_as_before(con, write, tmp_path, m
 
     second = write("b.log", STORM + "\n")
     with pytest.raises(KeyboardInterrupt):
-        ingest_files(con, [second], cluster="c1", progress=interrupt)
+        ingest_files(con, [second], ReaderOptions(cluster="c1"), progress=interrupt)
     assert {t: warehouse.table(con, t).height for t in warehouse.TABLES} == before
     assert list(spill.iterdir()) == []  # the parsed lines' temp folder is gone too
-    assert ingest_files(con, [second], cluster="c1")[0].rows_ingested == 5  # not marked as done
+    assert (
+        ingest_files(con, [second], ReaderOptions(cluster="c1"))[0].rows_ingested == 5
+    )  # not marked as done
 
 
 def test_unknown_format_name_is_an_input_error(con, write):
     with pytest.raises(InputError, match="unknown format"):
-        ingest_files(con, [write("kern.log", STORM)], fmt="syslog")
+        ingest_files(con, [write("kern.log", STORM)], ReaderOptions(fmt="syslog"))
 
 
 @pytest.mark.parametrize(("form", "bus_order"), [("syslog", sample.PCI_BUS_ORDER), ("iso", ())])
@@ -333,7 +343,7 @@ def test_same_fleet_from_canonical_and_from_xid_logs(tmp_path, form, bus_order):
     canonical = warehouse.connect(tmp_path / "canonical.duckdb")
     ingest_files(canonical, [inventory_csv, incidents_csv])
     from_logs = warehouse.connect(tmp_path / "logs.duckdb")
-    summaries = ingest_files(from_logs, [*logs, inventory_csv], year=2026, bus_order=bus_order)
+    summaries = ingest_files(from_logs, [*logs, inventory_csv], ReaderOptions(year=2026, bus_order=bus_order))
 
     xid_faults = fleet.incidents.filter(pl.col("message").str.starts_with("NVRM: Xid")).height
     assert xid_faults > 20
@@ -369,7 +379,7 @@ def test_same_fleet_from_canonical_and_from_xid_logs(tmp_path, form, bus_order):
     ],
 )
 def test_accepted_line_forms(con, write, line, utc, sql):
-    [s] = ingest_files(con, [write("kern.log", line + "\n")], year=2026, cluster="c1")
+    [s] = ingest_files(con, [write("kern.log", line + "\n")], ReaderOptions(year=2026, cluster="c1"))
     assert (s.rows_ingested, s.rows_rejected) == (1, 0)
     assert sql("SELECT CAST(timestamp_utc AS VARCHAR), node_id, xid FROM events") == [(utc, HOST, 79)]
 
@@ -379,7 +389,7 @@ def test_progress_reports_every_byte_on_disk(con, write, packed):
     data = (STORM + "\n").encode() * 200
     path = write("kern.log.gz" if packed else "kern.log", gzip.compress(data) if packed else data)
     seen: list[int] = []
-    ingest_files(con, [path], cluster="c1", progress=seen.append)
+    ingest_files(con, [path], ReaderOptions(cluster="c1"), progress=seen.append)
     assert sum(seen) == path.stat().st_size and all(n >= 0 for n in seen)
 
 
@@ -393,7 +403,7 @@ def test_one_fault_from_two_sources_is_one_incident_when_the_gpu_is_known(
         f"2026-03-02T04:26:00Z,c1,{HOST},gpu_fell_off_bus,0,j1,fell off,\n",
     )
     log = write("kern.log", iso("2026-03-02T04:26:29", XID79) + "\n")
-    ingest_files(con, [canonical, log], cluster="c1", bus_order=bus_order)
+    ingest_files(con, [canonical, log], ReaderOptions(cluster="c1", bus_order=bus_order))
     assert sql("SELECT count(*), sum(events) FROM incidents") == [(incidents, 2)]
 
 
@@ -401,7 +411,7 @@ def test_a_bad_file_stops_the_run_but_earlier_files_are_complete(con, write, sql
     good = write("a.log", STORM + "\n")
     bad = write("b.txt", "hello\n")
     with pytest.raises(InputError, match="cannot tell the format"):
-        ingest_files(con, [good, bad], cluster="c1")
+        ingest_files(con, [good, bad], ReaderOptions(cluster="c1"))
     assert sql("SELECT count(*) FROM ingested_files") == [(1,)]
     assert sql("SELECT count(*) FROM incidents") == [(2,)]
 
@@ -430,7 +440,7 @@ def test_tiny_blocks_give_the_same_result(tmp_path, write, monkeypatch, packed):
         if block:
             monkeypatch.setattr("pipeline.ingest.lines.BLOCK_BYTES", block)
         con = warehouse.connect(tmp_path / f"w{block}.duckdb")
-        ingest_files(con, [path], year=2025, cluster="c1")
+        ingest_files(con, [path], ReaderOptions(year=2025, cluster="c1"))
         snapshots.append(_snapshot(con))
     assert snapshots[0] == snapshots[1]
     events, files, rejects = snapshots[0]
@@ -459,7 +469,7 @@ def test_every_line_is_accounted_for(tmp_path, picks, packed):
         path = Path(tmp) / ("kern.log.gz" if packed else "kern.log")
         path.write_bytes(gzip.compress(data) if packed else data)
         con = warehouse.connect(Path(tmp) / "w.duckdb")
-        [s] = ingest_files(con, [path], fmt="kernel-log", year=2026, cluster="c1")
+        [s] = ingest_files(con, [path], ReaderOptions(fmt="kernel-log", year=2026, cluster="c1"))
         assert s.rows_read == (len(picks) if data else 0)
         assert s.rows_read == s.rows_ingested + s.rows_duplicate + s.rows_rejected + s.rows_ignored
         assert con.sql("SELECT count(*) FROM events").fetchall() == [(s.rows_ingested,)]
@@ -516,7 +526,7 @@ def test_parallel_spans_give_the_same_result_as_one_pass(tmp_path, monkeypatch, 
         if mode == "spans without workers":
             monkeypatch.setattr("pipeline.ingest.kernel_log.ThreadPoolExecutor", _NoPool)
         con = warehouse.connect(tmp_path / f"{mode}.duckdb")
-        [s] = ingest_files(con, [path], year=2025, cluster="c1")
+        [s] = ingest_files(con, [path], ReaderOptions(year=2025, cluster="c1"))
         assert s.rows_read == s.rows_ingested + s.rows_duplicate + s.rows_rejected + s.rows_ignored
         snapshots.append((_full_snapshot(con), summary_counts(s), s.notes))
         con.close()

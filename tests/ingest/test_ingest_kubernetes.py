@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from pipeline import warehouse
 from pipeline.cli import main
-from pipeline.ingest import InputError, detect_format, ingest_files
+from pipeline.ingest import InputError, ReaderOptions, detect_format, ingest_files
 
 # Shapes: core/v1 Event and events.k8s.io/v1 Event (kubernetes.io/docs/reference/kubernetes-api/
 # cluster-resources/event-v1, k8s.io/api events/v1 types.go); reasons of node-problem-detector's
@@ -134,7 +134,7 @@ EVENTS = klist(
 def test_node_events_of_both_apis_with_repeats_and_xid(con, write, sql):
     path = write("events.json", EVENTS)
     assert detect_format(path) == "kubernetes"
-    [s] = ingest_files(con, [path], cluster="k8s-a")
+    [s] = ingest_files(con, [path], ReaderOptions(cluster="k8s-a"))
     assert (s.format, s.kind) == ("kubernetes", "node_events")
     assert _counts(s) == (7, 5, 0, 0, 2)  # Normal Starting, Pod event ignored
     got = sql(
@@ -216,7 +216,7 @@ def test_node_conditions_are_outages_that_a_later_snapshot_ends(con, write, sql)
             ),
         ),
     )
-    [s1] = ingest_files(con, [write("nodes-day1.json", day1)], cluster="k8s-a")
+    [s1] = ingest_files(con, [write("nodes-day1.json", day1)], ReaderOptions(cluster="k8s-a"))
     assert _counts(s1) == (3, 2, 0, 0, 1)  # gpu-1 healthy: ignored; MemoryPressure is no outage
     rows = (
         "SELECT node_id, category, timestamp_utc, resolved_at_utc, attributes->>'condition'"
@@ -260,7 +260,7 @@ def test_node_conditions_are_outages_that_a_later_snapshot_ends(con, write, sql)
             ),
         ),
     )
-    [s2] = ingest_files(con, [write("nodes-day2.json", day2)], cluster="k8s-a")
+    [s2] = ingest_files(con, [write("nodes-day2.json", day2)], ReaderOptions(cluster="k8s-a"))
     assert _counts(s2) == (2, 1, 1, 0, 0)
     assert any("2 stored open outage(s) ended" in n for n in s2.notes)
     assert sql(rows) == [
@@ -273,7 +273,7 @@ def test_node_conditions_are_outages_that_a_later_snapshot_ends(con, write, sql)
     day3 = klist(
         node("gpu-3", ("Ready", "False", "KubeletNotReady", "runtime down", "2024-05-11T00:00:00Z")),
     )
-    ingest_files(con, [write("nodes-day3.json", day3)], cluster="k8s-a")
+    ingest_files(con, [write("nodes-day3.json", day3)], ReaderOptions(cluster="k8s-a"))
     assert sql("SELECT resolved_at_utc FROM events WHERE category = 'NodeStatusUnknown'") == [
         (datetime(2024, 5, 11),)
     ]
@@ -348,7 +348,7 @@ HOSTILE = '<script>alert("x")</script>\x1b[31mRED\x1b[0m \'quoted\' "double" ' +
 )
 def test_bad_items_are_rejected_with_index_and_raw(con, write, sql, item, reason):
     text = klist(core_event("gpu-9", "KernelOops", "fine", "2024-05-01T00:00:00Z"), item)
-    [s] = ingest_files(con, [write("bad.json", text)], fmt="kubernetes")
+    [s] = ingest_files(con, [write("bad.json", text)], ReaderOptions(fmt="kubernetes"))
     assert _counts(s) == (2, 1, 0, 1, 0)
     [(line, raw, why)] = sql("SELECT line, raw, reason FROM rejects")
     assert line == 2 and reason in why and len(raw) <= 2001
@@ -379,7 +379,7 @@ def test_json_lines_stream_with_bad_lines_rejected(con, write, sql):
     ]
     path = write("items.jsonl.gz", gzip.compress("\n".join(lines).encode()))
     assert detect_format(path) == "kubernetes"
-    [s] = ingest_files(con, [path], block_bytes=64)
+    [s] = ingest_files(con, [path], ReaderOptions(block_bytes=64))
     assert _counts(s) == (4, 2, 0, 1, 1)
     [(line, reason)] = sql("SELECT line, reason FROM rejects")
     assert line == 3 and reason.startswith("not a JSON object (Unterminated string")
@@ -393,7 +393,7 @@ def test_truncated_list_is_one_clear_error_and_stores_nothing(con, write, sql):
     text = EVENTS[: len(EVENTS) // 2]
     path = write("cut.json", text)
     with pytest.raises(InputError, match=r"cut.json:\d+: not valid JSON .*jq -c"):
-        ingest_files(con, [path], fmt="kubernetes")
+        ingest_files(con, [path], ReaderOptions(fmt="kubernetes"))
     assert sql("SELECT count(*) FROM events") == [(0,)]
     assert sql("SELECT count(*) FROM ingested_files") == [(0,)]
 
@@ -409,7 +409,7 @@ def test_list_over_the_size_limit_is_refused(con, write, monkeypatch):
 def test_not_a_list_is_an_error(con, write):
     with pytest.raises(InputError, match="not a Kubernetes List"):
         status = json.dumps({"apiVersion": "v1", "kind": "Status", "status": "Failure"}, indent=2)
-        ingest_files(con, [write("x.json", status)], fmt="kubernetes")
+        ingest_files(con, [write("x.json", status)], ReaderOptions(fmt="kubernetes"))
 
 
 def test_end_to_end_inventory_events_and_nodes_give_rates_and_outages(con, write, sql, tmp_path):
@@ -472,7 +472,7 @@ def test_one_list_of_nodes_and_events_and_other_kinds(con, write, sql):
         core_event("gpu-1", "Ext4Error", "EXT4-fs error (device sda1): bad block", "2024-05-01T00:59:00Z"),
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer-0"}},
     )
-    [s] = ingest_files(con, [write("mixed.json", text)], cluster="k8s-a")
+    [s] = ingest_files(con, [write("mixed.json", text)], ReaderOptions(cluster="k8s-a"))
     assert _counts(s) == (3, 2, 0, 0, 1)
     assert any("1 Pod objects" in n for n in s.notes)
     assert sql("SELECT category, failure_class FROM events ORDER BY timestamp_utc") == [

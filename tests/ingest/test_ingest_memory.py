@@ -31,11 +31,11 @@ import json, sys
 from pathlib import Path
 
 from pipeline import warehouse
-from pipeline.ingest import ingest_files
+from pipeline.ingest import ReaderOptions, ingest_files
 
 log, db, block_bytes, memory_mb = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 con = warehouse.connect(db, memory_limit_mb=memory_mb)
-[s] = ingest_files(con, [log], year=2026, cluster="c1", block_bytes=block_bytes)
+[s] = ingest_files(con, [log], ReaderOptions(year=2026, cluster="c1", block_bytes=block_bytes))
 con.close()
 status = Path("/proc/self/status").read_text()
 peak_kb = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from pipeline import config, warehouse
 from pipeline.categories import FailureCategory
 from pipeline.datasets import read_bgl, read_lanl, read_titan
-from pipeline.ingest import InputError, ingest_files
+from pipeline.ingest import InputError, ReaderOptions, ingest_files
 from pipeline.ingest.hostlist import MAX_HOSTS, HostlistError, expand
 
 EXAMPLES = [
@@ -82,7 +82,7 @@ class Files:
     def ingest(self, path: Path, **options):
         """The file's summary after checking that its counts add up and match the warehouse."""
         try:
-            [summary] = ingest_files(self.con, [path], **options)
+            [summary] = ingest_files(self.con, [path], ReaderOptions(**options))
         except InputError as exc:
             assert str(path) in str(exc), exc  # the clean error names the file
             return None

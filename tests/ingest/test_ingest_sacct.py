@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from pipeline.ingest import InputError, ingest_files
+from pipeline.ingest import InputError, ReaderOptions, ingest_files
 from pipeline.ingest.hostlist import HostlistError, expand
 
 SACCT = """JobID|JobName|Partition|State|ExitCode|Start|End|ElapsedRaw|NNodes|NodeList
@@ -22,7 +22,7 @@ SACCT = """JobID|JobName|Partition|State|ExitCode|Start|End|ElapsedRaw|NNodes|No
 
 
 def test_sacct_jobs(con, write, sql):
-    [s] = ingest_files(con, [write("sacct.txt", SACCT)], cluster="c1")
+    [s] = ingest_files(con, [write("sacct.txt", SACCT)], ReaderOptions(cluster="c1"))
     assert (s.kind, s.format) == ("jobs", "sacct")
     assert (s.rows_read, s.rows_ingested, s.rows_duplicate, s.rows_rejected, s.rows_ignored) == (
         8,
@@ -87,7 +87,7 @@ def test_sacct_other_column_order_trailing_bar_epoch_times_and_elapsed(con, writ
     ],
 )
 def test_sacct_bad_lines_are_rejected(con, write, line, reason, sql):
-    [s] = ingest_files(con, [write("sacct.txt", SACCT + line + "\n")], cluster="c1")
+    [s] = ingest_files(con, [write("sacct.txt", SACCT + line + "\n")], ReaderOptions(cluster="c1"))
     assert (s.rows_ingested, s.rows_rejected) == (5, 1)
     [(line_no, raw, got)] = sql("SELECT line, raw, reason FROM rejects")
     assert (line_no, raw) == (9, line)
@@ -117,7 +117,7 @@ def test_sacct_re_export_updates_states_and_counts_duplicates(con, write, sql):
 def test_sacct_without_a_usable_header_is_an_input_error(con, write, text, message, sql):
     path = write("sacct.txt", text)
     with pytest.raises(InputError, match=re.escape(message)) as err:
-        ingest_files(con, [path], fmt="sacct")
+        ingest_files(con, [path], ReaderOptions(fmt="sacct"))
     assert str(path) + ":1:" in str(err.value)
     assert sql("SELECT count(*) FROM ingested_files") == [(0,)]
 

@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from pipeline.ingest import detect_format, ingest_files
+from pipeline.ingest import ReaderOptions, detect_format, ingest_files
 
 # Header and row shapes: SchedMD/slurm src/sacctmgr/event_functions.c (default Format), common.c
 # (column names), src/common/parse_time.c (Unknown), slurm_protocol_defs.c (compact states).
@@ -96,7 +96,7 @@ def test_outage_events_per_node_with_reason_user_and_open_end(con, write, sql):
 )
 def test_outage_states(con, write, state, kept):
     text = f"NodeName|TimeStart|State\nn1|2024-05-01T00:00:00|{state}\n"
-    [s] = ingest_files(con, [write("ev.txt", text)], fmt="slurm-events")
+    [s] = ingest_files(con, [write("ev.txt", text)], ReaderOptions(fmt="slurm-events"))
     assert (s.rows_ingested, s.rows_ignored) == ((1, 1) if kept else (0, 2))
 
 
@@ -106,7 +106,7 @@ def test_any_column_order_trailing_bar_epoch_times_timezone_and_cluster_option(c
         "root(0)|PSU failed|DOWN|1714572000|n7|1714564800|\n"
         "root(0)|ECC storm|DRAIN|2024-05-02T10:00:00|n8|2024-05-02T09:00:00|\n"
     )
-    [s] = ingest_files(con, [write("ev.txt", text)], cluster="lion", timezone="Europe/Berlin")
+    [s] = ingest_files(con, [write("ev.txt", text)], ReaderOptions(cluster="lion", timezone="Europe/Berlin"))
     assert s.format == "slurm-events" and s.rows_ingested == 2
     got = sql("SELECT node_id, cluster_id, timestamp_utc, resolved_at_utc, category FROM events ORDER BY 1")
     assert got == [
@@ -131,7 +131,7 @@ def test_any_column_order_trailing_bar_epoch_times_timezone_and_cluster_option(c
 def test_bad_lines_are_rejected_with_line_and_reason(con, write, sql, line, reason):
     header = "Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n"
     raw = (header + line + "\n").encode().replace("\ufffd".encode(), b"\xff")
-    [s] = ingest_files(con, [write("ev.txt", raw)], fmt="slurm-events")
+    [s] = ingest_files(con, [write("ev.txt", raw)], ReaderOptions(fmt="slurm-events"))
     assert (s.rows_rejected, s.rows_ingested) == (1, 0)
     [(line_no, text, why)] = sql("SELECT line, raw, reason FROM rejects")
     assert line_no == 2 and reason in why and text.startswith("c|n")
@@ -148,7 +148,7 @@ def test_hostile_reasons_are_stored_verbatim(con, write, sql):
     text = "NodeName|TimeStart|State|Reason|User\n" + "".join(
         f"n{i}|2024-05-01T00:00:0{i}|DOWN|{r}|root(0)\n" for i, r in enumerate(reasons)
     )
-    [s] = ingest_files(con, [write("ev.txt", text)], fmt="slurm-events")
+    [s] = ingest_files(con, [write("ev.txt", text)], ReaderOptions(fmt="slurm-events"))
     assert (s.rows_ingested, s.rows_rejected) == (5, 0)
     assert [r[0] for r in sql("SELECT category FROM events ORDER BY node_id")] == reasons
 
@@ -159,7 +159,7 @@ def test_crlf_gzip_blank_lines_and_truncated_gzip(con, write, sql):
     [s] = ingest_files(con, [write("ev.txt.gz", data)])
     assert s.format == "slurm-events"
     assert _counts(s) == (9, 4, 0, 0, 5)
-    [t] = ingest_files(con, [write("cut.txt.gz", data[: len(data) - 30])], fmt="slurm-events")
+    [t] = ingest_files(con, [write("cut.txt.gz", data[: len(data) - 30])], ReaderOptions(fmt="slurm-events"))
     assert t.rows_rejected == 1 and "truncated" in sql("SELECT reason FROM rejects")[0][0]
     assert sum(_counts(t)[1:]) == t.rows_read
 
@@ -188,4 +188,4 @@ def test_header_without_needed_columns_is_one_clear_error(con, write):
 
     with pytest.raises(InputError, match=r"ev.txt:1: sacctmgr event header lacks \['state'\]"):
         path = write("ev.txt", "NodeName|TimeStart|Reason\nn1|2024-05-01T00:00:00|x\n")
-        ingest_files(con, [path], fmt="slurm-events")
+        ingest_files(con, [path], ReaderOptions(fmt="slurm-events"))

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli import main
-from pipeline.ingest import detect_format, ingest_files
+from pipeline.ingest import ReaderOptions, detect_format, ingest_files
 
 # Message strings: SchedMD/slurm src/slurmctld/ping_nodes.c, node_mgr.c (update_node), job_mgr.c;
 # prefixes: src/common/log.c (LogTimeFormat) and syslog.
@@ -83,7 +83,9 @@ CASES = [
 
 @pytest.mark.parametrize(("line", "node", "ts", "category", "job"), CASES)
 def test_each_message_and_prefix(con, write, sql, line, node, ts, category, job):
-    [s] = ingest_files(con, [write("slurmctld.log", line + "\n", mtime="2024-06-01")], cluster="c1")
+    [s] = ingest_files(
+        con, [write("slurmctld.log", line + "\n", mtime="2024-06-01")], ReaderOptions(cluster="c1")
+    )
     assert (s.format, s.rows_ingested, s.rows_rejected) == ("slurmctld", 1, 0)
     got = sql("SELECT node_id, timestamp_utc, category, job_id, cluster_id, interrupting FROM events")
     assert got == [(node, ts, category, job, "c1", True)]
@@ -131,7 +133,7 @@ def test_hostlists_expand_and_bad_lines_are_rejected(con, write, sql):
         "[2024-05-01T12:00:00.000] update_node: node gpu-011 reason set to: caf\xe9\n"
     )
     raw = text.encode("utf-8").replace("caf\xe9".encode(), b"caf\xe9")
-    [s] = ingest_files(con, [write("slurmctld.log", raw)], fmt="slurmctld")
+    [s] = ingest_files(con, [write("slurmctld.log", raw)], ReaderOptions(fmt="slurmctld"))
     assert (s.rows_ingested, s.rows_rejected) == (1, 4)
     assert sql("SELECT count(*) FROM events") == [(4,)]
     reasons = [r[0] for r in sql("SELECT reason FROM rejects ORDER BY line")]
@@ -147,7 +149,7 @@ def test_hostile_reason_text_is_kept_verbatim(con, write, sql):
         f"[2024-05-01T12:00:0{i}.000] update_node: node n{i} reason set to: {r}\n"
         for i, r in enumerate(reasons)
     )
-    ingest_files(con, [write("slurmctld.log", text)], fmt="slurmctld")
+    ingest_files(con, [write("slurmctld.log", text)], ReaderOptions(fmt="slurmctld"))
     assert [r[0] for r in sql("SELECT category FROM events ORDER BY node_id")] == reasons
 
 
@@ -158,7 +160,7 @@ def test_syslog_years_crlf_gzip_truncation_and_reingest(con, write, sql):
         "Jan  1 00:00:01 head slurmctld[9]: error: Nodes n2 not responding, setting DOWN\r\n"
     )
     data = gzip.compress(text.encode())
-    [s] = ingest_files(con, [write("ctld.log.gz", data)], fmt="slurmctld", year=2023)
+    [s] = ingest_files(con, [write("ctld.log.gz", data)], ReaderOptions(fmt="slurmctld", year=2023))
     assert (s.rows_read, s.rows_ingested, s.rows_ignored) == (3, 2, 1)
     assert sql("SELECT timestamp_utc FROM events ORDER BY 1") == [
         (datetime(2023, 12, 31, 23, 59, 59),),
@@ -166,9 +168,9 @@ def test_syslog_years_crlf_gzip_truncation_and_reingest(con, write, sql):
     ]
     assert any("2023..2024" in n for n in s.notes)
     # the same lines again (a copy under another name): all duplicates
-    [d] = ingest_files(con, [write("copy.log", text)], fmt="slurmctld", year=2023)
+    [d] = ingest_files(con, [write("copy.log", text)], ReaderOptions(fmt="slurmctld", year=2023))
     assert (d.rows_ingested, d.rows_duplicate) == (0, 2)
-    [t] = ingest_files(con, [write("cut.log.gz", data[:-25])], fmt="slurmctld", year=2023)
+    [t] = ingest_files(con, [write("cut.log.gz", data[:-25])], ReaderOptions(fmt="slurmctld", year=2023))
     assert t.rows_rejected == 1
     assert t.rows_ingested + t.rows_duplicate + t.rows_rejected + t.rows_ignored == t.rows_read
 

@@ -8,7 +8,7 @@ from datetime import datetime
 import pytest
 
 from pipeline import warehouse
-from pipeline.ingest import detect_format, ingest_files
+from pipeline.ingest import ReaderOptions, detect_format, ingest_files
 
 # Real-shaped lines (sources: pytorch/pytorch ProcessGroupNCCL.cpp checkTimeout and
 # torch/distributed/elastic/agent/server/api.py; docs/ingest.md cites them).
@@ -52,7 +52,7 @@ def counts(s):
 
 def test_job_log_counts_events_and_no_incidents(con, write, sql):
     path = write("job-77.log", LOG + "\n", mtime="2025-09-01")
-    [s] = ingest_files(con, [path], cluster="c1")
+    [s] = ingest_files(con, [path], ReaderOptions(cluster="c1"))
     assert s.format == "training-log"
     assert counts(s) == (10, 6, 0, 0, 4)
     assert sum(counts(s)[1:]) == s.rows_read
@@ -86,7 +86,7 @@ def test_idempotent_and_grown_log(con, write, sql):
     [again] = ingest_files(con, [path])
     assert again.skipped
     grown = write("job-copy.log", LOG + "\n" + FAILED_GLOG.format(t="04:00:00.000000") + "\n", "2025-09-01")
-    [s] = ingest_files(con, [grown], job="job")
+    [s] = ingest_files(con, [grown], ReaderOptions(job="job"))
     assert counts(s) == (11, 1, 6, 0, 4)
     assert sql("SELECT count(*) FROM events") == [(7,)]
 
@@ -115,7 +115,7 @@ def test_idempotent_and_grown_log(con, write, sql):
 )
 def test_time_prefixes(con, write, sql, line, expected):
     path = write("j.log", line + "\n", mtime="2025-09-01")
-    [s] = ingest_files(con, [path], fmt="training-log")
+    [s] = ingest_files(con, [path], ReaderOptions(fmt="training-log"))
     assert s.rows_ingested == 1, sql("SELECT reason FROM rejects")
     if expected is None:
         expected = datetime(2025, 8, 10, 3, 4, 11, 1)
@@ -127,7 +127,7 @@ def test_glog_year_from_mtime_and_year_option(con, write, sql):
     path = write("a.log", line + "\n", mtime="2026-01-02")  # December before a January mtime: last year
     ingest_files(con, [path])
     path2 = write("b.log", "step 2\n" + line + "\n", mtime="2026-01-02")  # other bytes: not skipped
-    ingest_files(con, [path2], year=2020, job="b2")
+    ingest_files(con, [path2], ReaderOptions(year=2020, job="b2"))
     years = sorted(r[0].year for r in sql("SELECT timestamp_utc FROM events"))
     assert years == [2020, 2025]
 
@@ -154,7 +154,7 @@ def test_glog_year_from_mtime_and_year_option(con, write, sql):
 def test_rejects_name_file_line_and_reason(con, write, sql, line, reason):
     raw = line.encode("utf-8", errors="surrogateescape")
     path = write("bad.log", b"step 1\n" + raw + b"\n", mtime="2025-09-01")
-    [s] = ingest_files(con, [path], fmt="training-log")
+    [s] = ingest_files(con, [path], ReaderOptions(fmt="training-log"))
     assert counts(s) == (2, 0, 0, 1, 1)
     [(file, n, text, why)] = sql("SELECT path, line, raw, reason FROM rejects")
     assert (file, n) == (str(path), 2) and reason in why
@@ -178,7 +178,7 @@ def test_crlf_gz_and_truncated_gz(con, write, sql):
 def test_node_option_and_detection(con, write, sql):
     path = write("run.txt", LOG + "\n", mtime="2025-09-01")
     assert detect_format(path) == "training-log"
-    ingest_files(con, [path], node="gpu-001", job="881204", cluster="c1")
+    ingest_files(con, [path], ReaderOptions(node="gpu-001", job="881204", cluster="c1"))
     assert sql("SELECT DISTINCT node_id, job_id, cluster_id FROM events") == [("gpu-001", "881204", "c1")]
     assert warehouse.table(con, "incidents").height == 0
     # a node's journal with kernel Xid lines and the job's output is a kernel log: its Xids count
@@ -190,7 +190,7 @@ def test_node_option_and_detection(con, write, sql):
 def test_hostile_text_is_stored_as_text(con, write, sql):
     hostile = "[default] Worker group FAILED. <img src=x onerror=alert(1)> '); DROP TABLE events;--\x1b[2J"
     path = write("evil.log", f"2025-08-10T03:04:11Z {hostile}\n", mtime="2025-09-01")
-    [s] = ingest_files(con, [path], job="j'; --")
+    [s] = ingest_files(con, [path], ReaderOptions(job="j'; --"))
     assert counts(s) == (1, 1, 0, 0, 0)
     assert sql("SELECT job_id, category, message FROM events") == [
         ("j'; --", "worker_group_failed", f"2025-08-10T03:04:11Z {hostile}")

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline import warehouse
-from pipeline.ingest import ingest_files, kernel_log, syslog_years
+from pipeline.ingest import ReaderOptions, ingest_files, kernel_log, syslog_years
 from pipeline.ingest.lines import read_blocks
 
 # Xid lines in every form the parser accepts or rejects by name, with their sources:
@@ -143,7 +143,7 @@ def _syslog(lines: int, xid_every: int = 7, start_line: int = 0) -> bytes:
 def test_counts_add_up_and_non_utf8_ignored_lines_are_counted(con, tmp_path):
     path = tmp_path / "kern.log"
     path.write_bytes(_syslog(300))
-    [s] = ingest_files(con, [path], year=2025, cluster="c1")
+    [s] = ingest_files(con, [path], ReaderOptions(year=2025, cluster="c1"))
     xid = len(range(0, 300, 7))
     bad_ignored = len([i for i in range(0, 300, 11) if i % 7])
     assert (s.rows_read, s.rows_ingested, s.rows_rejected, s.rows_ignored) == (300, xid, 0, 300 - xid)
@@ -171,7 +171,7 @@ def test_one_set_of_workers_serves_every_file_and_is_shut_down(tmp_path, monkeyp
     first.write_bytes(_syslog(300))
     second.write_bytes(_syslog(300, start_line=300))
     con = warehouse.connect(tmp_path / "w.duckdb")
-    summaries = ingest_files(con, [first, second], year=2025, cluster="c1")
+    summaries = ingest_files(con, [first, second], ReaderOptions(year=2025, cluster="c1"))
     assert [s.rows_read for s in summaries] == [300, 300]
     assert [s.rows_ingested for s in summaries] == [len(range(0, 300, 7)), len(range(300, 600, 7))]
     [pool] = _CountingPool.made
@@ -196,17 +196,17 @@ def test_hashed_beside_the_parse_re_ingest_is_a_no_op_and_a_grown_log_adds_its_n
     path.write_bytes(_syslog(300))
     assert kernel_log.parallel_parts(path) > 1
     con = warehouse.connect(tmp_path / "w.duckdb")
-    [s] = ingest_files(con, [path], year=2025, cluster="c1")
+    [s] = ingest_files(con, [path], ReaderOptions(year=2025, cluster="c1"))
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     assert con.sql("SELECT sha256, rows_read FROM ingested_files").fetchall() == [(sha, 300)]
     copy = tmp_path / "copy.log"
     shutil.copy(path, copy)
-    again = ingest_files(con, [path, copy], year=2025, cluster="c1")
+    again = ingest_files(con, [path, copy], ReaderOptions(year=2025, cluster="c1"))
     assert [a.skipped for a in again] == [True, True]
     events = con.sql("SELECT count(*) FROM events").fetchall()[0][0]
     assert events == s.rows_ingested
     path.write_bytes(_syslog(300) + _syslog(100, start_line=300))
-    [grown] = ingest_files(con, [path], year=2025, cluster="c1")
+    [grown] = ingest_files(con, [path], ReaderOptions(year=2025, cluster="c1"))
     new = len(range(300, 400, 7))
     assert (grown.rows_read, grown.rows_ingested, grown.rows_duplicate) == (400, new, s.rows_ingested)
     stored = con.sql("SELECT sha256 FROM ingested_files ORDER BY file_id").fetchall()

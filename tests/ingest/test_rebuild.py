@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from pipeline import warehouse
-from pipeline.ingest import ingest_files
+from pipeline.ingest import ReaderOptions, ingest_files
 
 SAMPLE = Path(__file__).parents[2] / "data" / "sample"
 XID79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=10895, name=python3, GPU has fallen off the bus."
@@ -71,7 +71,7 @@ def test_incremental_rebuild_equals_full_rebuild_after_each_ingest(con, write, w
     ]
     for name, content, options in steps:
         text = content if isinstance(content, str) else content.write_csv()
-        ingest_files(con, [write(name, text)], window_seconds=window_seconds, **options)
+        ingest_files(con, [write(name, text)], ReaderOptions(**options), window_seconds=window_seconds)
         incremental = snapshot(con)
         assert incremental.equals(full_rebuild(con, window_seconds)), name
         assert incremental["incident_id"].n_unique() == incremental.height, name

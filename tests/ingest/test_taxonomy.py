@@ -12,7 +12,7 @@ from pipeline import warehouse
 from pipeline.categories import SYNONYMS, CategoryMap, FailureCategory, normal_form
 from pipeline.cli import main
 from pipeline.config import ConfigError, load_config
-from pipeline.ingest import ingest_files, parse_category_map
+from pipeline.ingest import ReaderOptions, ingest_files, parse_category_map
 from pipeline.ingest.taxonomy import classify
 
 C = FailureCategory
@@ -265,7 +265,7 @@ def test_an_xid_logs_own_flag_survives_reclassification(tmp_path):
     log = tmp_path / "kern.log"
     log.write_text("2026-03-02T04:26:29+00:00 n1 kernel: NVRM: Xid (PCI:0000:18:00): 38, watchdog\n")
     con = warehouse.connect(tmp_path / "w.duckdb")
-    ingest_files(con, [log], cluster="c1")
+    ingest_files(con, [log], ReaderOptions(cluster="c1"))
     ingest_files(con, [], category_map=parse_category_map(["Cosmic Rays=other"]))
     assert con.sql("SELECT category, failure_class, interrupting FROM events").fetchall() == [
         ("gpu_firmware", "gpu_firmware", False)

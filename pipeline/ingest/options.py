@@ -1,0 +1,43 @@
+"""How input files are read: the options every reader may need beyond the file itself.
+
+One frozen value passed from the CLI (``failcast ingest``), the scheduled run and ``failcast extract``
+down to the readers, instead of ten keyword arguments repeated through every layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """``fmt``: the input format (None: detected per file). ``column_map``: canonical column ->
+    the file's column (``--map``). ``timezone``: the zone of naive times (an IANA name).
+    ``year``: year of the first line of year-less syslog files (default: from the file's mtime).
+    ``cluster`` / ``node``: for logs that do not name them; ``job``: the job of a training log
+    (default: its file name). ``bus_order``: PCI bus number (hex) of each gpu_index, e.g.
+    ``("18", "2a", ...)``, so XID lines get a gpu_index. A ``.gz`` that expands past
+    ``max_decompressed_bytes`` is refused (a gzip bomb). ``block_bytes``: size of the blocks text
+    logs are read in (default ``lines.BLOCK_BYTES``, 8 MiB); memory per block scales with it."""
+
+    fmt: str | None = None
+    column_map: Mapping[str, str] = field(default_factory=dict)
+    timezone: str = "UTC"
+    year: int | None = None
+    cluster: str | None = None
+    node: str | None = None
+    job: str | None = None
+    bus_order: tuple[str, ...] = ()
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
+    block_bytes: int | None = None
+
+    def __post_init__(self) -> None:  # a list from a caller or a config file: hashable, as a tuple
+        object.__setattr__(self, "bus_order", tuple(self.bus_order))
+
+    @property
+    def bus_index(self) -> dict[str, int]:
+        """PCI bus number (two hex digits, lower case) -> gpu_index."""
+        return {bus.lower().zfill(2): i for i, bus in enumerate(self.bus_order)}
