@@ -348,6 +348,34 @@ def test_ingest_options_from_the_config_reach_kernel_log_ingest(tmp_path, fleet)
     assert inventory["estimated"].all() and set(inventory["gpus_per_node"]) == {8}
 
 
+def test_a_configured_column_map_serves_the_tickets_and_leaves_the_inventory_alone(tmp_path, fleet):
+    """[inputs] column_map names the ticket export's columns; the inventory beside it has the
+    canonical names. Before, every scheduled run with both stopped on the inventory."""
+    (tmp_path / "logs").mkdir()
+    tickets = fleet.incidents.rename({"timestamp": "opened", "node_id": "host", "category": "problem"})
+    (tmp_path / "logs/inventory.csv").write_text(csv_text(fleet.inventory))
+    (tmp_path / "logs/tickets.csv").write_text(csv_text(tickets))
+    config_path = tmp_path / "failcast.toml"
+    config_path.write_text(
+        textwrap.dedent("""\
+        warehouse = "failcast.duckdb"
+        report_dir = "reports"
+        [inputs]
+        inventory = ["logs/inventory.csv"]
+        csv = ["logs/tickets.csv"]
+        [inputs.column_map]
+        timestamp = "opened"
+        node_id = "host"
+        category = "problem"
+        """)
+    )
+    result = run(config_path)
+    assert result.exit_code == 0, result.output
+    with warehouse.connect(tmp_path / "failcast.duckdb", read_only=True) as con:
+        assert warehouse.table(con, "inventory").height == fleet.inventory.height
+        assert warehouse.table(con, "events").height == fleet.incidents.height
+
+
 def stamp(day: int) -> str:
     return f"failcast-report-202603{day:02d}T000000Z.html"
 

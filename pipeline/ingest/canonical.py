@@ -139,14 +139,18 @@ def _source(
         columns = [c for c in scan.collect_schema().names() if c != _ROW]
     except Exception as exc:  # polars raises many types; the user needs the file and the reason
         raise _read_error(path, fmt, exc) from exc
-    missing = [src for src in column_map.values() if src not in columns]
-    if missing:
-        raise InputError(
-            f"{path}: --map names column(s) {missing} that the file does not have (it has {columns})"
-        )
-    renamed = {src: canon for canon, src in column_map.items()}
+    renamed = _applicable_map(column_map, columns, path)
+    absent = [src for src in column_map.values() if src not in columns]
+    advice = _absent_columns(absent, columns) if absent else ""
+    kind = _detect_kind([renamed.get(c, c) for c in columns], path, advice)
+    unmatched = [
+        src
+        for canon, src in column_map.items()
+        if canon in _COLUMNS[kind] and src not in columns and canon not in columns
+    ]
+    if unmatched:  # a column of this kind under neither name: a typo that would drop it silently
+        raise InputError(f"{path}: {_absent_columns(unmatched, columns)}")
     columns = [renamed.get(c, c) for c in columns]
-    kind = _detect_kind(columns, path)
     known = _COLUMNS[kind]
     frame = scan.rename(renamed).select(
         pl.col(_ROW).cast(pl.Int64),
@@ -156,7 +160,24 @@ def _source(
     return frame, kind, columns, [c for c in columns if c not in known]
 
 
-def _detect_kind(columns: Sequence[str], path: Path) -> str:
+def _applicable_map(column_map: Mapping[str, str], columns: Sequence[str], path: Path) -> dict[str, str]:
+    """Source column -> canonical name, for the ``--map`` entries whose source the file has. One
+    map serves every file of an ingest (tickets beside an inventory, in one command or a scheduled
+    run); an entry whose column is of the file's kind but missing under both names is an error
+    (see :func:`_source`), so a misspelt source does not drop a column silently."""
+    both = [f"{canon}={src}" for canon, src in column_map.items() if src in columns and canon in columns]
+    if both:
+        raise InputError(
+            f"{path}: --map {', '.join(both)}: the file has both columns; drop the --map entry or one column"
+        )
+    return {src: canon for canon, src in column_map.items() if src in columns}
+
+
+def _absent_columns(absent: Sequence[str], columns: Sequence[str]) -> str:
+    return f"--map names column(s) {list(absent)} that the file does not have (it has {list(columns)})"
+
+
+def _detect_kind(columns: Sequence[str], path: Path, map_advice: str) -> str:
     if all(c in columns for c in INCIDENT_COLUMNS):
         return "incidents"
     if all(c in columns for c in INVENTORY_COLUMNS):
@@ -164,8 +185,8 @@ def _detect_kind(columns: Sequence[str], path: Path) -> str:
     need_inc = [c for c in INCIDENT_COLUMNS if c not in columns]
     need_inv = [c for c in INVENTORY_COLUMNS if c not in columns]
     raise InputError(
-        f"{path}: not an incidents file (missing {need_inc}) nor an inventory file (missing "
-        f"{need_inv}); rename columns with --map CANONICAL=SOURCE, e.g. --map node_id=hostname"
+        f"{path}: not an incidents file (missing {need_inc}) nor an inventory file (missing {need_inv}); "
+        + (map_advice or "rename columns with --map CANONICAL=SOURCE, e.g. --map node_id=hostname")
     )
 
 

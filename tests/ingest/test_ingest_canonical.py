@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,42 @@ def test_jsonl_parquet_and_column_map(con, write, tmp_path, sql):
         ("n1", 2),
         ("n2", 2),
     ]
+
+
+TICKETS = "opened,cluster_id,host,problem,gpu\n2026-03-02T04:26:29Z,c1,n1,Faulty GPU,3\n"
+INVENTORY = (
+    "cluster_id,node_id,instance_type,gpus_per_node,in_service_from\nc1,n1,p5,8,2026-01-01T00:00:00Z\n"
+)
+TICKET_MAP = ["timestamp=opened", "node_id=host", "category=problem", "gpu_index=gpu"]
+
+
+@pytest.mark.parametrize(
+    ("files", "extra_map", "error"),
+    [
+        # one map for the tickets and the inventory beside them: each file uses the entries it has
+        ({"inventory.csv": INVENTORY, "tickets.csv": TICKETS}, [], None),
+        # a misspelt source of a column the file's kind has: an error, not a dropped column
+        (
+            {"tickets.csv": TICKETS},
+            ["gpu_index=gpuu"],
+            "--map names column(s) ['gpuu'] that the file does not",
+        ),
+        # a misspelt required column: the kind cannot be told, and the error says which entry missed
+        ({"tickets.csv": TICKETS.replace("problem", "problm")}, [], "--map names column(s) ['problem']"),
+        # both names in one file: ambiguous
+        ({"tickets.csv": TICKETS.replace("gpu\n", "gpu_index\n")}, ["gpu_index=problem"], "has both columns"),
+    ],
+)
+def test_one_column_map_serves_every_file_of_an_ingest(con, write, sql, files, extra_map, error):
+    mapping = parse_column_map(TICKET_MAP + extra_map)
+    paths = [write(name, text) for name, text in files.items()]
+    if error:
+        with pytest.raises(InputError, match=re.escape(error)):
+            ingest_files(con, paths, ReaderOptions(column_map=mapping))
+        return
+    summaries = ingest_files(con, paths, ReaderOptions(column_map=mapping))
+    assert [(s.kind, s.rows_ingested) for s in summaries] == [("inventory", 1), ("incidents", 1)]
+    assert sql("SELECT node_id, category, gpu_index FROM events") == [("n1", "Faulty GPU", 3)]
 
 
 def test_inventory_later_file_closes_an_open_interval(con, write, sql):
