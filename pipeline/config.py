@@ -29,7 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.categories import CategoryMap, FailureCategory, class_named, normal_form
-from pipeline.ingest import FORMATS, MAX_DECOMPRESSED_BYTES, ReaderOptions, parse_bus_order
+from pipeline.ingest import (
+    FORMATS,
+    MAX_DECOMPRESSED_BYTES,
+    MAX_REJECTED_PERCENT,
+    ReaderOptions,
+    parse_bus_order,
+)
 
 SAMPLE_DIR = Path("data/sample")
 SAMPLE_JOB = Path("data/jobs/fleet-llama3-70b.toml")
@@ -77,6 +83,7 @@ class RunConfig:
     gpu_bus_order: tuple[str, ...] = ()
     estimate_exposure: int | None = None
     max_decompressed_mb: int = MAX_DECOMPRESSED_BYTES >> 20
+    max_rejected_percent: float = MAX_REJECTED_PERCENT
     input_roots: tuple[str, ...] = ()  # resolved [inputs] roots; empty: no config file, no check
     allow_outside_roots: bool = False
     category_map: CategoryMap = field(default_factory=CategoryMap)  # [categories]
@@ -100,6 +107,7 @@ class RunConfig:
             node=self.node,
             bus_order=self.gpu_bus_order,
             max_decompressed_bytes=self.max_decompressed_mb << 20,
+            max_rejected_percent=self.max_rejected_percent,
         )
 
     def to_document(self) -> dict[str, Any]:
@@ -136,6 +144,7 @@ class RunConfig:
                 "gpu_bus_order": ",".join(self.gpu_bus_order) or None,
                 "estimate_exposure": self.estimate_exposure,
                 "max_decompressed_mb": self.max_decompressed_mb,
+                "max_rejected_percent": self.max_rejected_percent,
             },
         }
 
@@ -171,6 +180,7 @@ _SPEC: dict[str, Any] = {
         "gpu_bus_order": str,
         "estimate_exposure": int,
         "max_decompressed_mb": int,
+        "max_rejected_percent": _NUMBER,
     },
 }
 _TYPE_NAMES = {str: "a string", int: "an integer", _NUMBER: "a number", dict: "a table", list: "an array"}
@@ -269,6 +279,8 @@ def _check_values(raw: dict[str, Any], where: _Where) -> None:
         raise where.error(("ingest",), "year", "must be a year between 1970 and 2999")
     if options.get("max_decompressed_mb", 1) < 1:
         raise where.error(("ingest",), "max_decompressed_mb", "must be at least 1")
+    if not 0 <= options.get("max_rejected_percent", 0) <= 100:
+        raise where.error(("ingest",), "max_rejected_percent", "must be a percentage from 0 to 100")
     if options.get("estimate_exposure", 1) < 1:
         raise where.error(("ingest",), "estimate_exposure", "must be the GPUs per node, at least 1")
     if "gpu_bus_order" in options:

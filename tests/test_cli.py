@@ -117,11 +117,14 @@ def test_run_writes_the_report(tmp_path, monkeypatch) -> None:
         (["ingest", "{tmp}/bad.txt", "--db", "{tmp}/w.duckdb"], "cannot tell the format"),
         (["ingest", "{tmp}/x.csv", "--db", "{tmp}/w.duckdb", "--map", "nodeid"], "CANONICAL=SOURCE"),
         (["run", "--config", "{tmp}/missing.toml"], "config file not found"),
+        (["ingest", "{tmp}/us.csv", "--db", "{tmp}/w.duckdb"], "12 of 12 records rejected (100%, more than"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message) -> None:
     (tmp_path / "bad.txt").write_text("hello\n")
     (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    us_dates = "".join(f"02/{d:02d}/2026 10:00,c1,n1,gpu\n" for d in range(1, 13))
+    (tmp_path / "us.csv").write_text("timestamp,cluster_id,node_id,category\n" + us_dates)
     argv = [a.format(tmp=tmp_path) for a in args]
     proc = subprocess.run([sys.executable, "-m", "pipeline", *argv], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 2, proc.stderr

@@ -51,6 +51,16 @@ Needs {extract_mod.engines.RAY_EXTRA}. On a cluster, LAKE must be a path every n
 @click.option("--node", help="node_id for log lines without a hostname (dmesg -T output).")
 @click.option("--gpu-bus-order", default="", metavar="BUS,BUS,...", help="As for ingest.")
 @click.option(
+    "--max-rejected",
+    "max_rejected_percent",
+    type=click.FloatRange(0, 100),
+    default=ingest_mod.MAX_REJECTED_PERCENT,
+    show_default=True,
+    metavar="PERCENT",
+    help="Refuse a file whole (exit 2, nothing stored) when more than this share of its records is "
+    "rejected: it is being read wrong (a date format, --map, --timezone, --format).",
+)
+@click.option(
     "--max-decompressed-mb",
     type=click.IntRange(min=1),
     default=ingest_mod.MAX_DECOMPRESSED_BYTES >> 20,
@@ -72,6 +82,7 @@ def extract(
     node: str | None,
     gpu_bus_order: str,
     max_decompressed_mb: int,
+    max_rejected_percent: float,
     as_json: bool,
 ) -> None:
     if address and engine != "ray":
@@ -85,6 +96,7 @@ def extract(
         bus_order=ingest_mod.parse_bus_order(gpu_bus_order),
         column_map=ingest_mod.parse_column_map(mapping),
         max_decompressed_bytes=max_decompressed_mb << 20,
+        max_rejected_percent=max_rejected_percent,
     )
     try:
         results = extract_mod.extract_files(

@@ -140,6 +140,16 @@ stored count as duplicates, so a log that grew adds only its new lines.
     "first observation on); every result then says exposure_estimated. A real inventory replaces it.",
 )
 @click.option(
+    "--max-rejected",
+    "max_rejected_percent",
+    type=click.FloatRange(0, 100),
+    default=ingest_mod.MAX_REJECTED_PERCENT,
+    show_default=True,
+    metavar="PERCENT",
+    help="Refuse a file whole (exit 2, nothing stored) when more than this share of its records is "
+    "rejected: it is being read wrong (a date format, --map, --timezone, --format).",
+)
+@click.option(
     "--max-decompressed-mb",
     type=click.IntRange(min=1),
     default=ingest_mod.MAX_DECOMPRESSED_BYTES >> 20,
@@ -163,6 +173,7 @@ def ingest(
     window_minutes: float,
     estimate_exposure: int | None,
     max_decompressed_mb: int,
+    max_rejected_percent: float,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -177,6 +188,7 @@ def ingest(
         job=job,
         bus_order=ingest_mod.parse_bus_order(gpu_bus_order),
         max_decompressed_bytes=max_decompressed_mb << 20,
+        max_rejected_percent=max_rejected_percent,
     )
     categories = ingest_mod.parse_category_map(category_map)
     con = warehouse.connect(db)

@@ -48,6 +48,7 @@ from pipeline.ingest import (
     detect_format,
     expand_pattern,
     read_file,
+    refuse_mostly_rejected,
     session_timezone,
     sha256_of,
 )
@@ -225,6 +226,7 @@ def _parse_into_lake(
     with warehouse.scratch() as con:
         with session_timezone(con, options.timezone):
             summary = read_file(con, path, sha=sha, fmt=fmt, options=options)
+            refuse_mostly_rejected(con, summary, options.max_rejected_percent)
         parts = _write_parts(con, lake, source, sha)
     entry = {
         "path": source,

@@ -57,7 +57,7 @@ from pipeline.ingest.common import FileSummary, InputError, checked_timezone, sh
 from pipeline.ingest.kernel_log import SpanWorkers, ingest_kernel_log, parallel_parts
 from pipeline.ingest.kubernetes import ingest_kubernetes
 from pipeline.ingest.lines import BOM, MAX_DECOMPRESSED_BYTES, head_text, is_gzip
-from pipeline.ingest.options import ReaderOptions
+from pipeline.ingest.options import MAX_REJECTED_PERCENT, MIN_REFUSED, ReaderOptions
 from pipeline.ingest.sacct import ingest_sacct
 from pipeline.ingest.slurm_events import ingest_slurm_events
 from pipeline.ingest.slurmctld import ingest_slurmctld
@@ -84,6 +84,8 @@ __all__ = [
     "check_readable",
     "read_file",
     "ReaderOptions",
+    "MAX_REJECTED_PERCENT",
+    "refuse_mostly_rejected",
     "session_timezone",
     "DATASET_FORMATS",
     "FORMATS",
@@ -270,6 +272,28 @@ def read_file(
     )
 
 
+def refuse_mostly_rejected(con, summary: FileSummary, max_rejected_percent: float) -> None:
+    """An :class:`InputError` when more than ``max_rejected_percent`` of the file's records (lines
+    that carried one: read - ignored), and at least :data:`MIN_REFUSED`, were rejected. Called
+    inside the file's transaction, so the file is then stored not at all, rather than by its few
+    rows that happened to parse: exit 2 with the first reason, instead of exit 0 and rates biased by
+    what is left."""
+    records = summary.rows_read - summary.rows_ignored
+    if summary.rows_rejected < MIN_REFUSED or summary.rows_rejected * 100 <= max_rejected_percent * records:
+        return
+    first = con.sql(
+        "SELECT line, reason FROM rejects WHERE file_id = ? ORDER BY line LIMIT 1",
+        params=[summary.file_id],
+    ).fetchall()
+    example = f"; line {first[0][0]}: {first[0][1]}" if first else ""
+    raise InputError(
+        f"{summary.path}: {summary.rows_rejected:,} of {records:,} records rejected "
+        f"({100 * summary.rows_rejected / records:.0f}%, more than --max-rejected {max_rejected_percent:g}%)"
+        f"{example}. Nothing from this file was stored: fix how it is read (--map, --timezone, --format)"
+        " or the file, or raise --max-rejected ([ingest] max_rejected_percent in failcast.toml)"
+    )
+
+
 def check_readable(path: Path) -> None:
     """An :class:`InputError` naming the problem unless ``path`` is a regular file we may read."""
     if path.is_dir():
@@ -320,6 +344,7 @@ def _ingest_one(
             summary = read_file(
                 con, path, sha=sha, fmt=fmt, options=options, progress=progress, workers=workers
             )
+            refuse_mostly_rejected(con, summary, options.max_rejected_percent)
             if note := taxonomy.classify_new_events(con, category_map):
                 summary.notes.append(note)
     finally:

@@ -11,6 +11,12 @@ from dataclasses import dataclass, field
 
 from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES
 
+MAX_REJECTED_PERCENT = 50.0
+"""Default limit: a file that loses most of its records is being read wrong (a date format, a
+column map, a time zone, the wrong format), and its few accepted rows would bias every rate."""
+MIN_REFUSED = 10
+"""Fewer rejected records never refuse a file: a short file's odd line is shown, not fatal."""
+
 
 @dataclass(frozen=True)
 class ReaderOptions:
@@ -21,7 +27,9 @@ class ReaderOptions:
     (default: its file name). ``bus_order``: PCI bus number (hex) of each gpu_index, e.g.
     ``("18", "2a", ...)``, so XID lines get a gpu_index. A ``.gz`` that expands past
     ``max_decompressed_bytes`` is refused (a gzip bomb). ``block_bytes``: size of the blocks text
-    logs are read in (default ``lines.BLOCK_BYTES``, 8 MiB); memory per block scales with it."""
+    logs are read in (default ``lines.BLOCK_BYTES``, 8 MiB); memory per block scales with it.
+    ``max_rejected_percent``: a file with more of its records rejected than this is refused whole
+    (:func:`pipeline.ingest.refuse_mostly_rejected`)."""
 
     fmt: str | None = None
     column_map: Mapping[str, str] = field(default_factory=dict)
@@ -33,6 +41,7 @@ class ReaderOptions:
     bus_order: tuple[str, ...] = ()
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
     block_bytes: int | None = None
+    max_rejected_percent: float = MAX_REJECTED_PERCENT
 
     def __post_init__(self) -> None:  # a list from a caller or a config file: hashable, as a tuple
         object.__setattr__(self, "bus_order", tuple(self.bus_order))

@@ -108,6 +108,30 @@ def test_one_column_map_serves_every_file_of_an_ingest(con, write, sql, files, e
     assert sql("SELECT node_id, category, gpu_index FROM events") == [("n1", "Faulty GPU", 3)]
 
 
+@pytest.mark.parametrize(
+    ("bad", "good", "limit", "refused"),
+    [(12, 2, None, True), (12, 2, 100, False), (12, 13, None, False), (9, 0, None, False)],
+)
+def test_a_file_that_loses_most_of_its_records_is_refused_whole(con, write, sql, bad, good, limit, refused):
+    """US dates in a ticket export: most rows are rejected. Refused whole (nothing stored, one line
+    naming the file, the first line and its reason) above the limit, from MIN_REFUSED rejects on;
+    stored with its rejects when the limit allows it or most rows are good."""
+    rows = [f"02/{d + 1:02d}/2026 10:00,c1,n1,gpu_memory,0,j1,m,\n" for d in range(bad)]
+    rows += [GOOD.replace("04:26:29", f"04:{m:02d}:29") for m in range(good)]
+    path = write("tickets.csv", HEADER + "".join(rows))
+    options = ReaderOptions() if limit is None else ReaderOptions(max_rejected_percent=limit)
+    if refused:
+        with pytest.raises(InputError) as error:
+            ingest_files(con, [path], options)
+        assert str(error.value).startswith(f"{path}: {bad} of {bad + good} records rejected (86%, more than")
+        assert "line 2: timestamp 02/01/2026 10:00 is not ISO 8601" in str(error.value)
+        assert sql("SELECT count(*) FROM ingested_files") == [(0,)]
+        assert sql("SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM rejects)") == [(0,)]
+        return
+    [s] = ingest_files(con, [path], options)
+    assert (s.rows_read, s.rows_ingested, s.rows_rejected) == (bad + good, good, bad)
+
+
 def test_inventory_later_file_closes_an_open_interval(con, write, sql):
     header = "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n"
     open_row = "c1,n1,p5.48xlarge,8,2026-03-01T00:00:00Z,\n"
