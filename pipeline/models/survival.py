@@ -14,10 +14,17 @@ Every model's ``fit(...)`` returns ``self``; fitted values end in ``_`` (``rate_
   se(log x) = se(x) / x by the delta method, and the 95% interval is exp(log x +/- 1.96 se(x) / x)
   = (x / f, x f), f = exp(1.96 se(x) / x). lifelines' own ``coef lower/upper 95%`` are x +/- 1.96
   se(x) on the raw scale, which fall below zero on small fleets (one failure and a censored gap:
-  Weibull shape 0.68, "95% CI -0.50 to 1.85"); on the log scale the interval stays positive, is
-  invariant under reparameterisation to 1/x (a rate's interval is the MTBF's inverted), and covers
-  better in small samples (``tests/test_models.py``: 10-30 gaps). The log-normal location ``mu_``
-  (the mean of log t, any real number) keeps the raw-scale interval.
+  Weibull shape 0.68, "95% CI -0.50 to 1.85"); on the log scale the interval stays positive and
+  is invariant under reparameterisation to 1/x (a rate's interval is the MTBF's inverted). In
+  small samples (``tests/test_positive_intervals.py``: Weibull gaps, random censoring, 300 samples
+  each) the scale's log interval covers more often than the raw one (10 gaps: 89-91% vs 89%;
+  20: 92-93% vs 88-90%; 30: 94-95% vs 94%). The shape's MLE is biased upwards in small samples
+  and neither interval corrects that: at 20-30 gaps both cover 92-94%, at 10 gaps the log
+  interval 89-90% against the raw one's 94% (which reaches lower, often below zero at shape
+  0.7); its misses are mostly a true shape below the interval, so with ~10 gaps a
+  "wear-out" verdict errs more often than the nominal 2.5% (8.5% at a true shape 1, 200 samples;
+  a profile-likelihood interval does little better, 91%). The log-normal location ``mu_`` (the
+  mean of log t, any real number) keeps the raw-scale interval.
 * :class:`KaplanMeier`, :class:`NelsonAalen` — non-parametric survival and cumulative hazard,
   also on aggregated data.
 * :class:`MTBFScaling` — cluster MTBF against instance count, MTBF(N) = MTBF_1 / N^alpha, fitted as a
