@@ -41,6 +41,18 @@ def test_one_failure_and_a_censored_gap_give_positive_intervals(family):
         assert "95% CI -" not in fit.hazard_message_
 
 
+def test_an_infinite_loglogistic_mean_keeps_a_positive_lower_bound():
+    """Log-logistic gaps with shape 0.5: the fitted shape is below 1, so the mean is infinite and
+    the delta method has nothing to work on (the lower end was nan: "95% CI nan–∞"); the median's
+    lower end bounds the mean from below."""
+    u = np.random.default_rng(3).uniform(size=200)
+    gaps = 100.0 * (u / (1 - u)) ** (1 / 0.5)
+    fit = models.ParametricTBF("loglogistic").fit(gaps, np.ones(gaps.size, bool))
+    assert fit.params_["beta_"] < 1 and math.isinf(fit.mtbf_hours_)
+    assert fit.mtbf_confidence_interval_ == (fit.confidence_interval_["alpha_"][0], math.inf)
+    assert 0 < fit.mtbf_confidence_interval_[0] < 100.0 < fit.confidence_interval_["alpha_"][1]
+
+
 def _weibull_coverage(n: int, shape: float, runs: int, seed: int) -> dict[str, dict[str, float]]:
     """Share of ``runs`` simulated samples of ``n`` Weibull(shape, scale 100 h) gaps, randomly
     right-censored (exponential censoring times, mean 400 h), whose 95% interval covers the true

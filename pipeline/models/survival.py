@@ -197,10 +197,16 @@ class ParametricTBF:
         """A loglogistic's mean exists only for beta > 1 and grows without bound as beta falls
         to 1, so when beta's interval reaches 1 the data cannot bound the MTBF from above: the
         interval's upper end becomes infinite (the delta method's finite one would be an artefact)
-        and the note says to read the median instead."""
+        and the note says to read the median instead. With beta's estimate itself <= 1 the mean is
+        infinite and the delta method has nothing to work on: the lower end is then the median
+        alpha's, since a loglogistic's mean is never below its median (mean / median =
+        (pi / beta) / sin(pi / beta) >= 1), a conservative bound."""
         if self.family != "loglogistic" or self.confidence_interval_["beta_"][0] > 1:
             return None
-        self.mtbf_confidence_interval_ = (self.mtbf_confidence_interval_[0], math.inf)
+        low = self.mtbf_confidence_interval_[0]
+        if not math.isfinite(low):
+            low = self.confidence_interval_["alpha_"][0]
+        self.mtbf_confidence_interval_ = (low, math.inf)
         low, high = self.confidence_interval_["beta_"]
         return (
             f"loglogistic shape {self.params_['beta_']:.3f} (95% CI {low:.3f}-{high:.3f}) reaches 1, where "
