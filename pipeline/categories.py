@@ -4,6 +4,11 @@ Categories follow the root-cause buckets that large-training reports use (Meta's
 Table 5: faulty GPU, GPU HBM, software bug, network, host maintenance ...) and NVIDIA's XID catalog,
 plus the root causes of the public HPC failure studies (LANL, Schroeder & Gibson 2006; BlueGene/L):
 
+* ``gpu_hardware`` is a GPU that failed without saying how ("Faulty GPU", Llama 3's largest
+  bucket; a failed DCGM diagnostic); the specific GPU classes are for what names its mode:
+  ``gpu_fell_off_bus`` only for a GPU that dropped off the PCIe bus (Xid 79, the driver's "GPU is
+  lost", Titan's OTB), ``gpu_memory`` for HBM/ECC, ``nvlink``, ``gpu_firmware``. A generic ticket
+  filed under one of them would name a mode nobody saw;
 * ``host`` is the non-GPU part of a GPU node (CPU, DIMM, PSU, BMC); ``hardware`` is the node
   hardware of fleets *without* GPUs (LANL's "Hardware", BlueGene/L compute-chip interrupts), kept
   apart so a GPU fleet's host share is not compared with a whole CPU node's;
@@ -26,6 +31,7 @@ from enum import StrEnum
 
 
 class FailureCategory(StrEnum):
+    GPU_HARDWARE = "gpu_hardware"
     GPU_FELL_OFF_BUS = "gpu_fell_off_bus"
     GPU_MEMORY = "gpu_memory"
     GPU_MEMORY_WARNING = "gpu_memory_warning"
@@ -63,9 +69,34 @@ INTERRUPTING_CATEGORIES: tuple[str, ...] = tuple(c.value for c in FailureCategor
 # "Link Down", "link-down" and "LINK_DOWN" are one key. Each FailureCategory value is its own class
 # (so "GPU memory" is gpu_memory without an entry here).
 SYNONYMS: dict[str, FailureCategory] = {
+    # a GPU named as failed, not how: generic GPU hardware (the class name "GPU hardware" maps itself)
+    **{
+        name: FailureCategory.GPU_HARDWARE
+        for name in (
+            "GPU",
+            "Faulty GPU",
+            "Bad GPU",
+            "Failed GPU",
+            "Defective GPU",
+            "GPU failure",
+            "GPU fault",
+            "GPU error",
+            "GPU hardware failure",
+        )
+    },
+    # what names a GPU that dropped off the bus: NVIDIA's Xid 79 text and the driver's
+    # NV_ERR_GPU_IS_LOST ("GPU is lost", as nvidia-smi prints it for such a GPU)
     **{
         name: FailureCategory.GPU_FELL_OFF_BUS
-        for name in ("GPU", "Faulty GPU", "GPU failure", "GPU fault", "GPU error", "GPU lost")
+        for name in (
+            "GPU fell off the bus",
+            "GPU has fallen off the bus",
+            "Fallen off the bus",
+            "Fell off the bus",
+            "GPU off the bus",
+            "GPU lost",
+            "GPU is lost",
+        )
     },
     **{
         name: FailureCategory.GPU_MEMORY
@@ -127,11 +158,14 @@ SYNONYMS: dict[str, FailureCategory] = {
     "NvidiaNVLinkError": FailureCategory.NVLINK,
     "NvidiaDoubleBitError": FailureCategory.GPU_MEMORY,
     "NvidiaPageRetirement": FailureCategory.GPU_MEMORY_WARNING,
-    "NvidiaDeviceCountMismatch": FailureCategory.GPU_FELL_OFF_BUS,  # a GPU missing from the node
+    # a GPU missing from the node (DCGM's count against /dev or the instance type's: it may never
+    # have enumerated at boot, so not necessarily one that fell off the bus), a GPU's PCIe error,
+    # a failed DCGM diagnostic: the GPU is bad, the mode unnamed
     **{
-        name: FailureCategory.HARDWARE
-        for name in ("NvidiaPCIeError", "DCGMError", "DCGMDiagnosticFailure", "NeuronHBMUncorrectableError")
+        name: FailureCategory.GPU_HARDWARE
+        for name in ("NvidiaDeviceCountMismatch", "NvidiaPCIeError", "DCGMError", "DCGMDiagnosticFailure")
     },
+    "NeuronHBMUncorrectableError": FailureCategory.HARDWARE,
     **{name: FailureCategory.SOFTWARE for name in ("SoftLockup", "KernelBug", "ForkFailedOutOfPIDs")},
     **{name: FailureCategory.NETWORK for name in ("InterfaceNotUp", "InterfaceNotRunning", "IPAMDNotReady")},
     # cloud host events (pipeline.ingest.cloud_events): EC2 scheduled event codes (API reference,

@@ -303,7 +303,7 @@ def _check_values(raw: dict[str, Any], where: _Where) -> None:
 
 
 def _category_map(raw: dict[str, Any], where: _Where) -> CategoryMap:
-    """``[categories]``: ``"Faulty GPU" = "gpu_fell_off_bus"`` or ``Maintenance = { class =
+    """``[categories]``: ``"Burn-in" = "hardware"`` or ``Maintenance = { class =
     "other", interrupting = false }`` (``class`` optional: a class name as the key sets only that
     class's flag). Keys are compared case- and punctuation-insensitively, so two keys that differ
     only so are an error."""

@@ -60,8 +60,10 @@ _MESSAGES: dict[C, str] = {
 
 # Ticket-system names some incidents are recorded under (every TICKET_EVERY-th incident of these
 # classes, by time order; no random draw, so the rest of the fleet is unchanged): the built-in
-# synonyms map them back to their class, so class-level results equal the truth's.
-TICKET_NAMES: dict[C, str] = {C.GPU_FELL_OFF_BUS: "Faulty GPU", C.NETWORK: "Link Down"}
+# synonyms map them back to their class, so class-level results equal the truth's. A generic
+# "Faulty GPU" would be class gpu_hardware, not the simulated gpu_fell_off_bus, so the ticket name
+# says what was simulated.
+TICKET_NAMES: dict[C, str] = {C.GPU_FELL_OFF_BUS: "GPU fell off the bus", C.NETWORK: "Link Down"}
 TICKET_EVERY = 10
 
 # Repair time of an interrupting failure (resolved_at - timestamp): lognormal in hours.

@@ -120,6 +120,9 @@ def test_a_new_fleets_first_failures_are_counted_but_not_fitted(new_fleet, tmp_p
         assert payload["not_fitted"].startswith("too few times between failures to fit (1 observed gap")
     else:  # two different gaps (the first from service start, then 1 h): fitted as before
         assert payload["best_family"] is not None and payload["not_fitted"] is None
+        for family in payload["node_time_between_failures"].values():  # positive stays positive
+            lows = [low for name, (low, _) in family["confidence_interval"].items() if name != "mu_"]
+            assert min(lows) > 0 and family["mtbf_ci_hours"][0] > 0, family
     rates = json.loads(invoke("rates", "--db", str(new_fleet), "--json").stdout)
     assert sum(r["failures"] for r in rates) == failures
     out = tmp_path / "report"

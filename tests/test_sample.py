@@ -6,7 +6,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.sample import FleetSpec, simulate_fleet, stationary_renewal_times
+from pipeline.ingest.taxonomy import classify
+from pipeline.sample import TICKET_NAMES, FleetSpec, simulate_fleet, stationary_renewal_times
 
 
 def _interrupting(fleet) -> pl.DataFrame:
@@ -51,6 +52,14 @@ def test_failure_rate_and_categories() -> None:
         joined.select("timestamp", "node_id").unique().height
         == fleet.incidents.select("timestamp", "node_id").unique().height
     )
+
+
+@pytest.mark.parametrize(("cls", "name"), list(TICKET_NAMES.items()))
+def test_ticket_names_classify_back_to_the_simulated_class(cls, name) -> None:
+    """The sample records every 10th incident of some classes under a ticket name; its class-level
+    numbers equal the truth's only if the taxonomy maps the name back (a generic "Faulty GPU" is
+    gpu_hardware, so the simulated gpu_fell_off_bus goes by a name that says so)."""
+    assert classify(name).failure_class is cls
 
 
 @pytest.mark.parametrize("days", [0.1, 2.0, 5.0])

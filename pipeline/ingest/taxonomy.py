@@ -146,7 +146,7 @@ def apply_category_map(con, category_map: CategoryMap) -> bool:
 
 
 def parse_category_map(pairs: Iterable[str]) -> CategoryMap:
-    """``["Faulty GPU=gpu_fell_off_bus", "Maintenance=other:noninterrupting"]`` -> a map. The
+    """``["Burn-in=hardware", "Maintenance=other:noninterrupting"]`` -> a map. The
     class may end in ``:interrupting`` or ``:noninterrupting``; SOURCE may name a class to set
     only that class's flag (``application=application:interrupting``)."""
     classes: dict[str, FailureCategory] = {}

@@ -10,7 +10,10 @@
   with variance sum_i A_i^2 d_i / (n_i (n_i - d_i)), A_i = integral_{t_i}^tau S. When the longest
   time is a completed repair, S(tau) = 0 and mu is exactly the mean of the repairs (the sample mean
   with no censoring). When it is censored the true mean is not identified (an open repair may last
-  any time): mu(tau) is then a lower bound and ``mean_restricted_`` says so.
+  any time): mu(tau) is then a lower bound and ``mean_restricted_`` says so. The mean is positive,
+  so its 95% interval is the log-scale Wald interval (delta method, se(log mu) = se(mu) / mu):
+  exp(log mu -/+ 1.96 se / mu), never below zero (the raw mu -/+ 1.96 se went negative with a few
+  heavy-tailed repairs and had to be clipped at 0).
 * Spares (:func:`spares_needed`): with failures arriving at rate lambda and repairs of mean E[R]
   running in parallel, the number of nodes in repair is Poisson with mean lambda E[R] whatever the
   repair-time distribution (M/G/inf queue: Palm 1938; Takács 1962, *Introduction to the Theory of
@@ -25,9 +28,9 @@ import math
 
 import lifelines
 import numpy as np
-from scipy.stats import norm, poisson
+from scipy.stats import poisson
 
-_Z95 = norm.ppf(0.975)
+from pipeline.models.survival import log_scale_interval
 
 
 def _first_below(timeline: np.ndarray, curve: np.ndarray, level: float) -> float:
@@ -89,7 +92,8 @@ class RepairTimes:
             terms = np.where(at_risk > events, tail**2 * events / (at_risk * (at_risk - events)), 0.0)
         se = float(np.sqrt(terms.sum()))
         self.mean_hours_ = mean
-        self.mean_confidence_interval_ = (max(mean - float(_Z95) * se, 0.0), mean + float(_Z95) * se)
+        low, high = log_scale_interval(mean, se) if mean > 0 else (0.0, 0.0)
+        self.mean_confidence_interval_ = (float(low), float(high))
         self.mean_horizon_hours_ = tau
         last = hours == hours.max()
         self.mean_restricted_ = bool(horizon_hours is not None or not done[last].all())

@@ -7,7 +7,24 @@ Every model's ``fit(...)`` returns ``self``; fitted values end in ``_`` (``rate_
 * :class:`ParametricTBF` — a lifelines parametric fit (exponential, Weibull, log-normal,
   log-logistic) of right-censored times between failures, on aggregated data (unique durations
   with counts as weights). MTBF is the mean of the fitted distribution; its interval comes from
-  the delta method on the fitted parameters' covariance.
+  the delta method on the fitted parameters' covariance, taken on log(mean). Every strictly
+  positive parameter (exponential and Weibull scale ``lambda_``, Weibull shape ``rho_``, log-normal
+  ``sigma_``, log-logistic ``alpha_`` and ``beta_``) gets the log-scale Wald interval
+  (:func:`log_scale_interval`): with se(x) from the inverse observed information,
+  se(log x) = se(x) / x by the delta method, and the 95% interval is exp(log x +/- 1.96 se(x) / x)
+  = (x / f, x f), f = exp(1.96 se(x) / x). lifelines' own ``coef lower/upper 95%`` are x +/- 1.96
+  se(x) on the raw scale, which fall below zero on small fleets (one failure and a censored gap:
+  Weibull shape 0.68, "95% CI -0.50 to 1.85"); on the log scale the interval stays positive and
+  is invariant under reparameterisation to 1/x (a rate's interval is the MTBF's inverted). In
+  small samples (``tests/test_positive_intervals.py``: Weibull gaps, random censoring, 300 samples
+  each) the scale's log interval covers more often than the raw one (10 gaps: 89-91% vs 89%;
+  20: 92-93% vs 88-90%; 30: 94-95% vs 94%). The shape's MLE is biased upwards in small samples
+  and neither interval corrects that: at 20-30 gaps both cover 92-94%, at 10 gaps the log
+  interval 89-90% against the raw one's 94% (which reaches lower, often below zero at shape
+  0.7); its misses are mostly a true shape below the interval, so with ~10 gaps a
+  "wear-out" verdict errs more often than the nominal 2.5% (8.5% at a true shape 1, 200 samples;
+  a profile-likelihood interval does little better, 91%). The log-normal location ``mu_`` (the
+  mean of log t, any real number) keeps the raw-scale interval.
 * :class:`KaplanMeier`, :class:`NelsonAalen` — non-parametric survival and cumulative hazard,
   also on aggregated data.
 * :class:`MTBFScaling` — cluster MTBF against instance count, MTBF(N) = MTBF_1 / N^alpha, fitted as a
@@ -53,6 +70,20 @@ from scipy.stats import chi2, norm
 from pipeline.transform import poisson_interval
 
 _Z95 = norm.ppf(0.975)
+
+
+def log_scale_interval(estimate, se, z: float = _Z95):
+    """Wald interval of a strictly positive quantity on the log scale (delta method):
+    se(log x) = se(x) / x, so the interval is exp(log x -/+ z se(x) / x) = (x / f, x f) with
+    f = exp(z se(x) / x); always positive, as wide in ratio on both sides of x. Works on arrays."""
+    x = np.asarray(estimate, dtype=float)
+    factor = np.exp(z * np.asarray(se, dtype=float) / x)
+    return x / factor, x * factor
+
+
+# parameters that may be any real number (log-normal's mu_ is the mean of log t); every other
+# fitted parameter of the families below is strictly positive and gets the log-scale interval
+_REAL_PARAMETERS = frozenset({"mu_"})
 
 
 class PoissonRate:
@@ -126,19 +157,29 @@ class ParametricTBF:
         names = list(fitter._fitted_parameter_names)
         values = np.array([getattr(fitter, n) for n in names], dtype=float)
         self.params_ = dict(zip(names, values, strict=True))
-        ci = fitter.summary
-        self.confidence_interval_ = {
-            n: (float(ci.loc[n, "coef lower 95%"]), float(ci.loc[n, "coef upper 95%"])) for n in names
-        }
         self.log_likelihood_ = float(fitter.log_likelihood_)
         self.aic_ = float(fitter.AIC_)
         self.variance_matrix_ = fitter.variance_matrix_.loc[names, names].to_numpy(float)  # params_ order
+        self.confidence_interval_ = self._parameter_intervals(names, values)
         self.mtbf_hours_ = float(_mean(self.family, values))
         self.mtbf_confidence_interval_ = self._mean_interval(values, fitter.variance_matrix_.values)
         self.mtbf_note_ = self._unbounded_mean()
         self.shape_ = self.params_.get("rho_")
         self.infant_mortality_, self.hazard_message_ = self._hazard_message()
         return self
+
+    def _parameter_intervals(self, names: list[str], values: np.ndarray) -> dict[str, tuple[float, float]]:
+        """95% interval of each parameter: log scale for the positive ones, raw for ``mu_``
+        (module docstring)."""
+        se = np.sqrt(np.clip(np.diag(self.variance_matrix_), 0.0, None))
+        intervals = {}
+        for name, value, error in zip(names, values, se, strict=True):
+            if name in _REAL_PARAMETERS:
+                intervals[name] = (float(value - _Z95 * error), float(value + _Z95 * error))
+            else:
+                low, high = log_scale_interval(value, error)
+                intervals[name] = (float(low), float(high))
+        return intervals
 
     def _hazard_message(self) -> tuple[bool | None, str | None]:
         """What the Weibull shape says about the hazard, judged on its interval (not the point)."""
@@ -156,10 +197,16 @@ class ParametricTBF:
         """A loglogistic's mean exists only for beta > 1 and grows without bound as beta falls
         to 1, so when beta's interval reaches 1 the data cannot bound the MTBF from above: the
         interval's upper end becomes infinite (the delta method's finite one would be an artefact)
-        and the note says to read the median instead."""
+        and the note says to read the median instead. With beta's estimate itself <= 1 the mean is
+        infinite and the delta method has nothing to work on: the lower end is then the median
+        alpha's, since a loglogistic's mean is never below its median (mean / median =
+        (pi / beta) / sin(pi / beta) >= 1), a conservative bound."""
         if self.family != "loglogistic" or self.confidence_interval_["beta_"][0] > 1:
             return None
-        self.mtbf_confidence_interval_ = (self.mtbf_confidence_interval_[0], math.inf)
+        low = self.mtbf_confidence_interval_[0]
+        if not math.isfinite(low):
+            low = self.confidence_interval_["alpha_"][0]
+        self.mtbf_confidence_interval_ = (low, math.inf)
         low, high = self.confidence_interval_["beta_"]
         return (
             f"loglogistic shape {self.params_['beta_']:.3f} (95% CI {low:.3f}-{high:.3f}) reaches 1, where "

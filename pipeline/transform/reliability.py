@@ -13,8 +13,10 @@ bounded number of rows (``max_points``) whatever the fleet's size.
   repair is not). MCF(t) = Σ_{u ≤ t} d(u) / r(u), d failures and r nodes at risk at age u. Its
   variance is the robust (Lawless & Nadeau 1995, Technometrics 37:158) estimator, valid without
   assuming Poisson failures: Var MCF(t) = Σ_i (Σ_{u ≤ t} δ_i(u) (d_i(u) − d(u)/r(u)) / r(u))²,
-  δ_i(u) = 1 while node i is at risk; band ± z √Var (clipped at 0). For a homogeneous Poisson
-  process MCF(t) = rate x t.
+  δ_i(u) = 1 while node i is at risk. The band is on the log scale (Nelson 2003, ch. 4; the delta
+  method: se(log MCF) = √Var / MCF), MCF exp(∓ z √Var / MCF): positive like the MCF itself (the
+  band is drawn at failure ages, where MCF > 0), where MCF ± z √Var went below zero at the first
+  failures. For a homogeneous Poisson process MCF(t) = rate x t.
 * Duane / Crow-AMSAA (MIL-HDBK-189C 2011): per cluster, cumulative failures against cumulative
   operating node-hours (:func:`pipeline.transform.failure_operating_times`) on log-log axes, with
   the fitted power law N(t) = λ t^β, β the MIL-HDBK-189 MLE and λ = n / T^β (T the cluster's
@@ -101,14 +103,13 @@ def mean_cumulative_function(
         upper = np.where(g < b, upto(np.full_like(b, g), True), upto(b, False))
         share = np.clip(upper - upto(a, False), 0.0, None)
         variance[i] = np.sum((mine - np.bincount(span_unit, weights=share, minlength=nodes.height)) ** 2)
-    z = norm.ppf(0.5 + confidence / 2)
-    se = np.sqrt(variance)
+    factor = np.exp(norm.ppf(0.5 + confidence / 2) * np.sqrt(variance) / mcf[grid])
     return pl.DataFrame(
         {
             "age_hours": ages[grid],
             "mcf": mcf[grid],
-            "ci_low": np.clip(mcf[grid] - z * se, 0.0, None),
-            "ci_high": mcf[grid] + z * se,
+            "ci_low": mcf[grid] / factor,
+            "ci_high": mcf[grid] * factor,
             "nodes_at_risk": at_risk[grid].astype(float),
         },
         schema=schema,

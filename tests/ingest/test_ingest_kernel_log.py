@@ -352,7 +352,7 @@ def test_same_fleet_from_canonical_and_from_xid_logs(tmp_path, form, bus_order):
     assert sum(s.rows_ignored for s in summaries[:-1]) == 2 * xid_faults
     assert sum(s.rows_rejected for s in summaries) == 0
 
-    query = (  # by class: the canonical file records some faults under ticket names ("Faulty GPU")
+    query = (  # by class: the canonical file records some faults under ticket names ("GPU fell off the bus")
         "SELECT cluster_id, node_id, failure_class, interrupting, count(*) AS n FROM incidents"
         " WHERE message LIKE 'NVRM: Xid%' GROUP BY ALL ORDER BY ALL"
     )

@@ -21,12 +21,24 @@ C = FailureCategory
 @pytest.mark.parametrize(
     ("text", "cls", "interrupting"),
     [
-        ("GPU", C.GPU_FELL_OFF_BUS, True),
-        ("Faulty GPU", C.GPU_FELL_OFF_BUS, True),
-        ("  faulty-gpu ", C.GPU_FELL_OFF_BUS, True),
-        ("GPU failure", C.GPU_FELL_OFF_BUS, True),
+        # a GPU named as failed, not how: generic GPU hardware, never a specific mode
+        ("GPU", C.GPU_HARDWARE, True),
+        ("Faulty GPU", C.GPU_HARDWARE, True),
+        ("  faulty-gpu ", C.GPU_HARDWARE, True),
+        ("GPU failure", C.GPU_HARDWARE, True),
+        ("bad gpu", C.GPU_HARDWARE, True),
+        ("Failed GPU", C.GPU_HARDWARE, True),
+        ("GPU error", C.GPU_HARDWARE, True),
+        ("GPU hardware", C.GPU_HARDWARE, True),
+        ("gpu_hardware", C.GPU_HARDWARE, True),
+        # what names a GPU that dropped off the bus
         ("gpu_fell_off_bus", C.GPU_FELL_OFF_BUS, True),
         ("GPU_FELL_OFF_BUS", C.GPU_FELL_OFF_BUS, True),
+        ("GPU fell off the bus", C.GPU_FELL_OFF_BUS, True),
+        ("GPU has fallen off the bus.", C.GPU_FELL_OFF_BUS, True),
+        ("GPU is lost", C.GPU_FELL_OFF_BUS, True),
+        ("Faulty GPU: Xid 79", C.GPU_FELL_OFF_BUS, True),  # a ticket that quotes the Xid names it
+        ("GPU failure (Xid 48)", C.GPU_MEMORY, True),
         ("HBM", C.GPU_MEMORY, True),
         ("ECC", C.GPU_MEMORY, True),
         ("GPU memory", C.GPU_MEMORY, True),
@@ -60,7 +72,10 @@ C = FailureCategory
         ("NvidiaXID13Warning", C.APPLICATION, False),
         ("NvidiaSXID12028Error", C.NVLINK, True),
         ("NvidiaXid79Error", C.OTHER, True),  # only the agent's upper-case XID counts inside a word
-        ("NvidiaDeviceCountMismatch", C.GPU_FELL_OFF_BUS, True),
+        ("NvidiaDeviceCountMismatch", C.GPU_HARDWARE, True),  # a GPU missing, maybe never enumerated
+        ("DCGMDiagnosticFailure", C.GPU_HARDWARE, True),
+        ("NvidiaPCIeError", C.GPU_HARDWARE, True),
+        ("NeuronHBMUncorrectableError", C.HARDWARE, True),
         ("NvidiaNVLinkError", C.NVLINK, True),
         ("NvidiaDoubleBitError", C.GPU_MEMORY, True),
         ("NvidiaPageRetirement", C.GPU_MEMORY_WARNING, False),
@@ -71,6 +86,15 @@ def test_built_in_classification(text, cls, interrupting):
     got = classify(text)
     assert (got.failure_class, got.interrupting, got.user_interrupting) == (cls, interrupting, None)
     assert got.known is (cls is not C.OTHER)
+
+
+def test_only_names_of_a_lost_gpu_are_fell_off_the_bus():
+    """gpu_fell_off_bus is one failure mode (Xid 79): a synonym must name it (the bus, or the
+    driver's "GPU is lost"); a GPU named only as failed is gpu_hardware, which interrupts."""
+    for name, cls in SYNONYMS.items():
+        if cls is C.GPU_FELL_OFF_BUS:
+            assert "bus" in name.lower() or "lost" in name.lower(), name
+    assert C.GPU_HARDWARE.interrupting
 
 
 def test_every_class_maps_to_itself_and_the_synonyms_do_not_collide():
@@ -96,7 +120,7 @@ def test_user_map_overrides_class_and_flag():
         True,
     )
     assert classify("Xid 13", cmap).user_interrupting is True  # via its class's entry
-    assert classify("Faulty GPU", cmap).failure_class is C.GPU_FELL_OFF_BUS  # built-ins still apply
+    assert classify("Faulty GPU", cmap).failure_class is C.GPU_HARDWARE  # built-ins still apply
 
 
 @pytest.mark.parametrize(
@@ -205,14 +229,14 @@ def test_a_ticket_table_is_ingested_end_to_end(tickets):
     con.close()
     assert sorted(rows) == sorted(
         [
-            ("Faulty GPU", "gpu_fell_off_bus", "T-1"),
+            ("Faulty GPU", "gpu_hardware", "T-1"),
             ("Parameter Plane Cable", "network", "T-2"),
             ("Power Supply", "host", "T-3"),
             ("Stress Test Failure", "hardware", "T-4"),
             ("unavailable", "undetermined", "T-5"),
             ("Cosmic Rays", "other", "T-6"),
             ("Cosmic Rays", "other", "T-7"),
-            ("GPU", "gpu_fell_off_bus", "T-8"),
+            ("GPU", "gpu_hardware", "T-8"),
         ]
     )
     by_level = json.loads(_invoke("rates", "--db", db, "--by", "level", "--json").stdout)
