@@ -55,6 +55,8 @@ def test_headers_are_words_with_units(column, label):
         ("estimated", True, "yes"),
         ("node_id", "gpu-01", "gpu-01"),
         ("mtbf_hours", 0.0, "0"),
+        ("mtbf_ci_high", 1.9546011589814318e23, "1.95e+23"),  # an unbounded end, not 24 digits
+        ("exposure_gpu_hours", 1.75e9, "1,750,000,000"),  # a big fleet's exposure keeps its digits
     ],
 )
 def test_values_have_sensible_digits(column, value, text):

@@ -346,7 +346,7 @@ def fit(db: Path, observed_until, first_gap: str, interruption_window: float, as
     for family, m in result.node_fits.items():
         low, high = m.mtbf_confidence_interval_
         click.echo(
-            f"  {family:12s} node MTBF {m.mtbf_hours_:10,.0f} h  "
+            f"  {family:12s} node MTBF {format_value('mtbf_hours', m.mtbf_hours_):>10s} h  "
             f"(95% CI {format_value('mtbf_hours', low)}–{format_value('mtbf_hours', high)})"
             f"  AIC {m.aic_:,.1f}" + (f"\n               {m.mtbf_note_}" if m.mtbf_note_ else "")
         )
