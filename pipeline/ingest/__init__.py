@@ -385,10 +385,17 @@ def ingest_files(
                         summaries.append(summary)
                 else:
                     summaries.append(_ingest_one(con, path, options, category_map, progress, workers))
-    except InputError:
-        if summaries:  # the files before the bad one are committed: keep incidents in step
-            _rebuild(con, window_seconds, estimate_exposure, category_map)
-        raise
+    except InputError as exc:
+        if not summaries:
+            raise
+        _rebuild(con, window_seconds, estimate_exposure, category_map)  # the files before it are committed
+        stored = sum(not s.skipped and s.file_id is not None for s in summaries)
+        if not stored:
+            raise
+        raise InputError(
+            f"{exc} ({stored} file(s) before it were ingested and stay; once it is fixed, ingesting all"
+            " again skips them)"
+        ) from exc
     _rebuild(con, window_seconds, estimate_exposure, category_map)
     return summaries
 

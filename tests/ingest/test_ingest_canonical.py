@@ -132,6 +132,17 @@ def test_a_file_that_loses_most_of_its_records_is_refused_whole(con, write, sql,
     assert (s.rows_read, s.rows_ingested, s.rows_rejected) == (bad + good, good, bad)
 
 
+def test_an_error_after_committed_files_says_they_stay(con, write, sql):
+    bad = write("bad.csv", HEADER + "".join(f"02/{d:02d}/2026 10:00,c1,n1,x,0,j,m,\n" for d in range(1, 13)))
+    inventory = write("inventory.csv", INVENTORY)
+    with pytest.raises(InputError, match=re.escape("(1 file(s) before it were ingested and stay;")):
+        ingest_files(con, [inventory, bad])
+    assert sql("SELECT path FROM ingested_files") == [(str(inventory),)]
+    with pytest.raises(InputError) as again:  # the inventory is skipped now: nothing to say about it
+        ingest_files(con, [inventory, bad])
+    assert "before it" not in str(again.value)
+
+
 def test_inventory_later_file_closes_an_open_interval(con, write, sql):
     header = "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n"
     open_row = "c1,n1,p5.48xlarge,8,2026-03-01T00:00:00Z,\n"
