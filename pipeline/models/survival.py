@@ -18,13 +18,17 @@ Every model's ``fit(...)`` returns ``self``; fitted values end in ``_`` (``rate_
   is invariant under reparameterisation to 1/x (a rate's interval is the MTBF's inverted). In
   small samples (``tests/test_positive_intervals.py``: Weibull gaps, random censoring, 300 samples
   each) the scale's log interval covers more often than the raw one (10 gaps: 89-91% vs 89%;
-  20: 92-93% vs 88-90%; 30: 94-95% vs 94%). The shape's MLE is biased upwards in small samples
-  and neither interval corrects that: at 20-30 gaps both cover 92-94%, at 10 gaps the log
-  interval 89-90% against the raw one's 94% (which reaches lower, often below zero at shape
-  0.7); its misses are mostly a true shape below the interval, so with ~10 gaps a
-  "wear-out" verdict errs more often than the nominal 2.5% (8.5% at a true shape 1, 200 samples;
-  a profile-likelihood interval does little better, 91%). The log-normal location ``mu_`` (the
-  mean of log t, any real number) keeps the raw-scale interval.
+  20: 92-93% vs 88-90%; 30: 94-95% vs 94%). The Weibull shape's MLE is biased upwards in small samples,
+  so its interval is centred on Ross's bias-reduced estimate k (r - 2) / (r - 0.68) for r observed
+  failures (Ross 1994, extended to censored data in 1996; as quoted by Makalic & Schmidt,
+  "Maximum likelihood estimation of the Weibull distribution with reduced bias", Statistics and
+  Computing 2023, doi:10.1007/s11222-023-10236-0), with the same log-scale width; ``rho_`` stays
+  the MLE (the factor is 0.86 at 10 failures, 0.993 at 200). Coverage of the shape, 300 samples
+  each, shape 0.7 / 1.0: 10 gaps 90.7% / 90.3% (uncorrected 89.7% / 90.0%), 20 gaps 94.7% / 94.0%
+  (91.3% / 92.3%), 30 gaps 94.3% / 94.7% (93.0% / 93.7%). Above all, its misses on the low side,
+  which a "wear-out" verdict would make, fall from 9% to 3.3-3.7% at 10 gaps (nominal 2.5%).
+  The log-normal location ``mu_`` (the mean of log t, any real number) keeps the raw-scale
+  interval.
 * :class:`KaplanMeier`, :class:`NelsonAalen` — non-parametric survival and cumulative hazard,
   also on aggregated data.
 * :class:`MTBFScaling` — cluster MTBF against instance count, MTBF(N) = MTBF_1 / N^alpha, fitted as a
@@ -79,6 +83,12 @@ def log_scale_interval(estimate, se, z: float = _Z95):
     x = np.asarray(estimate, dtype=float)
     factor = np.exp(z * np.asarray(se, dtype=float) / x)
     return x / factor, x * factor
+
+
+def _shape_bias_factor(failures: float) -> float:
+    """Ross's bias reduction of the Weibull shape's MLE, (r - 2) / (r - 0.68) for r failures
+    (module docstring); 1 for two failures or fewer, where it does not apply."""
+    return (failures - 2) / (failures - 0.68) if failures > 2 else 1.0
 
 
 # parameters that may be any real number (log-normal's mu_ is the mean of log t); every other
@@ -160,7 +170,8 @@ class ParametricTBF:
         self.log_likelihood_ = float(fitter.log_likelihood_)
         self.aic_ = float(fitter.AIC_)
         self.variance_matrix_ = fitter.variance_matrix_.loc[names, names].to_numpy(float)  # params_ order
-        self.confidence_interval_ = self._parameter_intervals(names, values)
+        failures = float(weights[np.asarray(observed, bool)].sum())
+        self.confidence_interval_ = self._parameter_intervals(names, values, failures)
         self.mtbf_hours_ = float(_mean(self.family, values))
         self.mtbf_confidence_interval_ = self._mean_interval(values, fitter.variance_matrix_.values)
         self.mtbf_note_ = self._unbounded_mean()
@@ -168,17 +179,20 @@ class ParametricTBF:
         self.infant_mortality_, self.hazard_message_ = self._hazard_message()
         return self
 
-    def _parameter_intervals(self, names: list[str], values: np.ndarray) -> dict[str, tuple[float, float]]:
-        """95% interval of each parameter: log scale for the positive ones, raw for ``mu_``
-        (module docstring)."""
+    def _parameter_intervals(
+        self, names: list[str], values: np.ndarray, failures: float
+    ) -> dict[str, tuple[float, float]]:
+        """95% interval of each parameter: log scale for the positive ones, raw for ``mu_``; the
+        Weibull shape's is centred on its bias-reduced estimate (module docstring)."""
         se = np.sqrt(np.clip(np.diag(self.variance_matrix_), 0.0, None))
         intervals = {}
         for name, value, error in zip(names, values, se, strict=True):
             if name in _REAL_PARAMETERS:
                 intervals[name] = (float(value - _Z95 * error), float(value + _Z95 * error))
-            else:
-                low, high = log_scale_interval(value, error)
-                intervals[name] = (float(low), float(high))
+                continue
+            centre = value * _shape_bias_factor(failures) if name == "rho_" else value
+            low, high = log_scale_interval(centre, error * centre / value)  # the same width in log
+            intervals[name] = (float(low), float(high))
         return intervals
 
     def _hazard_message(self) -> tuple[bool | None, str | None]:
