@@ -266,21 +266,46 @@ SELECT * EXCLUDE (gpus_text, from_text, to_text),
 FROM parsed
 """
 
-# A batch's first row per event key that neither an earlier batch nor an earlier file stored. The
-# same key means the same time, and matching on time too lets DuckDB skip the stored row groups
-# outside the batch's time range (most of them when files come in time order).
+# A batch's new events: its valid rows, less those whose event key an earlier row has (an earlier
+# file, an earlier batch of this file, a smaller line of this batch). The two checks cost as much
+# as the insert itself, so each runs only when it can find something (_BATCH_FACTS): the batch's
+# first row per key only when two of its keys share a 64-bit hash, the stored rows only when some
+# lie within the batch's time range (the same key means the same time), read by that range so
+# DuckDB skips the row groups outside it. A first ingest of a file in time order needs neither.
+_BATCH_FACTS = """
+SELECT min(timezone('UTC', ts)), max(timezone('UTC', ts)), count(*) > count(DISTINCT hash(event_key))
+FROM staged WHERE reason IS NULL
+"""
+_STORED_IN_RANGE = (
+    "SELECT count(*) > 0 FROM (SELECT 1 FROM events WHERE timestamp_utc BETWEEN $lo AND $hi LIMIT 1)"
+)
 _INSERT_EVENTS = """
 INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category,
                     interrupting, gpu_index, job_id, message, resolved_at_utc, source_format, attributes)
 SELECT event_key, $file_id, line, timezone('UTC', ts), cluster_id, node_id, category,
        NULL, gpu_index, job_id, message, timezone('UTC', resolved_at), 'canonical', attributes
 FROM staged s
-SEMI JOIN (SELECT event_key, min(line) AS line FROM staged WHERE reason IS NULL GROUP BY event_key) first
-    USING (event_key, line)
 WHERE reason IS NULL
-  AND NOT EXISTS (SELECT 1 FROM events e
-                  WHERE e.event_key = s.event_key AND e.timestamp_utc = timezone('UTC', s.ts))
 """
+_FIRST_IN_BATCH = """
+  AND (event_key, line) IN (SELECT event_key, min(line) FROM staged WHERE reason IS NULL GROUP BY event_key)
+"""
+_NOT_STORED = """
+  AND NOT EXISTS (SELECT 1 FROM events e
+                  WHERE e.timestamp_utc BETWEEN $lo AND $hi
+                    AND e.event_key = s.event_key AND e.timestamp_utc = timezone('UTC', s.ts))
+"""
+
+
+def _insert_new_events(con, staged: pa.Table, file_id: int) -> None:
+    """Store the staged batch's new events (see :data:`_INSERT_EVENTS`); SQL reads ``staged`` by name."""
+    lo, hi, repeated = con.sql(_BATCH_FACTS).fetchall()[0]
+    if lo is None:  # no valid row
+        return
+    stored = count(con, _STORED_IN_RANGE, {"lo": lo, "hi": hi})
+    sql = _INSERT_EVENTS + (_FIRST_IN_BATCH if repeated else "") + (_NOT_STORED if stored else "")
+    con.execute(sql, {"file_id": file_id} | ({"lo": lo, "hi": hi} if stored else {}))
+
 
 _KEEP_INVENTORY = """
 INSERT INTO fresh
@@ -371,10 +396,10 @@ def ingest_canonical(
     summary = FileSummary(str(path), kind, fmt, ignored_columns=extra)
     file_id = summary.file_id = register_file(con, path, sha, kind, fmt)
     if kind == "incidents":
-        stage, stage_params, keep, keep_params = _STAGE_INCIDENTS, {}, _INSERT_EVENTS, {"file_id": file_id}
+        stage, keep = _STAGE_INCIDENTS, lambda staged: _insert_new_events(con, staged, file_id)
         summary.attribute_columns, summary.ignored_columns = extra, []
     else:
-        stage, stage_params, keep, keep_params = _STAGE_INVENTORY, {}, _KEEP_INVENTORY, {}
+        stage, keep = _STAGE_INVENTORY, lambda staged: con.execute(_KEEP_INVENTORY)
     con.execute(WORK_TABLES)
     events_before = count(con, "SELECT count(*) FROM events")
     to_line = _jsonl_lines(path, max_decompressed_bytes) if fmt == "jsonl" else None
@@ -389,8 +414,8 @@ def ingest_canonical(
         source = batch.select(  # noqa: F841 (read by SQL)
             pl.col(_ROW).alias("line"), *known, *_attributes(kind, extra)
         ).to_arrow()
-        staged = con.sql(stage, params=stage_params).to_arrow_table()
-        con.execute(keep, keep_params)
+        staged = con.sql(stage).to_arrow_table()
+        keep(staged)
         con.execute("INSERT INTO rejected SELECT line, reason FROM staged WHERE reason IS NOT NULL")
         if fmt == "parquet":
             _keep_raw_rows(con, batch, staged, columns)
