@@ -9,7 +9,8 @@ fleet in ``data/sample``; each ``--fleet`` directory adds its ``inventory.csv`` 
 ``incidents.csv`` (e.g. a bench fleet). Each tree ingests them in a child process
 (``PYTHONPATH=tree``) twice: with the default batch size and with batches of 3 rows, so that every
 row boundary case crosses batches. Then every table is compared with ``EXCEPT ALL`` both ways
-(the columns that record when a row was written are left out); exit status 1 on any difference.
+(the columns that record when a row was written are left out) and the printed summaries (counts
+and notes) must match; exit status 1 on any difference.
 """
 
 from __future__ import annotations
@@ -32,24 +33,27 @@ _CHILD = """
 import sys
 from pathlib import Path
 from pipeline import warehouse
-from pipeline.ingest import canonical, ingest_files
+from pipeline.ingest import canonical, ingest_files, parse_category_map
 db, batch_rows, groups = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
 if batch_rows:
     canonical.ingest_canonical.__kwdefaults__["batch_rows"] = batch_rows
 con = warehouse.connect(db)
 for group in groups:
-    zone, _, files = group.partition("=")
-    ingest_files(con, [Path(f) for f in files.split(",")], timezone=zone)
+    zone, entries, files = group.split("|")
+    cmap = parse_category_map(entries.split(";") if entries else [])
+    for s in ingest_files(con, [Path(f) for f in files.split(",")], timezone=zone, category_map=cmap):
+        print(s.path, s.rows_read, s.rows_ingested, s.rows_duplicate, s.rows_rejected, s.notes)
 con.close()
 """
 
 
 def edge_inputs(out: Path) -> list[str]:
-    """Groups of files, one ``ingest_files`` call each, as ``TIMEZONE=file,file``."""
+    """Groups of files, one ``ingest_files`` call each, as ``TIMEZONE|CATEGORY MAP|file,file``
+    (map entries separated by ``;``)."""
     out.mkdir(parents=True, exist_ok=True)
+    categories = ("gpu_memory", "Faulty GPU", "XID 79", "Cosmic Rays")
     rows = [
-        f"2026-03-02T04:{i % 60:02d}:00Z,c1,n{i % 7},{('gpu_memory', 'Faulty GPU', 'XID 79')[i % 3]},"
-        f"{i % 2},j{i},m{i % 60},"
+        f"2026-03-02T04:{i % 60:02d}:00Z,c1,n{i % 7},{categories[i % 4]},{i % 2},j{i},m{i % 60},"
         for i in range(150)
     ]
     shuffled = rows[75:] + rows[:75]  # out of time order: later batches hold earlier times
@@ -77,18 +81,27 @@ def edge_inputs(out: Path) -> list[str]:
     )
     sample = ROOT / "data" / "sample"
     files = [out / n for n in ("inventory.csv", "a.csv", "b.csv.gz", "c.jsonl", "d.parquet")]
+    for name, day in (("e.csv", 9), ("f.csv", 10)):
+        (out / name).write_text(
+            HEADER + "".join(f"\n2026-03-{day}T00:00:00Z,c1,n1,{c},0,j,m," for c in categories)
+        )
+    mapped = "UTC|Cosmic Rays=other:noninterrupting;Faulty GPU=gpu_memory|"
     return [
-        "UTC=" + ",".join(map(str, files)),
-        f"America/Los_Angeles={out / 'naive.csv'}",
-        f"UTC={sample / 'inventory.csv'},{sample / 'incidents.csv'}",
+        "UTC||" + ",".join(map(str, files)),
+        f"America/Los_Angeles||{out / 'naive.csv'}",
+        f"UTC||{sample / 'inventory.csv'},{sample / 'incidents.csv'}",
+        f"{mapped}{out / 'e.csv'}",
+        f"{mapped}{out / 'f.csv'}",  # the same map again: its rows keep the classes they were stored with
     ]
 
 
-def ingest(tree: Path, db: Path, batch_rows: int, groups: list[str]) -> None:
+def ingest(tree: Path, db: Path, batch_rows: int, groups: list[str]) -> str:
+    """The per-file summaries (counts and notes) the tree printed."""
     for path in (db, db.with_name(db.name + ".wal")):
         path.unlink(missing_ok=True)
     env = {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"}
-    subprocess.run([sys.executable, "-c", _CHILD, str(db), str(batch_rows), *groups], env=env, check=True)
+    command = [sys.executable, "-c", _CHILD, str(db), str(batch_rows), *groups]
+    return subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
 
 
 def differences(a: Path, b: Path) -> dict[str, tuple[int, int, int]]:
@@ -117,14 +130,17 @@ def main() -> None:
     parser.add_argument("--fleet", type=Path, nargs="*", default=[], help="folders with a bench fleet")
     args = parser.parse_args()
     groups = edge_inputs(args.out / "inputs")
-    groups += [f"UTC={f / 'inventory.csv'},{f / 'incidents.csv'}" for f in args.fleet]
+    groups += [f"UTC||{f / 'inventory.csv'},{f / 'incidents.csv'}" for f in args.fleet]
     same = True
     for batch_rows in (0, 3):
         if batch_rows and args.fleet:  # 3-row batches of a bench fleet would take hours
             groups = groups[: len(groups) - len(args.fleet)]
         dbs = [args.out / f"{side}-{batch_rows}.duckdb" for side in ("this", "base")]
-        ingest(ROOT, dbs[0], batch_rows, groups)
-        ingest(args.base, dbs[1], batch_rows, groups)
+        summaries = [
+            ingest(tree, db, batch_rows, groups) for tree, db in zip((ROOT, args.base), dbs, strict=True)
+        ]
+        same &= summaries[0] == summaries[1]
+        print(summaries[0] if summaries[0] == summaries[1] else "summaries differ:\n" + "\n".join(summaries))
         for name, (rows, only_this, only_base) in differences(*dbs).items():
             same &= only_this == only_base == 0
             label = f"batches of {batch_rows} rows" if batch_rows else "default batches"

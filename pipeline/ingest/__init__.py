@@ -241,7 +241,8 @@ def read_file(con, path: Path, *, sha: str, fmt: str, options: Mapping) -> FileS
     """Parse one file with its format's reader into the warehouse ``con``: the one parsing step of
     ``ingest`` and of ``extract`` (which runs it on a scratch warehouse per file, on a worker). The
     caller holds the transaction and the session time zone (:func:`session_timezone`); the new
-    events are left unclassified (:mod:`.taxonomy` runs after the file). ``options``: from
+    events are left unclassified (:mod:`.taxonomy` runs after the file), except a canonical file's
+    when ``options`` carry a ``category_map``: those are stored classified. ``options``: from
     :func:`reader_options`."""
     progress = options["progress"]
     if fmt in TABLE_FORMATS:
@@ -252,6 +253,7 @@ def read_file(con, path: Path, *, sha: str, fmt: str, options: Mapping) -> FileS
             fmt=fmt,
             column_map=options["column_map"],
             max_decompressed_bytes=options["max_decompressed_bytes"],
+            category_map=options.get("category_map"),
         )
         if progress:
             progress(path.stat().st_size)

@@ -19,12 +19,16 @@ import glob
 import gzip
 import io
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from pipeline.categories import CategoryMap
+from pipeline.ingest import taxonomy
 from pipeline.ingest.common import (
     FileSummary,
     InputError,
@@ -272,19 +276,20 @@ FROM parsed
 # first row per key only when two of its keys share a 64-bit hash, the stored rows only when some
 # lie within the batch's time range (the same key means the same time), read by that range so
 # DuckDB skips the row groups outside it. A first ingest of a file in time order needs neither.
-_BATCH_FACTS = """
-SELECT min(timezone('UTC', ts)), max(timezone('UTC', ts)), count(*) > count(DISTINCT hash(event_key))
-FROM staged WHERE reason IS NULL
-"""
+# The facts take in the rejected rows too (half the cost): that can only make a check run.
+_BATCH_FACTS = "SELECT min(ts), max(ts), count(*) > count(DISTINCT hash(event_key)) FROM staged"
 _STORED_IN_RANGE = (
     "SELECT count(*) > 0 FROM (SELECT 1 FROM events WHERE timestamp_utc BETWEEN $lo AND $hi LIMIT 1)"
 )
+# ``classes``: the taxonomy's verdict on the file's categories (taxonomy.classes_frame; no rows when
+# the rows are left for taxonomy.classify_new_events), set as that step would (no source flag).
 _INSERT_EVENTS = """
-INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category,
-                    interrupting, gpu_index, job_id, message, resolved_at_utc, source_format, attributes)
+INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category, interrupting,
+                    gpu_index, job_id, message, resolved_at_utc, source_format, attributes, failure_class)
 SELECT event_key, $file_id, line, timezone('UTC', ts), cluster_id, node_id, category,
-       NULL, gpu_index, job_id, message, timezone('UTC', resolved_at), 'canonical', attributes
-FROM staged s
+       coalesce(c.user_interrupting, c.interrupting), gpu_index, job_id, message,
+       timezone('UTC', resolved_at), 'canonical', attributes, c.failure_class
+FROM staged s LEFT JOIN classes c USING (category)
 WHERE reason IS NULL
 """
 _FIRST_IN_BATCH = """
@@ -297,11 +302,13 @@ _NOT_STORED = """
 """
 
 
-def _insert_new_events(con, staged: pa.Table, file_id: int) -> None:
-    """Store the staged batch's new events (see :data:`_INSERT_EVENTS`); SQL reads ``staged`` by name."""
-    lo, hi, repeated = con.sql(_BATCH_FACTS).fetchall()[0]
-    if lo is None:  # no valid row
+def _insert_new_events(con, staged: pa.Table, classes: pl.DataFrame, file_id: int) -> None:
+    """Store the staged batch's new events (see :data:`_INSERT_EVENTS`); SQL reads ``staged`` and
+    ``classes`` by name."""
+    first, last, repeated = con.sql(_BATCH_FACTS).fetchall()[0]
+    if first is None:  # no valid row
         return
+    lo, hi = (t.astimezone(UTC).replace(tzinfo=None) for t in (first, last))
     stored = count(con, _STORED_IN_RANGE, {"lo": lo, "hi": hi})
     sql = _INSERT_EVENTS + (_FIRST_IN_BATCH if repeated else "") + (_NOT_STORED if stored else "")
     con.execute(sql, {"file_id": file_id} | ({"lo": lo, "hi": hi} if stored else {}))
@@ -342,6 +349,33 @@ CREATE OR REPLACE TEMP TABLE raw_lines (line BIGINT, raw VARCHAR);
 CREATE OR REPLACE TEMP TABLE fresh (cluster_id VARCHAR, node_id VARCHAR, instance_type VARCHAR,
     gpus_per_node INTEGER, from_utc TIMESTAMP, to_utc TIMESTAMP, line BIGINT);
 """
+
+
+class _Classes:
+    """The file's categories classified as batches bring them (each once), or none without a map."""
+
+    def __init__(self, category_map: CategoryMap | None) -> None:
+        self.category_map = category_map
+        self.frame = taxonomy.classes_frame([], CategoryMap())
+
+    def add(self, staged: pa.Table) -> pl.DataFrame:
+        if self.category_map is not None:
+            new = set(pc.unique(staged["category"]).drop_null().to_pylist()) - set(self.frame["category"])
+            if new:
+                self.frame = pl.concat([self.frame, taxonomy.classes_frame(sorted(new), self.category_map)])
+        return self.frame
+
+    def note(self, con, file_id: int) -> str | None:
+        """The taxonomy's note on the unknown categories of the file's new events."""
+        unknown = self.frame.filter(~pl.col("known"))["category"].to_list()
+        if not unknown:
+            return None
+        counts = con.sql(
+            "SELECT category, count(*) FROM events WHERE file_id = ? AND list_contains(?, category)"
+            " GROUP BY category",
+            params=[file_id, unknown],
+        ).fetchall()
+        return taxonomy.unknown_note(counts, set(unknown))
 
 
 def _keep_raw_rows(con, batch: pl.DataFrame, staged: pa.Table, columns: Sequence[str]) -> None:
@@ -388,15 +422,21 @@ def ingest_canonical(
     column_map: Mapping[str, str],
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
     batch_rows: int = BATCH_ROWS,
+    category_map: CategoryMap | None = None,
 ) -> FileSummary:
-    """One canonical incidents or inventory file; the caller holds the transaction and time zone."""
+    """One canonical incidents or inventory file; the caller holds the transaction and time zone.
+    With a ``category_map`` the new events are stored classified (else :mod:`.taxonomy` does it)."""
     check_decompressed_size(path, max_decompressed_bytes)  # Polars decompresses a .gz whole, in memory
     frame, kind, columns, extra = _source(path, fmt, column_map)
     known = _COLUMNS[kind]
     summary = FileSummary(str(path), kind, fmt, ignored_columns=extra)
     file_id = summary.file_id = register_file(con, path, sha, kind, fmt)
     if kind == "incidents":
-        stage, keep = _STAGE_INCIDENTS, lambda staged: _insert_new_events(con, staged, file_id)
+        classes = _Classes(category_map)
+        stage, keep = (
+            _STAGE_INCIDENTS,
+            lambda staged: _insert_new_events(con, staged, classes.add(staged), file_id),
+        )
         summary.attribute_columns, summary.ignored_columns = extra, []
     else:
         stage, keep = _STAGE_INVENTORY, lambda staged: con.execute(_KEEP_INVENTORY)
@@ -423,6 +463,8 @@ def ingest_canonical(
     summary.rows_read = _stream(frame, path, fmt, batch_rows, take)
     if kind == "incidents":
         summary.rows_ingested = count(con, "SELECT count(*) FROM events") - events_before
+        if note := classes.note(con, file_id):
+            summary.notes.append(note)
     else:
         con.execute(UPSERT_INVENTORY, {"file_id": file_id})
         summary.rows_ingested = count(con, "SELECT count(*) FROM inventory WHERE file_id = ?", [file_id])

@@ -12,8 +12,9 @@ import polars as pl
 import pytest
 
 from pipeline import warehouse
-from pipeline.ingest import InputError, ingest_files, parse_column_map
+from pipeline.ingest import InputError, ingest_files, parse_category_map, parse_column_map, taxonomy
 from pipeline.ingest.canonical import BATCH_ROWS, ingest_canonical
+from pipeline.ingest.taxonomy import classify
 
 HEADER = "timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at\n"
 GOOD = "2026-03-02T04:26:29Z,c1,n1,gpu_memory,0,j1,ecc,2026-03-02T06:00:00Z\n"
@@ -203,6 +204,39 @@ def test_batch_size_does_not_change_the_warehouse(tmp_path):
     counts = {row[0]: row[1:] for row in one_batch["files"]}
     assert counts[2] == (160, 59, 91, 10) and counts[3] == (160, 60, 90, 10)  # 60 keys, 1 stored
     assert counts[4] == (60, 27, 27, 6)  # 9 nodes x 3 start dates; gpus_per_node -1 rejected
+
+
+def test_rows_are_stored_classified_as_the_taxonomy_would_with_a_map_and_left_to_it_without(con, write, sql):
+    """With the category map the new events need no update after the file (classes joined as they
+    are stored); without it (failcast extract's scratch warehouse) they are left unclassified."""
+    rows = "".join(
+        f"2026-03-0{day}T00:00:00Z,c1,n1,{c},0,j,m,\n"
+        for day in (2, 3)
+        for c in ("Faulty GPU", "Maintenance", "Cosmic Rays", "XID 79")
+    )
+    path = write("incidents.csv", HEADER + rows)
+    cmap = parse_category_map(["Maintenance=other:noninterrupting"])
+    with warehouse.transaction(con):
+        summary = ingest_canonical(
+            con, path, sha="a", fmt="csv", column_map={}, batch_rows=3, category_map=cmap
+        )
+    stored = sql("SELECT DISTINCT category, failure_class, interrupting, source_interrupting FROM events")
+    expected = {
+        (
+            c,
+            k.failure_class.value,
+            k.interrupting if k.user_interrupting is None else k.user_interrupting,
+            None,
+        )
+        for c in ("Faulty GPU", "Maintenance", "Cosmic Rays", "XID 79")
+        for k in [classify(c, cmap)]
+    }
+    assert set(stored) == expected and ("Maintenance", "other", False, None) in expected
+    assert summary.notes == [taxonomy.unknown_note([("Cosmic Rays", 2)], {"Cosmic Rays"})]
+    other = write("later.csv", HEADER + rows.replace("2026-03-0", "2026-04-0"))
+    with warehouse.transaction(con):
+        summary = ingest_canonical(con, other, sha="b", fmt="csv", column_map={})
+    assert sql("SELECT count(*) FROM events WHERE failure_class IS NULL") == [(8,)] and summary.notes == []
 
 
 _PEAK_RSS_CHILD = """
