@@ -6,11 +6,12 @@ reads a batch by its Python variable name (a DuckDB replacement scan), so it is 
 batch; ``con.register`` would hold every batch until the file's transaction commits. An
 incident's content key is (time, cluster, node, category, GPU, message), the category compared
 in lower case (as it was stored before categories were free text): a row already stored, by
-an earlier file or an earlier batch of this one, is a duplicate. The category is stored as written
-(trimmed) and classified after the file (:mod:`.taxonomy`); columns beyond the canonical ones are
-kept as JSON ``attributes``. Inventory rows are keyed by
-(cluster, node, in_service_from); a later file may close an interval an earlier one left open, so
-the newest row for that key wins.
+an earlier file or an earlier batch of this one, is a duplicate (checked only where one can be:
+see :data:`_BATCH_FACTS`). The category is stored as written (trimmed) with its class from
+:mod:`.taxonomy` (joined as the rows are stored when the category map is given, else classified
+after the file); columns beyond the canonical ones are kept as JSON ``attributes``. Inventory
+rows are keyed by (cluster, node, in_service_from); a later file may close an interval an
+earlier one left open, so the newest row for that key wins.
 """
 
 from __future__ import annotations
