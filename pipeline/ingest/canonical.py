@@ -20,7 +20,6 @@ import glob
 import gzip
 import io
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC
 from pathlib import Path
 
 import numpy as np
@@ -224,14 +223,14 @@ WITH parsed AS (
 SELECT * EXCLUDE (ts_text, gpu_text, resolved_text),
        CASE
          WHEN ts_text IS NULL OR ts_text = '' THEN 'timestamp is empty'
-         WHEN ts IS NULL THEN 'timestamp ' || ts_text || ' is not ISO 8601'
+         WHEN ts IS NULL OR NOT isfinite(ts) THEN 'timestamp ' || ts_text || ' is not ISO 8601'
          WHEN cluster_id IS NULL THEN 'cluster_id is empty'
          WHEN node_id IS NULL THEN 'node_id is empty'
          WHEN category IS NULL OR category = ''
            THEN 'category is empty; write undetermined when the cause is not known'
          WHEN gpu_text IS NOT NULL AND (gpu_index IS NULL OR gpu_index < 0)
            THEN 'gpu_index ' || gpu_text || ' is not a non-negative integer'
-         WHEN resolved_text IS NOT NULL AND resolved_at IS NULL
+         WHEN resolved_text IS NOT NULL AND (resolved_at IS NULL OR NOT isfinite(resolved_at))
            THEN 'resolved_at ' || resolved_text || ' is not ISO 8601'
          WHEN resolved_at < ts THEN 'resolved_at is before timestamp'
        END AS reason,
@@ -278,10 +277,17 @@ FROM parsed
 # lie within the batch's time range (the same key means the same time), read by that range so
 # DuckDB skips the row groups outside it. A first ingest of a file in time order needs neither.
 # The facts take in the rejected rows too (half the cost): that can only make a check run.
-_BATCH_FACTS = "SELECT min(ts), max(ts), count(*) > count(DISTINCT hash(event_key)) FROM staged"
-_STORED_IN_RANGE = (
-    "SELECT count(*) > 0 FROM (SELECT 1 FROM events WHERE timestamp_utc BETWEEN $lo AND $hi LIMIT 1)"
-)
+# The range goes out as text: Python has no datetime for years past 9999.
+_BATCH_FACTS = """
+SELECT CAST(timezone('UTC', min(ts)) AS VARCHAR), CAST(timezone('UTC', max(ts)) AS VARCHAR),
+       count(*) > count(DISTINCT hash(event_key))
+FROM staged
+"""
+_STORED_IN_RANGE = """
+SELECT count(*) > 0
+FROM (SELECT 1 FROM events WHERE timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
+      LIMIT 1)
+"""
 # ``classes``: the taxonomy's verdict on the file's categories (taxonomy.classes_frame; no rows when
 # the rows are left for taxonomy.classify_new_events), set as that step would (no source flag).
 _INSERT_EVENTS = """
@@ -298,7 +304,7 @@ _FIRST_IN_BATCH = """
 """
 _NOT_STORED = """
   AND NOT EXISTS (SELECT 1 FROM events e
-                  WHERE e.timestamp_utc BETWEEN $lo AND $hi
+                  WHERE e.timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
                     AND e.event_key = s.event_key AND e.timestamp_utc = timezone('UTC', s.ts))
 """
 
@@ -306,10 +312,9 @@ _NOT_STORED = """
 def _insert_new_events(con, staged: pa.Table, classes: pl.DataFrame, file_id: int) -> None:
     """Store the staged batch's new events (see :data:`_INSERT_EVENTS`); SQL reads ``staged`` and
     ``classes`` by name."""
-    first, last, repeated = con.sql(_BATCH_FACTS).fetchall()[0]
-    if first is None:  # no valid row
+    lo, hi, repeated = con.sql(_BATCH_FACTS).fetchall()[0]
+    if lo is None:  # no valid row
         return
-    lo, hi = (t.astimezone(UTC).replace(tzinfo=None) for t in (first, last))
     stored = count(con, _STORED_IN_RANGE, {"lo": lo, "hi": hi})
     sql = _INSERT_EVENTS + (_FIRST_IN_BATCH if repeated else "") + (_NOT_STORED if stored else "")
     con.execute(sql, {"file_id": file_id} | ({"lo": lo, "hi": hi} if stored else {}))

@@ -28,6 +28,8 @@ GOOD = "2026-03-02T04:26:29Z,c1,n1,gpu_memory,0,j1,ecc,2026-03-02T06:00:00Z\n"
         ("2026-03-02T04:26:29Z,,n1,gpu_memory,0,j1,m,", "cluster_id is empty"),
         ("2026-03-02T04:26:29Z,c1,n1, ,0,j1,m,", "category is empty"),
         ("2026-03-02T04:26:29Z,c1,n1,gpu_memory,-1,j1,m,", "gpu_index -1 is not a non-negative integer"),
+        ("infinity,c1,n1,gpu_memory,0,j1,m,", "timestamp infinity is not ISO 8601"),
+        ("2026-03-02T04:26:29Z,c1,n1,gpu_memory,0,j1,m,infinity", "resolved_at infinity is not ISO 8601"),
         (
             "2026-03-02T04:26:29Z,c1,n1,gpu_memory,0,j1,m,2026-03-01T00:00:00Z",
             "resolved_at is before timestamp",
@@ -55,6 +57,13 @@ def test_same_rows_in_another_file_are_duplicates_and_incidents_collapse(con, wr
         ("c1", 1),
         ("c2", 1),
     ]
+
+
+def test_times_past_year_9999_and_before_1970_are_deduplicated_like_any_other(con, write):
+    """The duplicate checks read stored rows by the batch's time range, which Python could not hold."""
+    rows = HEADER + GOOD.replace("2026", "10000") + GOOD.replace("2026", "0001")
+    [first, second] = ingest_files(con, [write("a.csv", rows), write("b.csv", rows + GOOD)])
+    assert (first.rows_ingested, second.rows_ingested, second.rows_duplicate) == (2, 1, 2)
 
 
 def test_jsonl_parquet_and_column_map(con, write, tmp_path, sql):
