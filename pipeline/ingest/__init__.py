@@ -219,13 +219,15 @@ def read_file(
     options: ReaderOptions,
     progress: Callable[[int], None] | None = None,
     workers: SpanWorkers | None = None,
+    category_map: CategoryMap | None = None,
 ) -> FileSummary:
     """Parse one file with its format's reader into the warehouse ``con``: the one parsing step of
     ``ingest`` and of ``extract`` (which runs it on a scratch warehouse per file, on a worker). The
     caller holds the transaction and the session time zone (:func:`session_timezone`); the new
-    events are left unclassified (:mod:`.taxonomy` runs after the file). ``progress`` is called
-    with the number of bytes just read (compressed bytes for ``.gz``); ``workers``: the threads
-    that parse large kernel logs (None: the reader starts its own)."""
+    events are left unclassified (:mod:`.taxonomy` runs after the file), except a canonical file's
+    when a ``category_map`` is given: those are stored classified. ``progress`` is called with the
+    number of bytes just read (compressed bytes for ``.gz``); ``workers``: the threads that parse
+    large kernel logs (None: the reader starts its own)."""
     if fmt in TABLE_FORMATS:
         summary = ingest_canonical(
             con,
@@ -234,6 +236,7 @@ def read_file(
             fmt=fmt,
             column_map=options.column_map,
             max_decompressed_bytes=options.max_decompressed_bytes,
+            category_map=category_map,
         )
         if progress:
             progress(path.stat().st_size)
@@ -342,7 +345,14 @@ def _ingest_one(
     try:
         with session_timezone(con, options.timezone), warehouse.transaction(con):
             summary = read_file(
-                con, path, sha=sha, fmt=fmt, options=options, progress=progress, workers=workers
+                con,
+                path,
+                sha=sha,
+                fmt=fmt,
+                options=options,
+                progress=progress,
+                workers=workers,
+                category_map=category_map,
             )
             refuse_mostly_rejected(con, summary, options.max_rejected_percent)
             if note := taxonomy.classify_new_events(con, category_map):

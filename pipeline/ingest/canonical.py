@@ -6,11 +6,12 @@ reads a batch by its Python variable name (a DuckDB replacement scan), so it is 
 batch; ``con.register`` would hold every batch until the file's transaction commits. An
 incident's content key is (time, cluster, node, category, GPU, message), the category compared
 in lower case (as it was stored before categories were free text): a row already stored, by
-an earlier file or an earlier batch of this one, is a duplicate. The category is stored as written
-(trimmed) and classified after the file (:mod:`.taxonomy`); columns beyond the canonical ones are
-kept as JSON ``attributes``. Inventory rows are keyed by
-(cluster, node, in_service_from); a later file may close an interval an earlier one left open, so
-the newest row for that key wins.
+an earlier file or an earlier batch of this one, is a duplicate (checked only where one can be:
+see :data:`_BATCH_FACTS`). The category is stored as written (trimmed) with its class from
+:mod:`.taxonomy` (joined as the rows are stored when the category map is given, else classified
+after the file); columns beyond the canonical ones are kept as JSON ``attributes``. Inventory
+rows are keyed by (cluster, node, in_service_from); a later file may close an interval an
+earlier one left open, so the newest row for that key wins.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from pipeline.categories import CategoryMap
+from pipeline.ingest import taxonomy
 from pipeline.ingest.common import (
     FileSummary,
     InputError,
@@ -240,14 +244,14 @@ WITH parsed AS (
 SELECT * EXCLUDE (ts_text, gpu_text, resolved_text),
        CASE
          WHEN ts_text IS NULL OR ts_text = '' THEN 'timestamp is empty'
-         WHEN ts IS NULL THEN 'timestamp ' || ts_text || ' is not ISO 8601'
+         WHEN ts IS NULL OR NOT isfinite(ts) THEN 'timestamp ' || ts_text || ' is not ISO 8601'
          WHEN cluster_id IS NULL THEN 'cluster_id is empty'
          WHEN node_id IS NULL THEN 'node_id is empty'
          WHEN category IS NULL OR category = ''
            THEN 'category is empty; write undetermined when the cause is not known'
          WHEN gpu_text IS NOT NULL AND (gpu_index IS NULL OR gpu_index < 0)
            THEN 'gpu_index ' || gpu_text || ' is not a non-negative integer'
-         WHEN resolved_text IS NOT NULL AND resolved_at IS NULL
+         WHEN resolved_text IS NOT NULL AND (resolved_at IS NULL OR NOT isfinite(resolved_at))
            THEN 'resolved_at ' || resolved_text || ' is not ISO 8601'
          WHEN resolved_at < ts THEN 'resolved_at is before timestamp'
        END AS reason,
@@ -287,21 +291,55 @@ SELECT * EXCLUDE (gpus_text, from_text, to_text),
 FROM parsed
 """
 
-# A batch's first row per event key that neither an earlier batch nor an earlier file stored. The
-# same key means the same time, and matching on time too lets DuckDB skip the stored row groups
-# outside the batch's time range (most of them when files come in time order).
-_INSERT_EVENTS = """
-INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category,
-                    interrupting, gpu_index, job_id, message, resolved_at_utc, source_format, attributes)
-SELECT event_key, $file_id, line, timezone('UTC', ts), cluster_id, node_id, category,
-       NULL, gpu_index, job_id, message, timezone('UTC', resolved_at), 'canonical', attributes
-FROM staged s
-SEMI JOIN (SELECT event_key, min(line) AS line FROM staged WHERE reason IS NULL GROUP BY event_key) first
-    USING (event_key, line)
-WHERE reason IS NULL
-  AND NOT EXISTS (SELECT 1 FROM events e
-                  WHERE e.event_key = s.event_key AND e.timestamp_utc = timezone('UTC', s.ts))
+# A batch's new events: its valid rows, less those whose event key an earlier row has (an earlier
+# file, an earlier batch of this file, a smaller line of this batch). The two checks cost as much
+# as the insert itself, so each runs only when it can find something (_BATCH_FACTS): the batch's
+# first row per key only when two of its keys share a 64-bit hash, the stored rows only when some
+# lie within the batch's time range (the same key means the same time), read by that range so
+# DuckDB skips the row groups outside it. A first ingest of a file in time order needs neither.
+# The facts take in the rejected rows too (half the cost): that can only make a check run.
+# The range goes out as text: Python has no datetime for years past 9999.
+_BATCH_FACTS = """
+SELECT CAST(timezone('UTC', min(ts)) AS VARCHAR), CAST(timezone('UTC', max(ts)) AS VARCHAR),
+       count(*) > count(DISTINCT hash(event_key))
+FROM staged
 """
+_STORED_IN_RANGE = """
+SELECT count(*) > 0
+FROM (SELECT 1 FROM events WHERE timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
+      LIMIT 1)
+"""
+# ``classes``: the taxonomy's verdict on the file's categories (taxonomy.classes_frame; no rows when
+# the rows are left for taxonomy.classify_new_events), set as that step would (no source flag).
+_INSERT_EVENTS = """
+INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category, interrupting,
+                    gpu_index, job_id, message, resolved_at_utc, source_format, attributes, failure_class)
+SELECT event_key, $file_id, line, timezone('UTC', ts), cluster_id, node_id, category,
+       coalesce(c.user_interrupting, c.interrupting), gpu_index, job_id, message,
+       timezone('UTC', resolved_at), 'canonical', attributes, c.failure_class
+FROM staged s LEFT JOIN classes c USING (category)
+WHERE reason IS NULL
+"""
+_FIRST_IN_BATCH = """
+  AND (event_key, line) IN (SELECT event_key, min(line) FROM staged WHERE reason IS NULL GROUP BY event_key)
+"""
+_NOT_STORED = """
+  AND NOT EXISTS (SELECT 1 FROM events e
+                  WHERE e.timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
+                    AND e.event_key = s.event_key AND e.timestamp_utc = timezone('UTC', s.ts))
+"""
+
+
+def _insert_new_events(con, staged: pa.Table, classes: pl.DataFrame, file_id: int) -> None:
+    """Store the staged batch's new events (see :data:`_INSERT_EVENTS`); SQL reads ``staged`` and
+    ``classes`` by name."""
+    lo, hi, repeated = con.sql(_BATCH_FACTS).fetchall()[0]
+    if lo is None:  # no valid row
+        return
+    stored = count(con, _STORED_IN_RANGE, {"lo": lo, "hi": hi})
+    sql = _INSERT_EVENTS + (_FIRST_IN_BATCH if repeated else "") + (_NOT_STORED if stored else "")
+    con.execute(sql, {"file_id": file_id} | ({"lo": lo, "hi": hi} if stored else {}))
+
 
 _KEEP_INVENTORY = """
 INSERT INTO fresh
@@ -338,6 +376,33 @@ CREATE OR REPLACE TEMP TABLE raw_lines (line BIGINT, raw VARCHAR);
 CREATE OR REPLACE TEMP TABLE fresh (cluster_id VARCHAR, node_id VARCHAR, instance_type VARCHAR,
     gpus_per_node INTEGER, from_utc TIMESTAMP, to_utc TIMESTAMP, line BIGINT);
 """
+
+
+class _Classes:
+    """The file's categories classified as batches bring them (each once), or none without a map."""
+
+    def __init__(self, category_map: CategoryMap | None) -> None:
+        self.category_map = category_map
+        self.frame = taxonomy.classes_frame([], CategoryMap())
+
+    def add(self, staged: pa.Table) -> pl.DataFrame:
+        if self.category_map is not None:
+            new = set(pc.unique(staged["category"]).drop_null().to_pylist()) - set(self.frame["category"])
+            if new:
+                self.frame = pl.concat([self.frame, taxonomy.classes_frame(sorted(new), self.category_map)])
+        return self.frame
+
+    def note(self, con, file_id: int) -> str | None:
+        """The taxonomy's note on the unknown categories of the file's new events."""
+        unknown = self.frame.filter(~pl.col("known"))["category"].to_list()
+        if not unknown:
+            return None
+        counts = con.sql(
+            "SELECT category, count(*) FROM events WHERE file_id = ? AND list_contains(?, category)"
+            " GROUP BY category",
+            params=[file_id, unknown],
+        ).fetchall()
+        return taxonomy.unknown_note(counts, set(unknown))
 
 
 def _keep_raw_rows(con, batch: pl.DataFrame, staged: pa.Table, columns: Sequence[str]) -> None:
@@ -384,18 +449,24 @@ def ingest_canonical(
     column_map: Mapping[str, str],
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
     batch_rows: int = BATCH_ROWS,
+    category_map: CategoryMap | None = None,
 ) -> FileSummary:
-    """One canonical incidents or inventory file; the caller holds the transaction and time zone."""
+    """One canonical incidents or inventory file; the caller holds the transaction and time zone.
+    With a ``category_map`` the new events are stored classified (else :mod:`.taxonomy` does it)."""
     check_decompressed_size(path, max_decompressed_bytes)  # Polars decompresses a .gz whole, in memory
     frame, kind, columns, extra = _source(path, fmt, column_map)
     known = _COLUMNS[kind]
     summary = FileSummary(str(path), kind, fmt, ignored_columns=extra)
     file_id = summary.file_id = register_file(con, path, sha, kind, fmt)
     if kind == "incidents":
-        stage, stage_params, keep, keep_params = _STAGE_INCIDENTS, {}, _INSERT_EVENTS, {"file_id": file_id}
+        classes = _Classes(category_map)
+        stage, keep = (
+            _STAGE_INCIDENTS,
+            lambda staged: _insert_new_events(con, staged, classes.add(staged), file_id),
+        )
         summary.attribute_columns, summary.ignored_columns = extra, []
     else:
-        stage, stage_params, keep, keep_params = _STAGE_INVENTORY, {}, _KEEP_INVENTORY, {}
+        stage, keep = _STAGE_INVENTORY, lambda staged: con.execute(_KEEP_INVENTORY)
     con.execute(WORK_TABLES)
     events_before = count(con, "SELECT count(*) FROM events")
     to_line = _jsonl_lines(path, max_decompressed_bytes) if fmt == "jsonl" else None
@@ -410,8 +481,8 @@ def ingest_canonical(
         source = batch.select(  # noqa: F841 (read by SQL)
             pl.col(_ROW).alias("line"), *known, *_attributes(kind, extra)
         ).to_arrow()
-        staged = con.sql(stage, params=stage_params).to_arrow_table()
-        con.execute(keep, keep_params)
+        staged = con.sql(stage).to_arrow_table()
+        keep(staged)
         con.execute("INSERT INTO rejected SELECT line, reason FROM staged WHERE reason IS NOT NULL")
         if fmt == "parquet":
             _keep_raw_rows(con, batch, staged, columns)
@@ -419,6 +490,8 @@ def ingest_canonical(
     summary.rows_read = _stream(frame, path, fmt, batch_rows, take)
     if kind == "incidents":
         summary.rows_ingested = count(con, "SELECT count(*) FROM events") - events_before
+        if note := classes.note(con, file_id):
+            summary.notes.append(note)
     else:
         con.execute(UPSERT_INVENTORY, {"file_id": file_id})
         summary.rows_ingested = count(con, "SELECT count(*) FROM inventory WHERE file_id = ?", [file_id])

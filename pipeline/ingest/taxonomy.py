@@ -4,7 +4,9 @@ Readers store the category text as the source wrote it (``events.category``: a c
 "Faulty GPU", a kernel log's class name, a scheduler's reason text) and, when the source itself
 says whether the event stops a job (an Xid code's catalog entry), that flag in ``interrupting``;
 otherwise NULL. After each file, inside its transaction, :func:`classify_new_events` gives every
-event without a class (``failure_class`` NULL: the file's new events) its class and effective flag:
+event without a class (``failure_class`` NULL: the file's new events) its class and effective flag
+(the canonical reader, given the map, stores its rows classified by the same rules: updating
+millions of rows it has just written costs more than joining their few categories as it writes):
 
 * class: the user's map (:class:`pipeline.categories.CategoryMap`), else the built-in synonyms
   (:data:`pipeline.categories.SYNONYMS`), else an ``Xid N`` / ``SXid N`` in the text (the Xid
@@ -122,7 +124,12 @@ def classify_new_events(con, category_map: CategoryMap) -> str | None:
     frame = classes_frame([c for c, _ in counts], category_map)
     with registered(con, "category_classes", frame):
         con.execute(_CLASSIFY_NEW)
-    unknown = set(frame.filter(~pl.col("known"))["category"])
+    return unknown_note(counts, set(frame.filter(~pl.col("known"))["category"]))
+
+
+def unknown_note(counts: Iterable[tuple[str, int]], unknown: set[str]) -> str | None:
+    """The note naming the ``unknown`` categories with their counts of new events, or None. For a
+    reader that classifies its rows as it stores them (the canonical one)."""
     listed = sorted(((c, n) for c, n in counts if c in unknown), key=lambda cn: (-cn[1], cn[0]))
     if not listed:
         return None

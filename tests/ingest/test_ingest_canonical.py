@@ -13,8 +13,16 @@ import polars as pl
 import pytest
 
 from pipeline import warehouse
-from pipeline.ingest import InputError, ReaderOptions, ingest_files, parse_column_map
+from pipeline.ingest import (
+    InputError,
+    ReaderOptions,
+    ingest_files,
+    parse_category_map,
+    parse_column_map,
+    taxonomy,
+)
 from pipeline.ingest.canonical import BATCH_ROWS, ingest_canonical
+from pipeline.ingest.taxonomy import classify
 
 HEADER = "timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at\n"
 GOOD = "2026-03-02T04:26:29Z,c1,n1,gpu_memory,0,j1,ecc,2026-03-02T06:00:00Z\n"
@@ -28,6 +36,8 @@ GOOD = "2026-03-02T04:26:29Z,c1,n1,gpu_memory,0,j1,ecc,2026-03-02T06:00:00Z\n"
         ("2026-03-02T04:26:29Z,,n1,gpu_memory,0,j1,m,", "cluster_id is empty"),
         ("2026-03-02T04:26:29Z,c1,n1, ,0,j1,m,", "category is empty"),
         ("2026-03-02T04:26:29Z,c1,n1,gpu_memory,-1,j1,m,", "gpu_index -1 is not a non-negative integer"),
+        ("infinity,c1,n1,gpu_memory,0,j1,m,", "timestamp infinity is not ISO 8601"),
+        ("2026-03-02T04:26:29Z,c1,n1,gpu_memory,0,j1,m,infinity", "resolved_at infinity is not ISO 8601"),
         (
             "2026-03-02T04:26:29Z,c1,n1,gpu_memory,0,j1,m,2026-03-01T00:00:00Z",
             "resolved_at is before timestamp",
@@ -55,6 +65,13 @@ def test_same_rows_in_another_file_are_duplicates_and_incidents_collapse(con, wr
         ("c1", 1),
         ("c2", 1),
     ]
+
+
+def test_times_past_year_9999_and_before_1970_are_deduplicated_like_any_other(con, write):
+    """The duplicate checks read stored rows by the batch's time range, which Python could not hold."""
+    rows = HEADER + GOOD.replace("2026", "10000") + GOOD.replace("2026", "0001")
+    [first, second] = ingest_files(con, [write("a.csv", rows), write("b.csv", rows + GOOD)])
+    assert (first.rows_ingested, second.rows_ingested, second.rows_duplicate) == (2, 1, 2)
 
 
 def test_jsonl_parquet_and_column_map(con, write, tmp_path, sql):
@@ -275,6 +292,39 @@ def test_batch_size_does_not_change_the_warehouse(tmp_path):
     counts = {row[0]: row[1:] for row in one_batch["files"]}
     assert counts[2] == (160, 59, 91, 10) and counts[3] == (160, 60, 90, 10)  # 60 keys, 1 stored
     assert counts[4] == (60, 27, 27, 6)  # 9 nodes x 3 start dates; gpus_per_node -1 rejected
+
+
+def test_rows_are_stored_classified_as_the_taxonomy_would_with_a_map_and_left_to_it_without(con, write, sql):
+    """With the category map the new events need no update after the file (classes joined as they
+    are stored); without it (failcast extract's scratch warehouse) they are left unclassified."""
+    rows = "".join(
+        f"2026-03-0{day}T00:00:00Z,c1,n1,{c},0,j,m,\n"
+        for day in (2, 3)
+        for c in ("Faulty GPU", "Maintenance", "Cosmic Rays", "XID 79")
+    )
+    path = write("incidents.csv", HEADER + rows)
+    cmap = parse_category_map(["Maintenance=other:noninterrupting"])
+    with warehouse.transaction(con):
+        summary = ingest_canonical(
+            con, path, sha="a", fmt="csv", column_map={}, batch_rows=3, category_map=cmap
+        )
+    stored = sql("SELECT DISTINCT category, failure_class, interrupting, source_interrupting FROM events")
+    expected = {
+        (
+            c,
+            k.failure_class.value,
+            k.interrupting if k.user_interrupting is None else k.user_interrupting,
+            None,
+        )
+        for c in ("Faulty GPU", "Maintenance", "Cosmic Rays", "XID 79")
+        for k in [classify(c, cmap)]
+    }
+    assert set(stored) == expected and ("Maintenance", "other", False, None) in expected
+    assert summary.notes == [taxonomy.unknown_note([("Cosmic Rays", 2)], {"Cosmic Rays"})]
+    other = write("later.csv", HEADER + rows.replace("2026-03-0", "2026-04-0"))
+    with warehouse.transaction(con):
+        summary = ingest_canonical(con, other, sha="b", fmt="csv", column_map={})
+    assert sql("SELECT count(*) FROM events WHERE failure_class IS NULL") == [(8,)] and summary.notes == []
 
 
 _PEAK_RSS_CHILD = """
