@@ -67,9 +67,18 @@ ALLOWED_SQL_INTERPOLATIONS = {
     ("pipeline/ingest/sacct.py", "spec.table"): "a PipeExport's table name, a literal in each reader",
     ("pipeline/ingest/kubernetes.py", "table"): "temp table names from a literal tuple",
     ("pipeline/ingest/cloud_events.py", "table"): "temp table names from a literal tuple",
-    ("pipeline/ingest/cloud_events.py", "_time_sql('start_text')"): "SQL of a literal column name",
-    ("pipeline/ingest/cloud_events.py", "_time_sql('end_text')"): "SQL of a literal column name",
-    ("pipeline/ingest/cloud_events.py", "_time_sql('ts_text')"): "SQL of a literal column name",
+    ("pipeline/ingest/cloud_events.py", "time_sql('start_text')"): "SQL of a literal column name",
+    ("pipeline/ingest/cloud_events.py", "time_sql('end_text')"): "SQL of a literal column name",
+    ("pipeline/ingest/cloud_events.py", "time_sql('ts_text')"): "SQL of a literal column name",
+    ("pipeline/ingest/canonical.py", "time_sql('trim(timestamp)')"): "SQL of a column",
+    ("pipeline/ingest/canonical.py", "time_sql(\"nullif(trim(resolved_at), '')\")"): "SQL of a column",
+    ("pipeline/ingest/canonical.py", "time_sql('trim(in_service_from)')"): "SQL of a column",
+    ("pipeline/ingest/canonical.py", "time_sql(\"nullif(trim(in_service_to), '')\")"): "SQL of a column",
+    (
+        "pipeline/ingest/canonical.py",
+        "whole_number_sql(\"nullif(trim(gpu_index), '')\")",
+    ): "SQL of a literal column",
+    ("pipeline/ingest/canonical.py", "whole_number_sql('trim(gpus_per_node)')"): "SQL of a column",
 }
 
 

@@ -56,7 +56,14 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.ingest.common import FileSummary, InputError, account_lines, register_file, registered
+from pipeline.ingest.common import (
+    FileSummary,
+    InputError,
+    account_lines,
+    register_file,
+    registered,
+    time_sql,
+)
 from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, read_lines
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
@@ -277,18 +284,10 @@ def _ec2_located(text: str, start: int, end: int, value: object) -> Iterator[tup
         yield at, record
 
 
-def _time_sql(column: str) -> str:
-    """ISO 8601 (naive: the session time zone) or epoch seconds; ``column`` is a trusted name."""
-    return (
-        f"CASE WHEN regexp_full_match({column}, '[0-9]+(\\.[0-9]+)?')"
-        f" THEN to_timestamp(CAST({column} AS DOUBLE)) ELSE TRY_CAST({column} AS TIMESTAMPTZ) END"
-    )
-
-
 _STAGE = f"""
 CREATE OR REPLACE TEMP TABLE cloud_events_parsed AS
 WITH typed AS (
-    SELECT *, {_time_sql("start_text")} AS start_ts, {_time_sql("end_text")} AS end_ts
+    SELECT *, {time_sql("start_text")} AS start_ts, {time_sql("end_text")} AS end_ts
     FROM cloud_events_frame
 )
 SELECT *,
@@ -300,12 +299,12 @@ SELECT *,
          WHEN end_ts < start_ts THEN 'NotAfter is before NotBefore'
        END AS reason
 FROM typed
-"""  # noqa: S608 - _time_sql() of fixed column names
+"""  # noqa: S608 - time_sql() of fixed column names
 
 _RESTARTS = f"""
 CREATE OR REPLACE TEMP TABLE cloud_restarts AS
-SELECT node_id, {_time_sql("ts_text")} AS ts FROM cloud_restarts_frame
-"""  # noqa: S608 - _time_sql() of a fixed column name
+SELECT node_id, {time_sql("ts_text")} AS ts FROM cloud_restarts_frame
+"""  # noqa: S608 - time_sql() of a fixed column name
 
 # A host error's outage ends at the instance's first automaticRestart in the file at or after it,
 # unless another host error of the instance comes first (that restart is the later error's).

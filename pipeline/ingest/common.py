@@ -132,5 +132,33 @@ def checked_timezone(con, timezone: str) -> str:
     return timezone
 
 
+def time_sql(column: str) -> str:
+    """SQL for a time field as exports write it; ``column`` must be a trusted SQL name. ISO 8601
+    (naive: the session time zone), with its offset also after a space (``2026-02-01 10:00:00
+    +0000``, Python's and Go's default text), or Unix epoch seconds (9-10 digits, a fraction
+    allowed) or milliseconds (12-13 digits): monitoring APIs and ticket systems write those. Other
+    digit strings (a compact ``20260201``) are not taken for epochs. The plain cast runs first; the
+    patterns only see what it refused, so ISO text costs no regular expression."""
+    return (
+        f"coalesce(TRY_CAST({column} AS TIMESTAMPTZ), CASE"
+        f" WHEN regexp_full_match({column}, '[0-9]{{9,10}}([.][0-9]+)?')"
+        f" THEN to_timestamp(CAST({column} AS DOUBLE))"
+        f" WHEN regexp_full_match({column}, '[0-9]{{12,13}}')"
+        f" THEN to_timestamp(CAST({column} AS DOUBLE) / 1000)"
+        f" ELSE TRY_CAST(regexp_replace({column}, ' ([+-][0-9]{{2}}:?[0-9]{{2}})$', '\\1')"
+        " AS TIMESTAMPTZ) END)"
+    )
+
+
+def whole_number_sql(column: str) -> str:
+    """SQL for a whole number written as text, ``8`` or ``8.0`` (a float column of a pandas
+    export); NULL for ``8.5``, which DuckDB's own cast would round to 9 (a GPU index 2.5 stored as
+    3). ``column`` must be a trusted SQL expression."""
+    return (
+        f"CASE WHEN TRY_CAST({column} AS DOUBLE) = floor(TRY_CAST({column} AS DOUBLE))"
+        f" THEN TRY_CAST({column} AS INTEGER) END"
+    )
+
+
 def count(con, sql: str, params=None) -> int:
     return con.sql(sql, params=params).fetchall()[0][0]

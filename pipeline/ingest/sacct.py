@@ -29,6 +29,7 @@ from pipeline.ingest.common import (
     count,
     register_file,
     registered,
+    time_sql,
 )
 from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, read_lines
 
@@ -52,11 +53,7 @@ def slurm_time(column: str) -> str:
     """SQL for a Slurm time field as printed by ``slurm_make_time_str`` (src/common/parse_time.c):
     ``%FT%T`` in the session time zone, epoch seconds with ``SLURM_TIME_FORMAT=%s``, or ``Unknown``
     (0 or INFINITE) / ``None`` (NO_VAL), which are NULL. ``column`` must be a trusted SQL name."""
-    return (
-        f"CASE WHEN {column} IN ('', 'Unknown', 'None') THEN NULL "
-        f"WHEN regexp_full_match({column}, '[0-9]+') THEN to_timestamp(CAST({column} AS BIGINT)) "
-        f"ELSE TRY_CAST({column} AS TIMESTAMPTZ) END"
-    )
+    return f"CASE WHEN {column} IN ('', 'Unknown', 'None') THEN NULL ELSE {time_sql(column)} END"
 
 
 Header = tuple[str, dict[str, int], int]

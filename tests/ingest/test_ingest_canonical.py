@@ -29,6 +29,37 @@ GOOD = "2026-03-02T04:26:29Z,c1,n1,gpu_memory,0,j1,ecc,2026-03-02T06:00:00Z\n"
 
 
 @pytest.mark.parametrize(
+    ("text", "utc"),
+    [
+        ("2026-03-02T04:26:29Z", "2026-03-02 04:26:29"),
+        ("2026-03-02 05:26:29 +0100", "2026-03-02 04:26:29"),  # Python's and Go's default text
+        ("2026-03-02 04:26:29 -05:00", "2026-03-02 09:26:29"),
+        ("1772425589", "2026-03-02 04:26:29"),  # Unix epoch seconds
+        ("1772425589.25", "2026-03-02 04:26:29.25"),
+        ("1772425589250", "2026-03-02 04:26:29.25"),  # epoch milliseconds
+        ("2026-03-02 05:26:29", "2026-03-02 04:26:29"),  # naive: read in --timezone (Europe/Paris)
+    ],
+)
+def test_time_forms_of_real_exports(con, write, sql, text, utc):
+    [s] = ingest_files(
+        con,
+        [write("t.csv", HEADER + f"{text},c1,n1,gpu_memory,3.0,j1,m,\n")],
+        ReaderOptions(timezone="Europe/Paris"),
+    )
+    assert (s.rows_ingested, s.rows_rejected) == (1, 0)
+    assert sql("SELECT CAST(timestamp_utc AS VARCHAR), gpu_index FROM events") == [(utc, 3)]
+
+
+def test_inventory_gpus_per_node_must_be_whole(con, write, sql):
+    header = "cluster_id,node_id,instance_type,gpus_per_node,in_service_from\n"
+    rows = "c1,n1,p5,8.0,1772425589\nc1,n2,p5,8.5,2026-03-02T00:00:00Z\n"
+    [s] = ingest_files(con, [write("inventory.csv", header + rows)])
+    assert (s.rows_ingested, s.rows_rejected) == (1, 1)
+    assert sql("SELECT node_id, gpus_per_node FROM inventory") == [("n1", 8)]
+    assert "gpus_per_node 8.5 is not a whole number" in sql("SELECT reason FROM rejects")[0][0]
+
+
+@pytest.mark.parametrize(
     ("line", "reason"),
     [
         ("yesterday,c1,n1,gpu_memory,0,j1,m,", "timestamp yesterday is not ISO 8601"),
@@ -37,6 +68,8 @@ GOOD = "2026-03-02T04:26:29Z,c1,n1,gpu_memory,0,j1,ecc,2026-03-02T06:00:00Z\n"
         ("2026-03-02T04:26:29Z,c1,n1, ,0,j1,m,", "category is empty"),
         ("2026-03-02T04:26:29Z,c1,n1,gpu_memory,-1,j1,m,", "gpu_index -1 is not a non-negative integer"),
         ("infinity,c1,n1,gpu_memory,0,j1,m,", "timestamp infinity is not ISO 8601"),
+        ("2026-03-02T04:26:29Z,c1,n1,gpu_memory,2.5,j1,m,", "gpu_index 2.5 is not a non-negative integer"),
+        ("20260302,c1,n1,gpu_memory,0,j1,m,", "timestamp 20260302 is not ISO 8601"),  # not an epoch
         ("2026-03-02T04:26:29Z,c1,n1,gpu_memory,0,j1,m,infinity", "resolved_at infinity is not ISO 8601"),
         (
             "2026-03-02T04:26:29Z,c1,n1,gpu_memory,0,j1,m,2026-03-01T00:00:00Z",
