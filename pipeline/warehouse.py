@@ -231,7 +231,7 @@ WITH listed AS (
                coalesce(fault <> lag(fault) OVER w OR t - lag(t) OVER w > (SELECT us FROM span), true)
                AND coalesce(fault <> lead(fault) OVER w OR lead(t) OVER w - t > (SELECT us FROM span), true)
                    AS alone
-        FROM (SELECT row_id, t, hash(cluster_id, node_id, category, gpu_key) AS fault FROM resolved)
+        FROM (SELECT row_id, t, {fault_hash} AS fault FROM resolved)
         WINDOW w AS (ORDER BY fault, t)
     )
     WHERE NOT alone
@@ -269,6 +269,7 @@ SELECT CAST(md5_number(concat_ws(chr(31), cluster_id, node_id, category, coalesc
 FROM collapsed
 """
 _REBUILT_NODES = "e.node_id IN (SELECT node_id FROM rebuild_nodes)"
+_FAULT_HASH = "hash(cluster_id, node_id, category, gpu_key)"  # tests replace it with a colliding one
 
 # Nodes that can have changed since the last build: those with events from newer files, and every
 # node with an event of unknown cluster (its cluster comes from the inventory, which may have
@@ -387,15 +388,18 @@ def rebuild_incidents(
     built = con.sql("SELECT window_seconds, through_file_id, category_map FROM incidents_built").fetchall()
     through = con.sql("SELECT coalesce(max(file_id), 0) FROM events").fetchall()[0][0]
     full = full or not built or built[0][0] != window_seconds or built[0][2] != category_map
-    params = {"window_seconds": window_seconds, "unknown": UNKNOWN_CLUSTER}
-    params["job_symptoms"] = JOB_SYMPTOMS_FORMAT
+    params = {
+        "window_seconds": window_seconds,
+        "unknown": UNKNOWN_CLUSTER,
+        "job_symptoms": JOB_SYMPTOMS_FORMAT,
+    }
     if full:
         con.execute("DELETE FROM incidents")
-        con.execute(_INSERT_INCIDENTS.format(nodes="true"), params)
+        con.execute(_INSERT_INCIDENTS.format(nodes="true", fault_hash=_FAULT_HASH), params)
     else:
         con.execute(_REBUILD_NODES, {"through_file_id": built[0][1], "unknown": UNKNOWN_CLUSTER})
         con.execute("DELETE FROM incidents WHERE node_id IN (SELECT node_id FROM rebuild_nodes)")
-        con.execute(_INSERT_INCIDENTS.format(nodes=_REBUILT_NODES), params)
+        con.execute(_INSERT_INCIDENTS.format(nodes=_REBUILT_NODES, fault_hash=_FAULT_HASH), params)
         con.execute("DROP TABLE rebuild_nodes")
     con.execute("DELETE FROM incidents_built")
     con.execute(
