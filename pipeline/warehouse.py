@@ -193,18 +193,19 @@ records count the fault; counting the job's view too would count it twice)."""
 #
 # Cost: one sort of 16-byte keys. Most events are incidents of their own (a canonical incidents
 # file: 99.97% of 1 M rows), so the query first finds the few that are not: one window over the
-# whole set, ordered by a 64-bit hash of the fault (cluster, node, category, GPU) and the time,
-# with no partitions (a window partitioned by the fault's four strings costs 3x as much: the
-# strings are sort keys and most partitions hold one or two events). An event with no neighbour
-# of the same hash within the window has none of its own fault either: it is an incident, written
-# straight from its row. A hash collision can only make events look shared, never alone, and the
-# shared ones are collapsed exactly: a window by the fault's strings numbers their incidents (the
-# time of each one's first event, peers included, so ties in time need no tie-break) and a
-# group-by collapses them; job, message, xid and attributes are the earliest event's that has one
-# (arg_min skips NULLs), pci_bus_id the smallest of the incident's (several only when one
-# gpu_index was reported with different PCI ids). Times are compared as integer microseconds.
-# Measured on 1 M events (bench/RESULTS.md, "Issue 18, incident rebuild (h18b)"): CPU-s 2.2 ->
-# 1.4, of which writing the 1 M incident rows takes ~0.65 and their md5 ids ~0.25.
+# whole set, ordered by a 64-bit hash of the fault (cluster, node, category, GPU) and the time
+# (microseconds), with no partitions (a window partitioned by the fault's four strings costs 3x
+# as much: the strings are sort keys and most partitions hold one or two events). An event with
+# no neighbour of the same hash within the window has none of its own fault either: it is an
+# incident, written straight from its row. A hash collision can only make events look shared,
+# never alone, and the shared ones are collapsed exactly, as before this shortcut: a window by the
+# fault's strings, ordered by time and event_key, marks where incidents start and numbers the
+# events (position); a second, by fault, numbers the incidents; a group-by collapses them. Job,
+# message, xid and attributes are the first event's that has one (arg_min skips NULLs),
+# pci_bus_id the smallest of the incident's (several only when one gpu_index was reported with
+# different PCI ids). bench/RESULTS.md, "Issue 18, incident rebuild (h18b)": per million events
+# of a canonical file 2.4 -> 1.3 CPU-s, of which writing the incident rows takes ~0.65 and their
+# md5 ids ~0.25; when nearly every event shares its incident (Xid storms) 2.7 -> 3.6 CPU-s.
 _INSERT_INCIDENTS = """
 INSERT INTO incidents BY NAME
 WITH listed AS (
@@ -221,39 +222,40 @@ WITH listed AS (
            e.failure_class, e.attributes
     FROM events e LEFT JOIN listed l ON l.node_id = e.node_id
     WHERE {nodes} AND e.source_format IS DISTINCT FROM $job_symptoms
-), span AS (
-    SELECT epoch_us(to_seconds(CAST($window_seconds AS DOUBLE))) AS us
 ), shared AS MATERIALIZED (
     SELECT row_id
     FROM (
         SELECT row_id,
                -- NULL (no previous / next event) or another fault or more than the window apart
-               coalesce(fault <> lag(fault) OVER w OR t - lag(t) OVER w > (SELECT us FROM span), true)
-               AND coalesce(fault <> lead(fault) OVER w OR lead(t) OVER w - t > (SELECT us FROM span), true)
+               coalesce(fault <> lag(fault) OVER w OR t - lag(t) OVER w > $window_us, true)
+               AND coalesce(fault <> lead(fault) OVER w OR lead(t) OVER w - t > $window_us, true)
                    AS alone
         FROM (SELECT row_id, t, {fault_hash} AS fault FROM resolved)
         WINDOW w AS (ORDER BY fault, t)
     )
     WHERE NOT alone
 ), runs AS (
-    SELECT *, coalesce(t - lag(t) OVER w > (SELECT us FROM span), true) AS starts_incident
+    SELECT row_id, cluster_id, node_id, category, gpu_key,
+           coalesce(t - lag(t) OVER w > $window_us, true) AS starts_incident,
+           first_value(row_id) OVER w AS fault_id, row_number() OVER w AS position
     FROM resolved
     WHERE row_id IN (SELECT row_id FROM shared)
-    WINDOW w AS (PARTITION BY cluster_id, node_id, category, gpu_key ORDER BY t)
+    WINDOW w AS (PARTITION BY cluster_id, node_id, category, gpu_key ORDER BY t, event_key)
 ), numbered AS (
-    SELECT *, max(CASE WHEN starts_incident THEN t END)
-                  OVER (PARTITION BY cluster_id, node_id, category, gpu_key ORDER BY t) AS first_t
+    SELECT *, count(*) FILTER (WHERE starts_incident)
+                  OVER (PARTITION BY fault_id ORDER BY position ROWS UNBOUNDED PRECEDING) AS incident_seq
     FROM runs
 ), grouped AS (
-    SELECT cluster_id, node_id, category, gpu_key,
-           bool_or(interrupting) AS interrupting, any_value(gpu_index) AS gpu_index,
-           min(timestamp_utc) AS timestamp_utc, max(timestamp_utc) AS last_event_utc,
-           max(resolved_at_utc) AS resolved_at_utc, count(*) AS events,
-           arg_min(job_id, (t, event_key)) AS job_id, arg_min(message, (t, event_key)) AS message,
-           min(pci_bus_id) AS pci_bus_id, arg_min(xid, (t, event_key)) AS xid,
-           any_value(failure_class) AS failure_class, arg_min(attributes, (t, event_key)) AS attributes
-    FROM numbered
-    GROUP BY cluster_id, node_id, category, gpu_key, first_t
+    SELECT any_value(n.cluster_id) AS cluster_id, any_value(n.node_id) AS node_id,
+           any_value(n.category) AS category, any_value(n.gpu_key) AS gpu_key,
+           bool_or(e.interrupting) AS interrupting, any_value(e.gpu_index) AS gpu_index,
+           min(e.timestamp_utc) AS timestamp_utc, max(e.timestamp_utc) AS last_event_utc,
+           max(e.resolved_at_utc) AS resolved_at_utc, count(*) AS events,
+           arg_min(e.job_id, n.position) AS job_id, arg_min(e.message, n.position) AS message,
+           min(e.pci_bus_id) AS pci_bus_id, arg_min(e.xid, n.position) AS xid,
+           any_value(e.failure_class) AS failure_class, arg_min(e.attributes, n.position) AS attributes
+    FROM numbered n JOIN events e ON e.rowid = n.row_id
+    GROUP BY n.fault_id, n.incident_seq
 ), collapsed AS (
     SELECT cluster_id, node_id, category, gpu_key, interrupting, gpu_index,
            timestamp_utc, timestamp_utc AS last_event_utc, resolved_at_utc, 1 AS events,
@@ -388,8 +390,9 @@ def rebuild_incidents(
     built = con.sql("SELECT window_seconds, through_file_id, category_map FROM incidents_built").fetchall()
     through = con.sql("SELECT coalesce(max(file_id), 0) FROM events").fetchall()[0][0]
     full = full or not built or built[0][0] != window_seconds or built[0][2] != category_map
+    window_us = con.sql("SELECT epoch_us(to_seconds(CAST(? AS DOUBLE)))", params=[window_seconds])
     params = {
-        "window_seconds": window_seconds,
+        "window_us": window_us.fetchall()[0][0],
         "unknown": UNKNOWN_CLUSTER,
         "job_symptoms": JOB_SYMPTOMS_FORMAT,
     }
