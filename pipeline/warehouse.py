@@ -185,21 +185,27 @@ records count the fault; counting the job's view too would count it twice)."""
 # The GPU is gpu_index when known, else the PCI bus id of an XID line. Events whose cluster was
 # unknown at ingest take the node's cluster from the inventory, whatever order files came in
 # (looked up once per such node, not per event). An incident depends only on the events of its
-# node, so the query reads only the events of the nodes in the temp table ``rebuild_nodes``.
-# Events at the same time are ordered by event_key, so the result does not depend on the order
-# DuckDB happens to scan them in (incremental == full rebuild).
+# node, so an incremental rebuild reads only the events of the nodes in the temp table
+# ``rebuild_nodes`` (``{nodes}``: _REBUILT_NODES; a full rebuild reads all, unfiltered). Where
+# events of an incident tie in time, its job, message, xid and attributes come from the one with
+# the smallest event_key, so the result does not depend on the order DuckDB happens to scan them
+# in (incremental == full).
 #
-# Cost: one sort of narrow rows. The window over a fault (cluster, node, category, GPU) carries only
-# the row id and the time: it names each fault by the row id of its first event, numbers its
-# events (position) and marks where an incident starts (gap to the previous event longer than the
-# window) and ends (gap to the next). An incident that starts and ends on one event (most rows of a
-# canonical incidents file) is that event: its other columns are read by row id, no grouping. The
-# other events are numbered into incidents by a second, smaller window and grouped; job, message,
-# xid and attributes are the first event's that has one (arg_min skips NULLs), pci_bus_id the
-# smallest of the incident's (several only when one gpu_index was reported with different PCI ids).
-# Measured on 1 M events of single-event incidents: 4.5 s of CPU before (two windows and a
-# group-by carrying every column), 2.2 s now; peak of a 3 M-row first ingest 2.3 -> 1.5 GB
-# (bench/RESULTS.md, "Issue 18: canonical ingest").
+# Cost: one sort of 16-byte keys. Most events are incidents of their own (a canonical incidents
+# file: 99.97% of 1 M rows), so the query first finds the few that are not: one window over the
+# whole set, ordered by a 64-bit hash of the fault (cluster, node, category, GPU) and the time
+# (microseconds), with no partitions (a window partitioned by the fault's four strings costs 3x
+# as much: the strings are sort keys and most partitions hold one or two events). An event with
+# no neighbour of the same hash within the window has none of its own fault either: it is an
+# incident, written straight from its row. A hash collision can only make events look shared,
+# never alone, and the shared ones are collapsed exactly, as before this shortcut: a window by the
+# fault's strings, ordered by time and event_key, marks where incidents start and numbers the
+# events (position); a second, by fault, numbers the incidents; a group-by collapses them. Job,
+# message, xid and attributes are the first event's that has one (arg_min skips NULLs),
+# pci_bus_id the smallest of the incident's (several only when one gpu_index was reported with
+# different PCI ids). bench/RESULTS.md, "Issue 18, incident rebuild (h18b)": per million events
+# of a canonical file 2.4 -> 1.3 CPU-s, of which writing the incident rows takes ~0.65 and their
+# md5 ids ~0.25; when nearly every event shares its incident (Xid storms) 2.7 -> 3.6 CPU-s.
 _INSERT_INCIDENTS = """
 INSERT INTO incidents BY NAME
 WITH listed AS (
@@ -207,47 +213,55 @@ WITH listed AS (
     FROM inventory
     WHERE node_id IN (SELECT node_id FROM events WHERE cluster_id = $unknown)
     GROUP BY node_id
-), resolved AS (
-    SELECT e.rowid AS row_id, e.timestamp_utc, e.event_key,
+), resolved AS NOT MATERIALIZED (
+    SELECT e.rowid AS row_id, epoch_us(e.timestamp_utc) AS t, e.event_key, e.timestamp_utc,
            CASE WHEN e.cluster_id = $unknown THEN coalesce(l.cluster_id, e.cluster_id)
                 ELSE e.cluster_id END AS cluster_id,
-           e.node_id, e.category, coalesce(CAST(e.gpu_index AS VARCHAR), e.pci_bus_id) AS gpu_key
+           e.node_id, e.category, coalesce(CAST(e.gpu_index AS VARCHAR), e.pci_bus_id) AS gpu_key,
+           e.interrupting, e.gpu_index, e.resolved_at_utc, e.job_id, e.message, e.pci_bus_id, e.xid,
+           e.failure_class, e.attributes
     FROM events e LEFT JOIN listed l ON l.node_id = e.node_id
-    WHERE e.node_id IN (SELECT node_id FROM rebuild_nodes) AND e.source_format IS DISTINCT FROM $job_symptoms
-), ordered AS MATERIALIZED (
-    SELECT row_id, timestamp_utc, cluster_id, gpu_key,
-           first_value(row_id) OVER w AS fault,
-           row_number() OVER w AS position,
-           -- NULL (no previous / next event) or more than the window apart: a boundary
-           coalesce(timestamp_utc - lag(timestamp_utc) OVER w > to_seconds(CAST($window_seconds AS DOUBLE)),
-                    true) AS starts_incident,
-           coalesce(lead(timestamp_utc) OVER w - timestamp_utc > to_seconds(CAST($window_seconds AS DOUBLE)),
-                    true) AS ends_incident
+    WHERE {nodes} AND e.source_format IS DISTINCT FROM $job_symptoms
+), shared AS MATERIALIZED (
+    SELECT row_id
+    FROM (
+        SELECT row_id,
+               -- NULL (no previous / next event) or another fault or more than the window apart
+               coalesce(fault <> lag(fault) OVER w OR t - lag(t) OVER w > $window_us, true)
+               AND coalesce(fault <> lead(fault) OVER w OR lead(t) OVER w - t > $window_us, true)
+                   AS alone
+        FROM (SELECT row_id, t, {fault_hash} AS fault FROM resolved)
+        WINDOW w AS (ORDER BY fault, t)
+    )
+    WHERE NOT alone
+), runs AS (
+    SELECT row_id, cluster_id, node_id, category, gpu_key,
+           coalesce(t - lag(t) OVER w > $window_us, true) AS starts_incident,
+           first_value(row_id) OVER w AS fault_id, row_number() OVER w AS position
     FROM resolved
-    WINDOW w AS (PARTITION BY cluster_id, node_id, category, gpu_key ORDER BY timestamp_utc, event_key)
+    WHERE row_id IN (SELECT row_id FROM shared)
+    WINDOW w AS (PARTITION BY cluster_id, node_id, category, gpu_key ORDER BY t, event_key)
 ), numbered AS (
-    SELECT *,
-           count(*) FILTER (WHERE starts_incident)
-               OVER (PARTITION BY fault ORDER BY position ROWS UNBOUNDED PRECEDING) AS incident_seq
-    FROM ordered
-    WHERE NOT (starts_incident AND ends_incident)
+    SELECT *, count(*) FILTER (WHERE starts_incident)
+                  OVER (PARTITION BY fault_id ORDER BY position ROWS UNBOUNDED PRECEDING) AS incident_seq
+    FROM runs
 ), grouped AS (
-    SELECT any_value(n.cluster_id) AS cluster_id, any_value(e.node_id) AS node_id,
-           any_value(e.category) AS category, any_value(n.gpu_key) AS gpu_key,
+    SELECT any_value(n.cluster_id) AS cluster_id, any_value(n.node_id) AS node_id,
+           any_value(n.category) AS category, any_value(n.gpu_key) AS gpu_key,
            bool_or(e.interrupting) AS interrupting, any_value(e.gpu_index) AS gpu_index,
-           min(n.timestamp_utc) AS timestamp_utc, max(n.timestamp_utc) AS last_event_utc,
+           min(e.timestamp_utc) AS timestamp_utc, max(e.timestamp_utc) AS last_event_utc,
            max(e.resolved_at_utc) AS resolved_at_utc, count(*) AS events,
            arg_min(e.job_id, n.position) AS job_id, arg_min(e.message, n.position) AS message,
            min(e.pci_bus_id) AS pci_bus_id, arg_min(e.xid, n.position) AS xid,
            any_value(e.failure_class) AS failure_class, arg_min(e.attributes, n.position) AS attributes
     FROM numbered n JOIN events e ON e.rowid = n.row_id
-    GROUP BY n.fault, n.incident_seq
+    GROUP BY n.fault_id, n.incident_seq
 ), collapsed AS (
-    SELECT o.cluster_id, e.node_id, e.category, o.gpu_key, e.interrupting, e.gpu_index,
-           o.timestamp_utc, o.timestamp_utc AS last_event_utc, e.resolved_at_utc, 1 AS events,
-           e.job_id, e.message, e.pci_bus_id, e.xid, e.failure_class, e.attributes
-    FROM ordered o JOIN events e ON e.rowid = o.row_id
-    WHERE o.starts_incident AND o.ends_incident
+    SELECT cluster_id, node_id, category, gpu_key, interrupting, gpu_index,
+           timestamp_utc, timestamp_utc AS last_event_utc, resolved_at_utc, 1 AS events,
+           job_id, message, pci_bus_id, xid, failure_class, attributes
+    FROM resolved
+    WHERE row_id NOT IN (SELECT row_id FROM shared)
     UNION ALL
     SELECT * FROM grouped
 )
@@ -256,6 +270,8 @@ SELECT CAST(md5_number(concat_ws(chr(31), cluster_id, node_id, category, coalesc
        * EXCLUDE (gpu_key)
 FROM collapsed
 """
+_REBUILT_NODES = "e.node_id IN (SELECT node_id FROM rebuild_nodes)"
+_FAULT_HASH = "hash(cluster_id, node_id, category, gpu_key)"  # tests replace it with a colliding one
 
 # Nodes that can have changed since the last build: those with events from newer files, and every
 # node with an event of unknown cluster (its cluster comes from the inventory, which may have
@@ -374,16 +390,20 @@ def rebuild_incidents(
     built = con.sql("SELECT window_seconds, through_file_id, category_map FROM incidents_built").fetchall()
     through = con.sql("SELECT coalesce(max(file_id), 0) FROM events").fetchall()[0][0]
     full = full or not built or built[0][0] != window_seconds or built[0][2] != category_map
-    con.execute(_REBUILD_NODES, {"through_file_id": -1 if full else built[0][1], "unknown": UNKNOWN_CLUSTER})
+    window_us = con.sql("SELECT epoch_us(to_seconds(CAST(? AS DOUBLE)))", params=[window_seconds])
+    params = {
+        "window_us": window_us.fetchall()[0][0],
+        "unknown": UNKNOWN_CLUSTER,
+        "job_symptoms": JOB_SYMPTOMS_FORMAT,
+    }
     if full:
         con.execute("DELETE FROM incidents")
+        con.execute(_INSERT_INCIDENTS.format(nodes="true", fault_hash=_FAULT_HASH), params)
     else:
+        con.execute(_REBUILD_NODES, {"through_file_id": built[0][1], "unknown": UNKNOWN_CLUSTER})
         con.execute("DELETE FROM incidents WHERE node_id IN (SELECT node_id FROM rebuild_nodes)")
-    con.execute(
-        _INSERT_INCIDENTS,
-        {"window_seconds": window_seconds, "unknown": UNKNOWN_CLUSTER, "job_symptoms": JOB_SYMPTOMS_FORMAT},
-    )
-    con.execute("DROP TABLE rebuild_nodes")
+        con.execute(_INSERT_INCIDENTS.format(nodes=_REBUILT_NODES, fault_hash=_FAULT_HASH), params)
+        con.execute("DROP TABLE rebuild_nodes")
     con.execute("DELETE FROM incidents_built")
     con.execute(
         "INSERT INTO incidents_built VALUES ($window_seconds, $through, $category_map)",

@@ -167,8 +167,18 @@ def reference_incident(fault: tuple, run: list[tuple]) -> tuple:
             first[12], category, None)  # fmt: skip
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_rebuild_follows_the_collapse_rule_on_random_events(con, seed):
+# The rebuild finds the events that share an incident through a 64-bit hash of their fault; hashes
+# that collide (all faults one hash, or faults of different nodes sharing one) must not change the result.
+COLLIDING = ("0", "hash(node_id) % 3")
+
+
+CASES = [(seed, None) for seed in range(12)] + [(seed, h) for seed in range(4) for h in COLLIDING]
+
+
+@pytest.mark.parametrize(("seed", "fault_hash"), CASES)
+def test_rebuild_follows_the_collapse_rule_on_random_events(con, monkeypatch, seed, fault_hash):
+    if fault_hash is not None:
+        monkeypatch.setattr(warehouse, "_FAULT_HASH", fault_hash)
     rng = random.Random(seed)
     window_seconds = rng.choice([300.0, 600.0, 3600.0])
     events: list[tuple] = []
