@@ -21,7 +21,9 @@ events          every accepted raw event (a canonical incident row, one XID line
                 the source's text; ``failure_class`` (a FailureCategory value) and ``interrupting``
                 come from the taxonomy (:mod:`pipeline.ingest.taxonomy`), ``source_interrupting``
                 is the source's own flag (an Xid's catalog entry; NULL: none); ``attributes``
-                (JSON) holds a canonical row's extra columns.
+                (JSON) holds a canonical row's extra columns. ``changed_file_id``: the file of a later
+                export that closed this stored event (Slurm node events, Kubernetes, a lake), so the
+                incremental rebuild revisits its node (NULL: never changed).
 incidents       events collapsed per node and fault (category + GPU, the GPU being gpu_index or
                 else pci_bus_id) within a window; rates are computed on these. ``incident_id`` is
                 derived from the incident's content (node, fault, first event time), so it does not
@@ -130,6 +132,7 @@ ALTER TABLE events ADD COLUMN IF NOT EXISTS source_format VARCHAR DEFAULT 'canon
 ALTER TABLE events ADD COLUMN IF NOT EXISTS source_interrupting BOOLEAN;
 ALTER TABLE events ADD COLUMN IF NOT EXISTS failure_class VARCHAR;
 ALTER TABLE events ADD COLUMN IF NOT EXISTS attributes JSON;
+ALTER TABLE events ADD COLUMN IF NOT EXISTS changed_file_id BIGINT;
 ALTER TABLE incidents ADD COLUMN IF NOT EXISTS failure_class VARCHAR;
 ALTER TABLE incidents ADD COLUMN IF NOT EXISTS attributes JSON;
 ALTER TABLE incidents_built ADD COLUMN IF NOT EXISTS category_map VARCHAR;
@@ -278,7 +281,8 @@ _FAULT_HASH = "hash(cluster_id, node_id, category, gpu_key)"  # tests replace it
 # changed; such events are few: kernel logs ingested without --cluster).
 _REBUILD_NODES = """
 CREATE OR REPLACE TEMP TABLE rebuild_nodes AS
-SELECT DISTINCT node_id FROM events WHERE file_id > $through_file_id OR cluster_id = $unknown
+SELECT DISTINCT node_id FROM events
+WHERE file_id > $through_file_id OR changed_file_id > $through_file_id OR cluster_id = $unknown
 """
 
 
@@ -388,7 +392,9 @@ def rebuild_incidents(
     """
     category_map = CategoryMap().fingerprint if category_map is None else category_map
     built = con.sql("SELECT window_seconds, through_file_id, category_map FROM incidents_built").fetchall()
-    through = con.sql("SELECT coalesce(max(file_id), 0) FROM events").fetchall()[0][0]
+    through = con.sql(
+        "SELECT coalesce(max(greatest(file_id, coalesce(changed_file_id, 0))), 0) FROM events"
+    ).fetchall()[0][0]
     full = full or not built or built[0][0] != window_seconds or built[0][2] != category_map
     window_us = con.sql("SELECT epoch_us(to_seconds(CAST(? AS DOUBLE)))", params=[window_seconds])
     params = {

@@ -349,8 +349,9 @@ def ingest_kubernetes(
     con.execute(_INSERT, {"file_id": file_id, "cluster": cluster_id, "format": FORMAT})
     con.execute(_CLOSE, {"cluster": cluster_id, "format": FORMAT})
     con.execute(
-        "UPDATE events SET resolved_at_utc = k.resolved FROM k8s_closes k"
-        " WHERE events.event_key = k.event_key"
+        "UPDATE events SET resolved_at_utc = k.resolved, changed_file_id = ? FROM k8s_closes k"
+        " WHERE events.event_key = k.event_key",
+        [file_id],
     )
     summary.rows_ingested = count(
         con,

@@ -97,9 +97,11 @@ SELECT l.*,
 FROM read_parquet($files, hive_partitioning = true) l
 LEFT JOIN (SELECT DISTINCT ON (event_key) event_key, resolved_at_utc FROM events) e USING (event_key)
 """
+_EVENT_CLOSE = """
+UPDATE events SET resolved_at_utc = s.resolved_at_utc, changed_file_id = $file_id
+FROM lake_status s WHERE s.status = 'resolves' AND events.event_key = s.event_key
+"""
 _EVENT_WRITE = """
-UPDATE events SET resolved_at_utc = s.resolved_at_utc
-FROM lake_status s WHERE s.status = 'resolves' AND events.event_key = s.event_key;
 INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category, interrupting,
                     gpu_index, job_id, message, resolved_at_utc, xid, pci_bus_id, source_format, attributes)
 SELECT event_key, $file_id, line, timestamp_utc, cluster_id, node_id, category, interrupting,
@@ -180,6 +182,7 @@ def _ingest_entry(con, lake: Path, entry: dict) -> FileSummary:
         summary.rows_ingested = count(
             con, "SELECT count(DISTINCT line) FROM lake_status WHERE status IS NOT NULL"
         )
+        con.execute(_EVENT_CLOSE, {"file_id": file_id})
         con.execute(_EVENT_WRITE, {"file_id": file_id})
         con.execute("DROP TABLE lake_status")
     if files["jobs"]:

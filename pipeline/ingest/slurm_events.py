@@ -162,9 +162,11 @@ LEFT JOIN (SELECT DISTINCT ON (event_key) event_key, resolved_at_utc FROM events
        ON e.event_key = n.event_key
 """
 
+_CLOSE = """
+UPDATE events SET resolved_at_utc = s.resolved, changed_file_id = $file_id
+FROM slurm_events_status s WHERE s.status = 'resolves' AND events.event_key = s.event_key
+"""
 _WRITE = """
-UPDATE events SET resolved_at_utc = s.resolved
-FROM slurm_events_status s WHERE s.status = 'resolves' AND events.event_key = s.event_key;
 INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category, interrupting,
                     gpu_index, job_id, message, resolved_at_utc, xid, pci_bus_id, source_format)
 SELECT event_key, $file_id, line, ts, cluster_id, node_id, category, interrupting,
@@ -217,6 +219,7 @@ def ingest_slurm_events(
         " count(*) FILTER (WHERE status = 'resolves'), count(DISTINCT line) FILTER (WHERE status = 'new')"
         " FROM slurm_events_status"
     ).fetchall()[0]
+    con.execute(_CLOSE, {"file_id": file_id})
     con.execute(_WRITE, {"file_id": file_id, "format": FORMAT})
     summary.rows_ingested = lines
     con.execute(

@@ -8,6 +8,7 @@ from datetime import datetime
 
 import pytest
 
+from pipeline import warehouse
 from pipeline.ingest import ReaderOptions, detect_format, ingest_files
 
 # Header and row shapes: SchedMD/slurm src/sacctmgr/event_functions.c (default Format), common.c
@@ -181,6 +182,16 @@ def test_reingest_is_idempotent_and_a_later_export_closes_open_events(con, write
     drained = sql("SELECT count(*), max(resolved_at_utc) FROM events WHERE node_id IN ('gpu-002', 'gpu-003')")
     assert drained == [(2, datetime(2024, 5, 4, 8))]
     assert any("2 stored open event(s) closed" in n for n in c.notes)
+    # the incremental rebuild revisits the nodes whose events the export closed: their incidents
+    # end too, as a full rebuild's do (they stayed open until one)
+    ended = (
+        "SELECT node_id, resolved_at_utc FROM incidents WHERE node_id IN ('gpu-002', 'gpu-003') ORDER BY 1"
+    )
+    assert sql(ended) == [("gpu-002", datetime(2024, 5, 4, 8)), ("gpu-003", datetime(2024, 5, 4, 8))]
+    incidents = sql("SELECT * FROM incidents ORDER BY ALL")
+    with warehouse.transaction(con):
+        warehouse.rebuild_incidents(con, full=True)
+    assert sql("SELECT * FROM incidents ORDER BY ALL") == incidents
 
 
 def test_header_without_needed_columns_is_one_clear_error(con, write):
