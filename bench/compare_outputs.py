@@ -6,10 +6,10 @@
 Runs each command of :data:`COMMANDS` (``failcast rates`` text and ``--json``, ``--by node_id``,
 ``--period month``, the other views, ``lemons``, ``repairs``, ``fit --json``) and a dump of every
 number ``analysis.analyze`` returns (what the report and ``failcast run`` show) once with
-``PYTHONPATH`` at each tree, and compares stdout, stderr and exit code byte for byte. ``--sample``
-adds two warehouses built in a temporary folder: the bundled sample, and the sample with an extra
-input column ``level`` (so ``--by level`` reads attributes). Prints one line per command and
-exits 1 on any difference beyond the 12th significant digit (:func:`rounded`). A speed change that alters an output is a bug, not a rounding detail.
+``PYTHONPATH`` at each tree, and compares stdout, stderr and exit code. ``--sample`` adds two
+warehouses built in a temporary folder: the bundled sample, and the sample with an extra input
+column ``level`` (so ``--by level`` reads attributes). Prints one line per command; exits 1 on any
+difference beyond the 12th significant digit (:func:`rounded`).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def sample_warehouses(tree: Path, folder: Path) -> list[Path]:
     return out
 
 
-FLOAT = re.compile(r"-?\\d+\\.\\d+(?:e[-+]?\\d+)?")
+FLOAT = re.compile(r"-?\d+\.\d+(?:e[-+]?\d+)?")
 
 
 def rounded(output: list) -> list:
@@ -137,7 +137,9 @@ def main() -> None:
                 commands.append(["rates", "--by", "level", "--json"])
             before, after = (outputs(tree.resolve(), db, commands) for tree in (args.before, args.after))
             for command, b, a in zip([*commands, ["analyze (every field)"]], before, after, strict=True):
-                verdict = "same" if b == a else "same to 12 digits" if rounded(b) == rounded(a) else "DIFFERENT"
+                verdict = (
+                    "same" if b == a else "same to 12 digits" if rounded(b) == rounded(a) else "DIFFERENT"
+                )
                 failed += verdict == "DIFFERENT"
                 print(f"{verdict}  {db.name}: {' '.join(command)} (exit {b[0]})")
                 for label, x, y in zip(("exit", "stdout", "stderr"), b, a, strict=True):
