@@ -177,11 +177,17 @@ def node_evidence(
     *,
     lemon_fdr: float = LEMON_FDR,
     interrupting_only: bool = True,
+    in_service: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, models.LemonTest, transform.DispersionTest]:
     """Rates by node (exact intervals), the lemon test on them, and the dispersion test that
-    decides the rate intervals (:func:`interval_check`)."""
+    decides the rate intervals (:func:`interval_check`). ``in_service`` as in
+    :func:`pipeline.transform.failure_rates`."""
     nodes = transform.failure_rates(
-        failures, exposure, by=["cluster_id", "node_id"], interrupting_only=interrupting_only
+        failures,
+        exposure,
+        by=["cluster_id", "node_id"],
+        interrupting_only=interrupting_only,
+        in_service=in_service,
     )
     lemons = models.LemonTest(fdr=lemon_fdr).fit(nodes)
     return nodes, lemons, interval_check(nodes, lemons)

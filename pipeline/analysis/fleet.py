@@ -200,11 +200,17 @@ def analyze(
     failures = read_failures(incidents, window_minutes=interruption_window_minutes)
     exposure = transform.exposure_intervals(inventory, end)
     at_risk, outages = rate_exposure(failures, inventory, exposure, end, exposure_basis)
-    by_node, lemons, dispersion_check = node_evidence(failures, at_risk, lemon_fdr=lemon_fdr)
+    # which failures count, matched to their interval once for every rate below
+    in_service = transform.failures_in_service(failures, at_risk, with_interval=True)
+    by_node, lemons, dispersion_check = node_evidence(
+        failures, at_risk, lemon_fdr=lemon_fdr, in_service=in_service
+    )
     phi = dispersion_check.dispersion(interval)
 
     def rates(by: list[str], **options) -> pl.DataFrame:
-        return transform.failure_rates(failures, at_risk, by=by, dispersion=phi, **options)
+        return transform.failure_rates(
+            failures, at_risk, by=by, dispersion=phi, in_service=in_service, **options
+        )
 
     by_cluster = rates(["cluster_id"])
     overall = rates([])
@@ -271,7 +277,9 @@ def analyze(
         files=warehouse.table(con, "ingested_files"),
         rejects=warehouse.table(con, "rejects"),
         rates_by_size_bucket=rates(["size_bucket"]),
-        category_shares=transform.category_shares(failures, at_risk, by=["cluster_id"]),
+        category_shares=transform.category_shares(
+            failures, at_risk, by=["cluster_id"], in_service=in_service
+        ),
         trend_tests=trend_tests(transform.failure_operating_times(failures, exposure), exposure),
         first_gap=first_gap,
         node_durations=durations,
@@ -292,7 +300,7 @@ def analyze(
         lemons=lemons,
         dispersion_test=dispersion_check,
         interval_method=dispersion_check.method(interval),
-        failures_left_out=transform.failures_left_out(failures, at_risk, end),
+        failures_left_out=transform.failures_left_out(failures, at_risk, end, in_service=in_service),
         outages=outages,
         rate_exposure=at_risk,
         exposure_basis=exposure_basis,
