@@ -10,6 +10,7 @@ first read (``models.LemonTest``, ``from pipeline.models import LemonTest``) and
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import types
 
@@ -21,8 +22,10 @@ class LazyPackage(types.ModuleType):
 
     def __getattr__(self, name: str):
         module = self._lazy_exports.get(name)
-        if module is None:
-            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+        if module is None:  # a submodule (models.lemons), as an eager package would have it
+            if name.startswith("__") or importlib.util.find_spec(f"{self.__name__}.{name}") is None:
+                raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+            return importlib.import_module(f"{self.__name__}.{name}")
         value = getattr(importlib.import_module(f"{self.__name__}.{module}"), name)
         types.ModuleType.__setattr__(self, name, value)
         return value

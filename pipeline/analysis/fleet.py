@@ -196,8 +196,8 @@ def analyze(
             "the warehouse has no inventory: ingest an inventory file (cluster_id, "
             "node_id, instance_type, gpus_per_node, in_service_from, in_service_to)"
         )
-    end = observed_until or transform.observation_end(incidents, inventory)
-    failures = read_failures(incidents, window_minutes=interruption_window_minutes)
+    end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
+    failures = read_failures(con, window_minutes=interruption_window_minutes)
     exposure = transform.exposure_intervals(inventory, end)
     at_risk, outages = rate_exposure(failures, inventory, exposure, end, exposure_basis)
     # which failures count, matched to their interval once for every rate below

@@ -134,10 +134,9 @@ def rates(
     con = warehouse.connect(db, read_only=True)
     by, attributes = _group_keys(con, by)
     inventory = warehouse.table(con, "inventory")
-    scan = warehouse.scan_incidents(con)
-    end = observed_until or transform.observation_end(scan, inventory)
+    end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
     incidents = analysis_mod.read_failures(
-        scan,
+        con,
         interrupting_only=not all_categories,
         window_minutes=None if all_categories or not interruption_window else interruption_window,
         attributes=attributes,
