@@ -215,12 +215,18 @@ def analyze(
     by_cluster = rates(["cluster_id"])
     overall = rates([])
 
-    gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap)
+    # the same match on the calendar intervals, for gaps and trend tests
+    calendar = (
+        in_service
+        if at_risk is exposure
+        else transform.failures_in_service(failures, exposure, with_interval=True)
+    )
+    gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap, in_service=calendar)
     if first_gap == "drop" and gaps["observed"].sum() < 2:
         # at most one node failed twice in one window: too few full gaps to fit two parameters,
         # the first gaps are all there is
         first_gap = "keep"
-        gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap)
+        gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap, in_service=calendar)
     durations = transform.aggregate_durations(gaps, relative_resolution=relative_resolution)
     args = (durations["duration_hours"], durations["observed"], durations["count"])
     # no failure yet, or fewer than two distinct times between failures (a new fleet's first
@@ -231,7 +237,9 @@ def analyze(
     per_cluster = cluster_mtbf(by_cluster, exposure)
     sizes = np.array(sorted({*PROJECTED_SIZES, *per_cluster["instances"].round().to_list()}), dtype=float)
     cluster_durations = transform.aggregate_durations(
-        transform.times_between_failures(failures, exposure, level="cluster", first_gap=first_gap),
+        transform.times_between_failures(
+            failures, exposure, level="cluster", first_gap=first_gap, in_service=calendar
+        ),
         by=["cluster_id", "instances"],
         relative_resolution=relative_resolution,
     )
@@ -280,7 +288,9 @@ def analyze(
         category_shares=transform.category_shares(
             failures, at_risk, by=["cluster_id"], in_service=in_service
         ),
-        trend_tests=trend_tests(transform.failure_operating_times(failures, exposure), exposure),
+        trend_tests=trend_tests(
+            transform.failure_operating_times(failures, exposure, in_service=calendar), exposure
+        ),
         first_gap=first_gap,
         node_durations=durations,
         nelson_aalen=models.NelsonAalen().fit(*args) if fitted else None,
