@@ -53,7 +53,7 @@ runs            one row per ``failcast run`` (see :mod:`pipeline.runs`): run_id,
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -466,13 +466,35 @@ def scan_incidents(con) -> pl.LazyFrame:
     uses into DuckDB, so reading a few columns of the interrupting incidents of a 10 M-row table
     never loads it whole. Valid while ``con`` is open. A warehouse from before failure classes,
     opened read-only (not upgraded), reads with each category as its class (those categories were
-    class names) and no attributes."""
+    class names) and no attributes. (DuckDB's lazy Polars scan imports pandas, 0.3-0.6 s: the
+    statistics commands read with :func:`read_incidents` and :func:`latest_incident`.)"""
+    return con.sql(_incidents_query(con)).pl(lazy=True)
+
+
+def _incidents_query(con) -> str:
     columns = {c for (c,) in con.sql("SELECT column_name FROM (DESCRIBE incidents)").fetchall()}
     if "failure_class" in columns:
-        return con.sql("SELECT * FROM incidents").pl(lazy=True)
-    return con.sql("SELECT *, category AS failure_class, CAST(NULL AS JSON) AS attributes FROM incidents").pl(
-        lazy=True
-    )
+        return "SELECT * FROM incidents"
+    return "SELECT *, category AS failure_class, CAST(NULL AS JSON) AS attributes FROM incidents"
+
+
+def read_incidents(con, columns: Sequence[str], *, interrupting_only: bool = False) -> pl.DataFrame:
+    """``columns`` of the incidents, only the interrupting ones with ``interrupting_only``, in the
+    table's order: what :func:`scan_incidents` gives for that selection and filter, read eagerly
+    (one SQL query; names are checked against the table, never user text in SQL)."""
+    query = _incidents_query(con)
+    known = {c for (c,) in con.sql(f"SELECT column_name FROM (DESCRIBE ({query}))").fetchall()}  # noqa: S608
+    if unknown := [c for c in columns if c not in known]:
+        raise ValueError(f"incidents have no column {unknown[0]!r}")
+    select = ", ".join(f'"{c}"' for c in columns)
+    where = " WHERE interrupting" if interrupting_only else ""
+    return con.sql(f"SELECT {select} FROM ({query}){where}").pl()  # noqa: S608 - names checked
+
+
+def latest_incident(con) -> pl.DataFrame:
+    """One row: the latest ``timestamp_utc`` of the incidents (null without any), for
+    :func:`pipeline.transform.observation_end`."""
+    return con.sql("SELECT max(timestamp_utc) AS timestamp_utc FROM incidents").pl()
 
 
 def attribute_keys(con) -> list[str]:

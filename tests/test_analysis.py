@@ -176,19 +176,22 @@ def test_job_interruptions_from_the_warehouse_jobs_table(db, tmp_path, result):
 
 
 def test_read_failures_loads_the_interrupting_rows_the_rates_need(db, result):
-    """The lean reader gives the same failures as collapsing the whole table, with five columns;
-    the whole table stays available, lazily."""
+    """The lean reader gives the same failures as collapsing the whole table, with five columns,
+    in the table's order (what the lazy scan gives for that selection); the whole table stays
+    available, lazily."""
     con = warehouse.connect(db, read_only=True)
     try:
         scan = warehouse.scan_incidents(con)
         whole = warehouse.table(con, "incidents")
-        lean = analysis.read_failures(scan, window_minutes=None)
+        lean = analysis.read_failures(con, window_minutes=None)
         assert lean.columns == list(analysis.FAILURE_COLUMNS)
         assert lean.height == whole["interrupting"].sum() < whole.height
-        assert (
-            analysis.read_failures(scan, interrupting_only=False, window_minutes=None).height == whole.height
-        )
-        assert transform.observation_end(scan, warehouse.table(con, "inventory")) == result.observed_until
+        assert lean.equals(scan.select(analysis.FAILURE_COLUMNS).filter("interrupting").collect())
+        every = analysis.read_failures(con, interrupting_only=False, window_minutes=None)
+        assert every.height == whole.height
+        inventory = warehouse.table(con, "inventory")
+        assert transform.observation_end(warehouse.latest_incident(con), inventory) == result.observed_until
+        assert transform.observation_end(scan, inventory) == result.observed_until
         full = transform.node_interruptions(whole)
         assert result.interruptions.equals(full.select(result.interruptions.columns))
     finally:

@@ -349,3 +349,19 @@ def test_rates_name_their_interval(sample_warehouse, args, method):
     # a table for people: headers in words with units, one row per cluster, rates in percent
     assert table[0].split("  ")[0] == "Cluster" and "Rate (% per instance-hour)" in table[0]
     assert len(table) == 2 + result.rates_by_cluster.height and table[2].split()[-1].endswith("%")
+
+
+def test_vectorised_beta_binomial_tail_is_scipys_bit_for_bit():
+    """The lemon test's tail P(X >= k) sums the same terms as scipy.stats.betabinom.sf in one
+    array pass per count instead of one call per node: the numbers must not move at all, for
+    counts below and above NumPy's pairwise-summation blocks (8, 128 terms)."""
+    from scipy.stats import betabinom
+
+    rng = np.random.default_rng(18)
+    n = rng.integers(1, 5000, 4000)
+    k = np.minimum(np.concatenate([rng.poisson(6, 2000), rng.integers(0, 400, 2000)]), n)
+    a, b = rng.uniform(1e-3, 50, n.size), rng.uniform(1, 1e5, n.size)
+    where = (k > 0) & (rng.uniform(size=n.size) < 0.9)
+    tail = models.lemons.betabinom_tail(k, n, a, b, where)
+    assert np.array_equal(tail, np.where(where, betabinom.sf(k - 1, n, a, b), 1.0))
+    assert (tail[where] < 1).any() and (tail[~where] == 1).all()

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import polars as pl
 
-from pipeline import models, transform
+from pipeline import models, transform, warehouse
 
 FAILURE_COLUMNS = (
     "cluster_id",
@@ -23,29 +23,27 @@ FAILURE_COLUMNS = (
 
 
 def read_failures(
-    incidents: pl.LazyFrame,
+    con,
     *,
     interrupting_only: bool = True,
     window_minutes: float | None = transform.INTERRUPTION_WINDOW_MINUTES,
     attributes: Sequence[str] = (),
 ) -> pl.DataFrame:
-    """The failures that rates, gaps, shares and trends count, read with only the columns they
-    use (``FAILURE_COLUMNS``, plus one column per key of ``attributes``: the incidents' extra input
-    columns, text, null where absent) and only interrupting incidents (all with ``interrupting_only``
-    False), then collapsed into node interruptions (:func:`pipeline.transform.node_interruptions`)
-    unless ``window_minutes`` is None.
+    """The failures that rates, gaps, shares and trends count, read from the warehouse behind
+    ``con`` with only the columns they use (``FAILURE_COLUMNS``, plus one column per key of
+    ``attributes``: the incidents' extra input columns, text, null where absent) and only
+    interrupting incidents (all with ``interrupting_only`` False), then collapsed into node
+    interruptions (:func:`pipeline.transform.node_interruptions`) unless ``window_minutes`` is None.
 
     Why: the whole incidents table of a 10 M-incident fleet takes GBs in Polars (messages, ids);
-    the transforms need five columns of about a third of the rows. With ``incidents`` from
-    :func:`pipeline.warehouse.scan_incidents` the selection and filter run inside DuckDB.
+    the transforms need five columns of about a third of the rows. The selection and filter run
+    inside DuckDB (:func:`pipeline.warehouse.read_incidents`).
     """
-    frame = incidents.lazy().select(*FAILURE_COLUMNS, *(["attributes"] if attributes else []))
+    columns = [*FAILURE_COLUMNS, *(["attributes"] if attributes else [])]
+    faults = warehouse.read_incidents(con, columns, interrupting_only=interrupting_only)
     if attributes:
         parsed = pl.col("attributes").str.json_decode(pl.Struct({k: pl.String for k in attributes}))
-        frame = frame.with_columns(parsed.struct.field(*attributes)).drop("attributes")
-    if interrupting_only:
-        frame = frame.filter(pl.col("interrupting"))
-    faults = frame.collect()
+        faults = faults.with_columns(parsed.struct.field(*attributes)).drop("attributes")
     if window_minutes is None:
         return faults
     return transform.node_interruptions(faults, window_minutes=window_minutes)
@@ -177,11 +175,17 @@ def node_evidence(
     *,
     lemon_fdr: float = LEMON_FDR,
     interrupting_only: bool = True,
+    in_service: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, models.LemonTest, transform.DispersionTest]:
     """Rates by node (exact intervals), the lemon test on them, and the dispersion test that
-    decides the rate intervals (:func:`interval_check`)."""
+    decides the rate intervals (:func:`interval_check`). ``in_service`` as in
+    :func:`pipeline.transform.failure_rates`."""
     nodes = transform.failure_rates(
-        failures, exposure, by=["cluster_id", "node_id"], interrupting_only=interrupting_only
+        failures,
+        exposure,
+        by=["cluster_id", "node_id"],
+        interrupting_only=interrupting_only,
+        in_service=in_service,
     )
     lemons = models.LemonTest(fdr=lemon_fdr).fit(nodes)
     return nodes, lemons, interval_check(nodes, lemons)

@@ -196,25 +196,37 @@ def analyze(
             "the warehouse has no inventory: ingest an inventory file (cluster_id, "
             "node_id, instance_type, gpus_per_node, in_service_from, in_service_to)"
         )
-    end = observed_until or transform.observation_end(incidents, inventory)
-    failures = read_failures(incidents, window_minutes=interruption_window_minutes)
+    end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
+    failures = read_failures(con, window_minutes=interruption_window_minutes)
     exposure = transform.exposure_intervals(inventory, end)
     at_risk, outages = rate_exposure(failures, inventory, exposure, end, exposure_basis)
-    by_node, lemons, dispersion_check = node_evidence(failures, at_risk, lemon_fdr=lemon_fdr)
+    # which failures count, matched to their interval once for every rate below
+    in_service = transform.failures_in_service(failures, at_risk, with_interval=True)
+    by_node, lemons, dispersion_check = node_evidence(
+        failures, at_risk, lemon_fdr=lemon_fdr, in_service=in_service
+    )
     phi = dispersion_check.dispersion(interval)
 
     def rates(by: list[str], **options) -> pl.DataFrame:
-        return transform.failure_rates(failures, at_risk, by=by, dispersion=phi, **options)
+        return transform.failure_rates(
+            failures, at_risk, by=by, dispersion=phi, in_service=in_service, **options
+        )
 
     by_cluster = rates(["cluster_id"])
     overall = rates([])
 
-    gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap)
+    # the same match on the calendar intervals, for gaps and trend tests
+    calendar = (
+        in_service
+        if at_risk is exposure
+        else transform.failures_in_service(failures, exposure, with_interval=True)
+    )
+    gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap, in_service=calendar)
     if first_gap == "drop" and gaps["observed"].sum() < 2:
         # at most one node failed twice in one window: too few full gaps to fit two parameters,
         # the first gaps are all there is
         first_gap = "keep"
-        gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap)
+        gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap, in_service=calendar)
     durations = transform.aggregate_durations(gaps, relative_resolution=relative_resolution)
     args = (durations["duration_hours"], durations["observed"], durations["count"])
     # no failure yet, or fewer than two distinct times between failures (a new fleet's first
@@ -225,7 +237,9 @@ def analyze(
     per_cluster = cluster_mtbf(by_cluster, exposure)
     sizes = np.array(sorted({*PROJECTED_SIZES, *per_cluster["instances"].round().to_list()}), dtype=float)
     cluster_durations = transform.aggregate_durations(
-        transform.times_between_failures(failures, exposure, level="cluster", first_gap=first_gap),
+        transform.times_between_failures(
+            failures, exposure, level="cluster", first_gap=first_gap, in_service=calendar
+        ),
         by=["cluster_id", "instances"],
         relative_resolution=relative_resolution,
     )
@@ -271,8 +285,12 @@ def analyze(
         files=warehouse.table(con, "ingested_files"),
         rejects=warehouse.table(con, "rejects"),
         rates_by_size_bucket=rates(["size_bucket"]),
-        category_shares=transform.category_shares(failures, at_risk, by=["cluster_id"]),
-        trend_tests=trend_tests(transform.failure_operating_times(failures, exposure), exposure),
+        category_shares=transform.category_shares(
+            failures, at_risk, by=["cluster_id"], in_service=in_service
+        ),
+        trend_tests=trend_tests(
+            transform.failure_operating_times(failures, exposure, in_service=calendar), exposure
+        ),
         first_gap=first_gap,
         node_durations=durations,
         nelson_aalen=models.NelsonAalen().fit(*args) if fitted else None,
@@ -292,7 +310,7 @@ def analyze(
         lemons=lemons,
         dispersion_test=dispersion_check,
         interval_method=dispersion_check.method(interval),
-        failures_left_out=transform.failures_left_out(failures, at_risk, end),
+        failures_left_out=transform.failures_left_out(failures, at_risk, end, in_service=in_service),
         outages=outages,
         rate_exposure=at_risk,
         exposure_basis=exposure_basis,

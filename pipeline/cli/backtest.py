@@ -109,9 +109,8 @@ def backtest(db: Path, observed_until, min_history: int, interruption_window: fl
     inventory = warehouse.table(con, "inventory")
     if inventory.height == 0:
         raise ValueError("the warehouse has no inventory: ingest an inventory file before backtesting")
-    scan = warehouse.scan_incidents(con)
-    end = observed_until or transform.observation_end(scan, inventory)
-    failures = analysis_mod.read_failures(scan, window_minutes=interruption_window or None)
+    end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
+    failures = analysis_mod.read_failures(con, window_minutes=interruption_window or None)
     exposure = transform.exposure_intervals(inventory, end)
     result = analysis_mod.job_backtest(con, failures, exposure, min_history_failures=min_history)
     if result is None:

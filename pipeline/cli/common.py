@@ -18,14 +18,24 @@ import click
 import duckdb
 import polars as pl
 
-from pipeline import config as config_mod
-from pipeline import ingest as ingest_mod
 from pipeline import warehouse
 
 EXIT_INPUT = 2
 EXIT_UNEXPECTED = 1
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a tool killed by the signal
-EXPECTED_ERRORS = (ingest_mod.InputError, config_mod.ConfigError, ValueError, FileNotFoundError)
+# errors of bad input: the class names the module that defines it, read only when that module is
+# loaded (a command that never imports the ingest readers cannot have raised their InputError)
+EXPECTED_ERRORS = (
+    ("pipeline.ingest", "InputError"),
+    ("pipeline.config", "ConfigError"),
+    ("builtins", "ValueError"),
+    ("builtins", "FileNotFoundError"),
+)
+
+
+def expected_errors() -> tuple[type[Exception], ...]:
+    """The classes of :data:`EXPECTED_ERRORS` whose modules are loaded."""
+    return tuple(getattr(sys.modules[m], name) for m, name in EXPECTED_ERRORS if m in sys.modules)
 
 
 def fail(message: str, code: int = EXIT_INPUT) -> None:
@@ -151,7 +161,7 @@ class FailcastGroup(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except EXPECTED_ERRORS as exc:
+        except expected_errors() as exc:
             fail(safe_text(str(exc)))
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise

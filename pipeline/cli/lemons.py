@@ -49,9 +49,8 @@ def lemons(
     nodes (Benjamini–Hochberg), and the cluster rates without them."""
     con = warehouse.connect(db, read_only=True)
     inventory = warehouse.table(con, "inventory")
-    scan = warehouse.scan_incidents(con)
-    end = observed_until or transform.observation_end(scan, inventory)
-    failures = analysis_mod.read_failures(scan, window_minutes=interruption_window or None)
+    end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
+    failures = analysis_mod.read_failures(con, window_minutes=interruption_window or None)
     exposure = transform.exposure_intervals(inventory, end)
     if clusters:
         unknown = sorted(set(clusters) - set(exposure["cluster_id"]))

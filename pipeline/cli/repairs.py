@@ -80,9 +80,8 @@ def repairs(db: Path, by, interruption_window: float, observed_until, as_json: b
     inventory); unresolved outages are right-censored at the window end (Kaplan–Meier)."""
     con = warehouse.connect(db, read_only=True)
     inventory = warehouse.table(con, "inventory")
-    scan = warehouse.scan_incidents(con)
-    end = observed_until or transform.observation_end(scan, inventory)
-    failures = analysis_mod.read_failures(scan, window_minutes=interruption_window or None)
+    end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
+    failures = analysis_mod.read_failures(con, window_minutes=interruption_window or None)
     exposure = transform.exposure_intervals(inventory, end)
     uptime, outages = analysis_mod.rate_exposure(failures, inventory, exposure, end)
     left_out = int((failures["timestamp_utc"] > end).sum())

@@ -134,16 +134,17 @@ def rates(
     con = warehouse.connect(db, read_only=True)
     by, attributes = _group_keys(con, by)
     inventory = warehouse.table(con, "inventory")
-    scan = warehouse.scan_incidents(con)
-    end = observed_until or transform.observation_end(scan, inventory)
+    end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
     incidents = analysis_mod.read_failures(
-        scan,
+        con,
         interrupting_only=not all_categories,
         window_minutes=None if all_categories or not interruption_window else interruption_window,
         attributes=attributes,
     )
     exposure = transform.exposure_intervals(inventory, end)
     at_risk, _ = analysis_mod.rate_exposure(incidents, inventory, exposure, end, exposure_basis)
+    # which failures count, matched to their interval once for every rate below
+    in_service = transform.failures_in_service(incidents, at_risk, with_interval=True)
     if view == "shares":
         incident_keys = [k for k in by if k not in transform.EXPOSURE_KEYS]
         frame = transform.category_shares(
@@ -162,7 +163,7 @@ def rates(
             )
     else:
         _, _, check = analysis_mod.node_evidence(
-            incidents, at_risk, lemon_fdr=fdr, interrupting_only=not all_categories
+            incidents, at_risk, lemon_fdr=fdr, interrupting_only=not all_categories, in_service=in_service
         )
         method = check.method("overdispersed" if overdispersed else interval)
         dispersion = check.dispersion(method)
@@ -173,19 +174,26 @@ def rates(
             period=period,
             interrupting_only=not all_categories,
             dispersion=dispersion,
+            in_service=in_service,
         ).with_columns(
             interval=pl.lit(method), dispersion=pl.lit(dispersion), exposure_basis=pl.lit(exposure_basis)
         )
     frame = frame.with_columns(exposure_estimated=pl.lit(transform.exposure_estimated(inventory)))
-    _echo_left_out(transform.failures_left_out(incidents, at_risk, end))
+    _echo_left_out(transform.failures_left_out(incidents, at_risk, end, in_service=in_service))
     if view == "rates" and not frame["failures"].sum():
-        click.echo(_no_failures_line(transform.failure_rates(incidents, at_risk, by=[])), err=True)
+        overall = transform.failure_rates(incidents, at_risk, by=[], in_service=in_service)
+        click.echo(_no_failures_line(overall), err=True)
     if as_json:
         echo_json(records(frame))
         return
     if view == "rates":
         fleet = transform.failure_rates(
-            incidents, at_risk, by=[], interrupting_only=not all_categories, dispersion=dispersion
+            incidents,
+            at_risk,
+            by=[],
+            interrupting_only=not all_categories,
+            dispersion=dispersion,
+            in_service=in_service,
         )
         click.echo(rate_verdict(fleet.row(0, named=True), exposure_basis))
         click.echo(interval_line(check, method))

@@ -9,46 +9,34 @@ One module per family of statistics, re-exported here so callers write ``models.
   cluster (beta-binomial allowing for failures that cluster in time, exact binomial when counts
   are Poisson) with Benjamini–Hochberg false-discovery control.
 * :mod:`pipeline.models.backtest` — job interruption predictions against what happened.
+
+Each name loads its module when first used (:mod:`pipeline.lazy`): the lemon test that
+``failcast rates`` runs does not import lifelines and pandas, which the survival fits need.
 """
 
-from pipeline.models.backtest import JobBacktest
-from pipeline.models.heterogeneity import ClusterHeterogeneity
-from pipeline.models.lemons import LemonTest, benjamini_hochberg
-from pipeline.models.repair import RepairTimes, spares_needed
-from pipeline.models.survival import (
-    FAMILIES,
-    TREND_VERDICTS,
-    KaplanMeier,
-    MTBFScaling,
-    NelsonAalen,
-    ParametricTBF,
-    PoissonRate,
-    TrendTest,
-    WeibullSizeRegression,
-    best_by_aic,
-    cluster_mtbf_hours,
-    fit_families,
-    interruptions_per_day,
-)
+from pipeline.lazy import lazy_package
 
-__all__ = [
-    "ClusterHeterogeneity",
-    "FAMILIES",
-    "TREND_VERDICTS",
-    "JobBacktest",
-    "KaplanMeier",
-    "LemonTest",
-    "MTBFScaling",
-    "NelsonAalen",
-    "ParametricTBF",
-    "PoissonRate",
-    "RepairTimes",
-    "TrendTest",
-    "WeibullSizeRegression",
-    "benjamini_hochberg",
-    "best_by_aic",
-    "cluster_mtbf_hours",
-    "fit_families",
-    "interruptions_per_day",
-    "spares_needed",
-]
+# name -> the module that defines it
+EXPORTS = {
+    "JobBacktest": "backtest",
+    "ClusterHeterogeneity": "heterogeneity",
+    "LemonTest": "lemons",
+    "benjamini_hochberg": "lemons",
+    "RepairTimes": "repair",
+    "spares_needed": "repair",
+    "FAMILIES": "survival",
+    "KaplanMeier": "survival",
+    "MTBFScaling": "survival",
+    "NelsonAalen": "survival",
+    "ParametricTBF": "survival",
+    "PoissonRate": "survival",
+    "TREND_VERDICTS": "survival",
+    "TrendTest": "survival",
+    "WeibullSizeRegression": "survival",
+    "best_by_aic": "survival",
+    "cluster_mtbf_hours": "survival",
+    "fit_families": "survival",
+    "interruptions_per_day": "survival",
+}
+__all__ = sorted(EXPORTS)
+lazy_package(__name__, EXPORTS)

@@ -78,7 +78,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 from scipy.optimize import minimize_scalar
-from scipy.stats import betabinom, binom, nbinom, poisson
+from scipy.special import betaln
+from scipy.stats import binom, nbinom, poisson
 
 from pipeline.transform import poisson_interval
 
@@ -153,7 +154,29 @@ def tail_p_values(
     rate = np.where(rate > 0, rate, np.divide(big_k, big_t, out=np.zeros_like(t), where=big_t > 0))
     a = np.maximum(rate * t / (phi - 1), 1e-300)
     b = np.maximum(rate * (big_t - t) / (phi - 1), 1e-300)
-    return np.where(testable, betabinom.sf(k - 1, big_k, a, b), 1.0)
+    return np.where(testable, betabinom_tail(k, big_k, a, b, testable), 1.0)
+
+
+def betabinom_tail(
+    k: np.ndarray, n: np.ndarray, a: np.ndarray, b: np.ndarray, where: np.ndarray
+) -> np.ndarray:
+    """P(X >= k) for X ~ BetaBinomial(n, a, b), at the rows of ``where`` (1 elsewhere): the same
+    numbers as ``scipy.stats.betabinom.sf(k - 1, n, a, b)``, bit for bit, in one array pass per
+    distinct k instead of one Python call per node.
+
+    Why: scipy sums the probabilities of 0 .. k - 1 node by node through ``np.vectorize`` (1.3 s
+    of ``failcast rates`` on a 20 k-node fleet). Here each distinct count k gets one matrix (its
+    nodes x k terms): the same log-pmf formula (``betabinom._logpmf``), summed along rows with
+    NumPy's pairwise sum as scipy's ``np.sum`` does, then 1 - sum clipped to [0, 1].
+    """
+    tail = np.ones(k.shape)
+    for count in np.unique(k[where]):
+        rows = np.flatnonzero(where & (k == count))
+        m = np.arange(count, dtype=float)[None, :]
+        nn, aa, bb = (x[rows].astype(float)[:, None] for x in (n, a, b))
+        log_pmf = -np.log(nn + 1) - betaln(nn - m + 1, m + 1) + betaln(m + aa, nn - m + bb) - betaln(aa, bb)
+        tail[rows] = np.clip(1.0 - np.exp(log_pmf).sum(axis=1), 0, 1)
+    return tail
 
 
 class LemonTest:

@@ -8,44 +8,33 @@ a PNG and an SVG of every chart for slides and tickets.
 - :mod:`.comparisons`: Slurm job interruptions against node rate x nodes; public baselines.
 - :mod:`.sections`: the sections in page order (chart, table, note).
 - :mod:`.page`: the page (banner, headline, sections, provenance), escaping, file output.
+
+Each name loads its module when first used (:mod:`pipeline.lazy`), so a command that only
+formats numbers (:mod:`.format`) does not import Altair.
 """
 
-from pipeline.report.charts import MAX_CURVE_POINTS, MODE_COLORS, cluster_color, mode_color
-from pipeline.report.outlook import (
-    JobOutlook,
-    checkpoint_chart,
-    job_outlook,
-    monte_carlo_chart,
-    size_sweep_chart,
-)
-from pipeline.report.page import (
-    CHARTS_DIR,
-    REPORT_FILENAME,
-    render_html,
-    summary_cards,
-    table_html,
-    write_chart_images,
-    write_report,
-)
-from pipeline.report.sections import Section, sections
+from pipeline.lazy import lazy_package
 
-__all__ = [
-    "CHARTS_DIR",
-    "MAX_CURVE_POINTS",
-    "MODE_COLORS",
-    "REPORT_FILENAME",
-    "JobOutlook",
-    "Section",
-    "checkpoint_chart",
-    "cluster_color",
-    "job_outlook",
-    "mode_color",
-    "monte_carlo_chart",
-    "render_html",
-    "sections",
-    "size_sweep_chart",
-    "summary_cards",
-    "table_html",
-    "write_chart_images",
-    "write_report",
-]
+# name -> the module that defines it
+EXPORTS = {
+    "MAX_CURVE_POINTS": "charts",
+    "MODE_COLORS": "charts",
+    "cluster_color": "charts",
+    "mode_color": "charts",
+    "JobOutlook": "outlook",
+    "checkpoint_chart": "outlook",
+    "job_outlook": "outlook",
+    "monte_carlo_chart": "outlook",
+    "size_sweep_chart": "outlook",
+    "CHARTS_DIR": "page",
+    "REPORT_FILENAME": "page",
+    "render_html": "page",
+    "summary_cards": "page",
+    "table_html": "page",
+    "write_chart_images": "page",
+    "write_report": "page",
+    "Section": "sections",
+    "sections": "sections",
+}
+__all__ = sorted(EXPORTS)
+lazy_package(__name__, EXPORTS)

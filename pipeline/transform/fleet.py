@@ -214,15 +214,23 @@ LEFT_OUT_REASONS = (
 
 
 def failures_left_out(
-    incidents: pl.DataFrame, exposure: pl.DataFrame, observed_until: datetime
+    incidents: pl.DataFrame,
+    exposure: pl.DataFrame,
+    observed_until: datetime,
+    *,
+    in_service: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """How many of ``incidents`` rates leave out, by reason (``LEFT_OUT_REASONS``, in that order
     of precedence): after ``observed_until``; on a node with no service interval in the window
     (not in the inventory, or only in service outside the window); at a time its node was out of
     service (a repair gap, before its first interval). One row per reason, ``failures`` 0 included;
-    the counted ones are :func:`failures_in_service`."""
+    the counted ones are :func:`failures_in_service` (pass them as ``in_service`` when already
+    computed for these incidents and exposure)."""
     nodes = exposure.select("cluster_id", "node_id").unique().with_columns(_known=pl.lit(True))
-    counted = failures_in_service(incidents.select("cluster_id", "node_id", "timestamp_utc"), exposure)
+    key = ["cluster_id", "node_id", "timestamp_utc"]
+    counted = (
+        failures_in_service(incidents.select(key), exposure) if in_service is None else in_service.select(key)
+    )
     outside = (
         incidents.select("cluster_id", "node_id", "timestamp_utc")
         .join(counted, on=["cluster_id", "node_id", "timestamp_utc"], how="anti")
@@ -253,6 +261,7 @@ def failure_rates(
     interrupting_only: bool = True,
     confidence: float = 0.95,
     dispersion: float = 1.0,
+    in_service: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Failures, exposure and rate per node-hour and per GPU-hour, with exact intervals
     (quasi-Poisson ones with ``dispersion`` > 1, see :func:`poisson_interval`) and the one-sided
@@ -265,7 +274,9 @@ def failure_rates(
     of exposure: each of its values' rate uses the whole exposure of its group, so they add up to
     the total rate; every value seen in the input gets a row in every group, with 0 failures where
     the group had none. Only failures while the node was in service and observed count
-    (:func:`failures_in_service`).
+    (:func:`failures_in_service`). ``in_service``: ``failures_in_service(incidents, exposure,
+    with_interval=True)`` when the caller has it (several rates of the same failures and exposure:
+    matching failures to intervals was most of each call's cost).
     """
     incident_keys = [k for k in by if k not in EXPOSURE_KEYS]
     unknown = [k for k in incident_keys if k not in incidents.columns]
@@ -284,7 +295,11 @@ def failure_rates(
     keys = [*exposure_keys, *incident_keys]
 
     counted = incidents.filter(pl.col("interrupting")) if interrupting_only else incidents
-    events = failures_in_service(counted, base_exposure, with_interval=bool(period))
+    if in_service is None:
+        events = failures_in_service(counted, base_exposure, with_interval=bool(period))
+    else:
+        events = in_service.filter(pl.col("interrupting")) if interrupting_only else in_service
+        events = events if period else events.drop("start_utc", "end_utc")
     if period:
         # a failure that ends its interval at a period boundary counts in the period it ends
         t = pl.col("timestamp_utc")
@@ -336,12 +351,14 @@ def category_shares(
     *,
     key: str = "failure_class",
     confidence=0.95,
+    in_service: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Share of interrupting failures by root cause (``key``: the failure class by default, a
     bounded list comparable across fleets; ``category`` for the fleet's own names) within each
     group, with the exact Clopper–Pearson interval (Clopper & Pearson 1934): for k of n,
-    low = Beta.ppf(a/2; k, n - k + 1), high = Beta.ppf(1 - a/2; k + 1, n - k)."""
-    rates = failure_rates(incidents, exposure, by=[*by, key], confidence=confidence)
+    low = Beta.ppf(a/2; k, n - k + 1), high = Beta.ppf(1 - a/2; k + 1, n - k). ``in_service`` as
+    in :func:`failure_rates`."""
+    rates = failure_rates(incidents, exposure, by=[*by, key], confidence=confidence, in_service=in_service)
     shares = rates.select(*by, key, "failures").with_columns(
         group_failures=pl.col("failures").sum().over(list(by)) if by else pl.col("failures").sum()
     )

@@ -48,8 +48,18 @@ def node_interruptions(
         *keys, "timestamp_utc", "category", maintain_order=True
     )
     ends = [c for c in ("resolved_at_utc",) if c in frame.columns]
-    return (
-        frame.with_columns(_seq=pl.Series(_interruption_starts(frame, keys, window)).cum_sum())
+    starts = _interruption_starts(frame, keys, window)
+    # most interruptions are one fault: their rows are kept as they are, only the others grouped
+    # (a group-by over a million one-row groups was most of the cost)
+    alone = starts & np.append(starts[1:], True)
+    numbered = frame.with_columns(_seq=pl.Series(starts).cum_sum())
+    singles = numbered.filter(pl.Series(alone)).with_columns(
+        categories=pl.concat_list("category"),
+        faults=pl.lit(1, pl.UInt32),
+        last_fault_utc=pl.col("timestamp_utc"),
+    )
+    grouped = (
+        numbered.filter(~pl.Series(alone))
         .group_by("_seq", maintain_order=True)
         .agg(
             pl.all().exclude(ends).first(),
@@ -58,6 +68,11 @@ def node_interruptions(
             faults=pl.len(),
             last_fault_utc=pl.col("timestamp_utc").max(),
         )
+    )
+    columns = ["_seq", *frame.columns, "categories", "faults", "last_fault_utc"]
+    return (
+        pl.concat([singles.select(columns), grouped.select(columns)])
+        .sort("_seq")
         .select(*frame.columns, "categories", "faults", "last_fault_utc")
     )
 
@@ -73,7 +88,8 @@ def _interruption_starts(frame: pl.DataFrame, keys: list[str], window: timedelta
     rows, then square next, until nothing new is marked).
     """
     time = pl.col("timestamp_utc")
-    gap = time.diff().over(keys)
+    same_node = pl.all_horizontal(pl.col(k).eq_missing(pl.col(k).shift(1)).fill_null(False) for k in keys)
+    gap = pl.when(same_node).then(time.diff())
     runs = (
         frame.select(time, _start=gap.is_null() | (gap > window))
         .with_columns(_run=pl.col("_start").cum_sum())
@@ -118,7 +134,12 @@ FIRST_GAP_CHOICES = ("drop", "keep")
 
 
 def times_between_failures(
-    incidents: pl.DataFrame, exposure: pl.DataFrame, *, level: str = "node", first_gap: str = "drop"
+    incidents: pl.DataFrame,
+    exposure: pl.DataFrame,
+    *,
+    level: str = "node",
+    first_gap: str = "drop",
+    in_service: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Durations (hours) between successive interrupting failures, right-censored at the end of
     each service interval (node level) or of the cluster's observed window (cluster level).
@@ -139,6 +160,8 @@ def times_between_failures(
 
     Returns ``cluster_id`` (and ``node_id`` at node level), ``instances``, ``duration_hours``,
     ``observed`` (True for a failure, False for a censored tail) and ``first_gap``.
+    ``in_service`` as in :func:`pipeline.transform.failure_rates` (the match of these incidents to
+    these intervals, when the caller has it).
     """
     if level not in ("node", "cluster"):
         raise ValueError(f"level must be 'node' or 'cluster', not {level!r}")
@@ -154,8 +177,10 @@ def times_between_failures(
         keys = ["cluster_id"]
     windows = windows.with_row_index("window")
     join_on = [*keys, "start_utc"] if level == "node" else keys
+    if in_service is None:
+        in_service = failures_in_service(incidents, exposure, with_interval=True)
     failures = (
-        failures_in_service(incidents.filter(pl.col("interrupting")), exposure, with_interval=True)
+        in_service.filter(pl.col("interrupting"))
         .lazy()
         .join(windows.lazy().select("window", *join_on), on=join_on, how="inner")
         .select("window", time_utc=pl.col("timestamp_utc"), observed=pl.lit(True))
@@ -191,15 +216,20 @@ def _cumulative_exposure(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -
     return np.interp(at, edges, accrued)
 
 
-def failure_operating_times(incidents: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
+def failure_operating_times(
+    incidents: pl.DataFrame, exposure: pl.DataFrame, *, in_service: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """Each cluster's interrupting failures on its *operating* clock, the node-hours accrued
     since the cluster's first service start, with the cluster's total ``observed_node_hours``.
 
     Trend tests run on this clock so that nodes joining or leaving (a growing cluster) are not
-    mistaken for a rising or falling failure rate.
+    mistaken for a rising or falling failure rate. ``in_service`` as in
+    :func:`times_between_failures`.
     """
     schema = {"cluster_id": pl.String, "operating_node_hours": pl.Float64, "observed_node_hours": pl.Float64}
-    failures = failures_in_service(incidents.filter(pl.col("interrupting")), exposure).with_columns(
+    if in_service is None:
+        in_service = failures_in_service(incidents, exposure)
+    failures = in_service.filter(pl.col("interrupting")).with_columns(
         t=pl.col("timestamp_utc").dt.epoch("us") / 3.6e9
     )
     windows = exposure.with_columns(

@@ -113,8 +113,16 @@ def outages(
     )
     until = pl.lit(observed_until).cast(pl.Datetime("us"))
     keep = [c for c in frame.columns if c not in ("_row", "timestamp_utc", "resolved_at_utc")]
-    merged = (
-        known.group_by("_outage", maintain_order=True)
+    columns = ["_outage", *keep, "start_utc", "end_utc", "end_source", "interruptions"]
+    # most outages are one interruption: their rows are kept as they are, only the others grouped
+    outage = pl.col("_outage")
+    alone = (outage != outage.shift(1)).fill_null(True) & (outage != outage.shift(-1)).fill_null(True)
+    singles = known.filter(alone).with_columns(
+        start_utc=pl.col("timestamp_utc"), interruptions=pl.lit(1, pl.UInt32)
+    )
+    grouped = (
+        known.filter(~alone)
+        .group_by("_outage", maintain_order=True)
         .agg(
             *[pl.col(c).first() for c in keep],
             start_utc=pl.col("timestamp_utc").first(),
@@ -122,8 +130,13 @@ def outages(
             end_source=pl.col("end_source").sort_by("end_utc", nulls_last=False).last(),
             interruptions=pl.len(),
         )
+    )
+    same_node = pl.all_horizontal(pl.col(k).eq_missing(pl.col(k).shift(-1)).fill_null(False) for k in NODE)
+    merged = (
+        pl.concat([singles.select(columns), grouped.select(columns)])
+        .sort("_outage")
         .drop("_outage")
-        .with_columns(_later=pl.col("start_utc").shift(-1).over(NODE).is_not_null())
+        .with_columns(_later=same_node)
         .with_columns(
             end_source=pl.col("end_source").fill_null(
                 pl.when(pl.col("_later")).then(pl.lit("unknown")).otherwise(pl.lit("open"))

@@ -476,3 +476,45 @@ def test_node_interruptions_undo_secondary_faults_on_a_simulated_fleet():
     raw_rate, raw_shape = rate_and_shape(noisy)
     assert raw_rate["rate_ci_low"] > spec.rate_per_node_hour  # inflated by the echoes
     assert raw_shape[1] < spec.weibull_shape  # near-zero gaps pull the shape down
+
+
+@pytest.mark.parametrize(
+    ("by", "period", "interrupting_only"),
+    [
+        (["cluster_id"], None, True),
+        ([], None, True),
+        (["cluster_id", "node_id"], None, True),
+        (["cluster_id", "failure_class"], None, False),
+        (["cluster_id"], "month", True),
+        (["size_bucket", "category"], "day", True),
+    ],
+)
+def test_rates_from_failures_matched_once_equal_the_rates_that_match_them(
+    exposure, by, period, interrupting_only
+):
+    """analyze and `failcast rates` match failures to service intervals once and hand the match
+    to every rate (``in_service``): the tables are the ones each call computes by itself, and so
+    are the failures left out."""
+    incidents = _incidents(
+        [
+            ("a", "a1", 10, "nvlink"),
+            ("a", "a2", 50, "host"),  # at an interval's end: counts, once
+            ("a", "a2", 60, "network"),  # out for repair: left out
+            ("a", "a2", 80, "application"),  # not interrupting
+            ("b", "b1", 100, "gpu_memory"),  # at the window end: counts
+            ("b", "b1", 120, "host"),  # after it
+            ("z", "z9", 5, "host"),  # no inventory
+        ]
+    )
+    end = END
+    matched = transform.failures_in_service(incidents, exposure, with_interval=True)
+    options = {"by": by, "period": period, "interrupting_only": interrupting_only}
+    assert_frame_equal(
+        transform.failure_rates(incidents, exposure, **options, in_service=matched),
+        transform.failure_rates(incidents, exposure, **options),
+    )
+    assert_frame_equal(
+        transform.failures_left_out(incidents, exposure, end, in_service=matched),
+        transform.failures_left_out(incidents, exposure, end),
+    )
+    assert transform.failures_left_out(incidents, exposure, end)["failures"].to_list() == [1, 1, 1]

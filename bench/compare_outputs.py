@@ -1,0 +1,160 @@
+"""Before/after equality of what the statistics commands print: two source trees, one warehouse.
+
+    /work/main/.venv/bin/python -m bench.compare_outputs --before /work/main --after . \
+        --db /tmp/x/1m.duckdb [--db ...] [--sample]
+
+Runs each command of :data:`COMMANDS` (``failcast rates`` text and ``--json``, ``--by node_id``,
+``--period month``, the other views, ``lemons``, ``repairs``, ``fit --json``) and a dump of every
+number ``analysis.analyze`` returns (what the report and ``failcast run`` show) once with
+``PYTHONPATH`` at each tree, and compares stdout, stderr and exit code. ``--sample`` adds two
+warehouses built in a temporary folder: the bundled sample, and the sample with an extra input
+column ``level`` (so ``--by level`` reads attributes). Prints one line per command; exits 1 on any
+difference beyond a relative 1e-9 in a number (:func:`close`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import polars as pl
+
+COMMANDS = (
+    ["rates"],
+    ["rates", "--json"],
+    ["rates", "--by", "node_id", "--json"],
+    ["rates", "--by", "cluster_id", "--by", "class"],
+    ["rates", "--period", "month", "--json"],
+    ["rates", "--period", "month"],
+    ["rates", "--by", "size_bucket", "--interval", "exact", "--json"],
+    ["rates", "--all-categories", "--json"],
+    ["rates", "--exposure", "calendar", "--json"],
+    ["rates", "--view", "shares", "--json"],
+    ["rates", "--view", "trend", "--json"],
+    ["lemons", "--json"],
+    ["repairs", "--json"],
+    ["fit", "--json"],
+)
+
+# one interpreter per tree and warehouse: each command through click (exit code, stdout, stderr),
+# then every field of analyze()'s result (frames in full, fitted models' public ``*_`` values)
+DRIVER = """
+import dataclasses, json, sys
+import polars as pl
+from click.testing import CliRunner
+from pipeline.cli import main
+db, commands = sys.argv[1], json.loads(sys.argv[2])
+out = []
+for command in commands:
+    done = CliRunner().invoke(main, [*command, "--db", db])
+    out.append([done.exit_code, done.stdout, done.stderr])
+from pipeline import analysis, warehouse
+result = analysis.analyze(warehouse.connect(db, read_only=True))
+def show(value):
+    if isinstance(value, pl.DataFrame):
+        return [value.columns, [[repr(v) for v in row] for row in value.rows()]]
+    if isinstance(value, dict):
+        return {k: show(v) for k, v in value.items()}
+    if hasattr(value, "__dict__") and not isinstance(value, type):
+        return {k: show(v) for k, v in sorted(vars(value).items()) if k.endswith("_")}
+    return repr(value)
+fields = {f.name: show(getattr(result, f.name)) for f in dataclasses.fields(result) if f.name != "incidents"}
+out.append([0, json.dumps(fields, indent=0, sort_keys=True), ""])
+print(json.dumps(out))
+"""
+
+
+def run(tree: Path, args: list[str]) -> tuple[int, str, str]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=tree)
+    return done.returncode, done.stdout, done.stderr
+
+
+def outputs(tree: Path, db: Path, commands: list[list[str]]) -> list[list]:
+    """[exit code, stdout, stderr] of each command, then of the analyze dump, run by ``tree``."""
+    code, out, err = run(tree, ["-c", DRIVER, str(db), json.dumps(commands)])
+    if code:
+        raise SystemExit(f"{tree} on {db}: {err}")
+    return json.loads(out.splitlines()[-1])
+
+
+def sample_warehouses(tree: Path, folder: Path) -> list[Path]:
+    """The bundled sample, and the sample with an attribute column ``level``, ingested by ``tree``."""
+    sample = tree / "data" / "sample"
+    incidents = pl.read_csv(sample / "incidents.csv", infer_schema_length=0)
+    levels = pl.Series(["critical", "major", "minor"])[pl.int_range(incidents.height, eager=True) % 3]
+    with_level = folder / "incidents-level.csv"
+    incidents.with_columns(level=levels).write_csv(with_level)
+    out = []
+    for name, files in (
+        ("sample", [sample / "inventory.csv", sample / "incidents.csv"]),
+        ("level", [sample / "inventory.csv", with_level]),
+    ):
+        db = folder / f"{name}.duckdb"
+        code, _, err = run(tree, ["-m", "pipeline", "ingest", *map(str, files), "--db", str(db), "-q"])
+        if code:
+            raise SystemExit(f"ingest of {name} failed: {err}")
+        out.append(db)
+    return out
+
+
+FLOAT = re.compile(r"-?\d+\.\d+(?:e[-+]?\d+)?")
+TOLERANCE = 1e-9
+
+
+def close(before: list, after: list) -> bool:
+    """The same text with every decimal number within ``TOLERANCE`` (relative). Polars'
+    multi-threaded group-by sums floats in an order that can change from run to run (main's own
+    ``rates --view trend`` differs in the 16th digit between two runs; an interval's end computed
+    from such a sum in the 12th), so the last bits are not a difference."""
+    return all(_close(str(x), str(y)) for x, y in zip(before, after, strict=True))
+
+
+def _close(before: str, after: str) -> bool:
+    numbers = FLOAT.findall(before), FLOAT.findall(after)
+    if FLOAT.split(before) != FLOAT.split(after) or len(numbers[0]) != len(numbers[1]):
+        return False
+    return all(math.isclose(float(x), float(y), rel_tol=TOLERANCE) for x, y in zip(*numbers, strict=True))
+
+
+def first_difference(before: str, after: str) -> str:
+    for i, (x, y) in enumerate(zip(before.splitlines(), after.splitlines(), strict=False)):
+        if not _close(x, y):
+            return f"line {i}: before {x[:200]!r}, after {y[:200]!r}"
+    return f"lengths {len(before)} and {len(after)}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", type=Path, required=True)
+    parser.add_argument("--after", type=Path, required=True)
+    parser.add_argument("--db", type=Path, action="append", default=[])
+    parser.add_argument("--sample", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        dbs = [*(sample_warehouses(args.before, Path(tmp)) if args.sample else []), *args.db]
+        failed = 0
+        for db in dbs:
+            commands = [list(c) for c in COMMANDS]
+            if db.name.startswith("level"):
+                commands.append(["rates", "--by", "level", "--json"])
+            before, after = (outputs(tree.resolve(), db, commands) for tree in (args.before, args.after))
+            for command, b, a in zip([*commands, ["analyze (every field)"]], before, after, strict=True):
+                verdict = "same" if b == a else f"same within {TOLERANCE:g}" if close(b, a) else "DIFFERENT"
+                failed += verdict == "DIFFERENT"
+                print(f"{verdict}  {db.name}: {' '.join(command)} (exit {b[0]})")
+                for label, x, y in zip(("exit", "stdout", "stderr"), b, a, strict=True):
+                    if x != y:
+                        print(f"    {label} differs: {first_difference(str(x), str(y))}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
