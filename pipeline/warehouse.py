@@ -288,6 +288,11 @@ WHERE file_id > $through_file_id OR changed_file_id > $through_file_id OR cluste
 
 MEMORY_ENV = "FAILCAST_DUCKDB_MEMORY_MB"
 """Environment variable that caps DuckDB's memory in every connection (see :func:`connect`)."""
+DEFAULT_MEMORY_MB = 1024
+"""DuckDB's memory cap when :data:`MEMORY_ENV` is unset. A first ingest of 10 M canonical rows
+peaks at 1.26 GB under it against 2.83 GB uncapped, for 8% more CPU (bench/RESULTS.md, "Quiet
+machine, end of 2026-12-04"): since the rebuild and the classified insert (issue 18) little has
+to spill. A nightly job shares its host; 0 lifts the cap (DuckDB then takes up to 80% of RAM)."""
 
 
 DUCKDB_MAGIC = b"DUCK"  # bytes 8-11 of every DuckDB database file (its storage header)
@@ -315,16 +320,19 @@ def connect(
 ):
     """Open (creating if needed) the warehouse file with its schema in place.
 
-    ``memory_limit_mb`` (default: environment variable ``FAILCAST_DUCKDB_MEMORY_MB``) caps DuckDB's
-    memory; past it DuckDB spills to a temp file. Unset by default: DuckDB then takes up to 80% of
-    RAM, and a cap slows big jobs (a 10 M-row CSV ingest ran 4x slower under 2 GB).
+    ``memory_limit_mb`` (default: environment variable ``FAILCAST_DUCKDB_MEMORY_MB``, else
+    :data:`DEFAULT_MEMORY_MB`) caps DuckDB's memory; past it DuckDB spills to ``<warehouse>.tmp``.
+    0 means no cap.
     """
     source = "memory_limit_mb"
-    if memory_limit_mb is None and (text := os.environ.get(MEMORY_ENV, "").strip()):
+    if memory_limit_mb is None:
+        text = os.environ.get(MEMORY_ENV, "").strip()
         source = f"{MEMORY_ENV}={text!r}"
-        memory_limit_mb = int(text) if text.isascii() and text.isdigit() else 0
-    if memory_limit_mb is not None and memory_limit_mb < 64:
-        raise ValueError(f"{source}: expected whole megabytes, at least 64 (e.g. 4096), or unset for no cap")
+        memory_limit_mb = (
+            int(text) if text.isascii() and text.isdigit() else -1 if text else DEFAULT_MEMORY_MB
+        )
+    if memory_limit_mb != 0 and memory_limit_mb < 64:
+        raise ValueError(f"{source}: expected whole megabytes, at least 64 (e.g. 4096), or 0 for no cap")
     db_path = Path(db_path)
     if read_only and not db_path.exists():
         raise FileNotFoundError(
@@ -332,7 +340,7 @@ def connect(
         )
     _check_duckdb_file(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    return _prepared(duckdb.connect(str(db_path), read_only=read_only), read_only, memory_limit_mb)
+    return _prepared(duckdb.connect(str(db_path), read_only=read_only), read_only, memory_limit_mb or None)
 
 
 def scratch():

@@ -151,7 +151,12 @@ def _real_out_of_memory() -> Exception:
 
 
 @pytest.mark.parametrize(
-    ("cap", "advice"), [("128", "raise FAILCAST_DUCKDB_MEMORY_MB (now 128)"), ("", "more RAM")]
+    ("cap", "advice"),
+    [
+        ("128", "raise FAILCAST_DUCKDB_MEMORY_MB (now 128;"),
+        ("", "raise FAILCAST_DUCKDB_MEMORY_MB (now 1024, the default;"),
+        ("0", "more RAM"),
+    ],
 )
 def test_out_of_memory_is_one_line_with_the_setting_to_change(tmp_path, monkeypatch, cap, advice) -> None:
     """DuckDB's message is many lines of SQL advice; failcast names its own knob instead."""

@@ -120,9 +120,14 @@ until_option = click.option(
 def out_of_memory(exc: duckdb.OutOfMemoryException) -> str:
     """DuckDB's own advice names SQL settings a failcast user cannot reach; say what to change."""
     reason = str(exc).strip().splitlines()[0]
-    if cap := os.environ.get(warehouse.MEMORY_ENV, "").strip():
-        return f"DuckDB ran out of memory ({reason}): raise {warehouse.MEMORY_ENV} (now {cap}) or unset it"
-    return f"DuckDB ran out of memory ({reason}): free memory, or run on a machine with more RAM"
+    cap = os.environ.get(warehouse.MEMORY_ENV, "").strip()
+    if cap == "0":
+        return f"DuckDB ran out of memory ({reason}): free memory, or run on a machine with more RAM"
+    now = cap or f"{warehouse.DEFAULT_MEMORY_MB}, the default"
+    return (
+        f"DuckDB ran out of memory ({reason}): raise {warehouse.MEMORY_ENV} (now {now}; "
+        "whole MB, 0 for no cap)"
+    )
 
 
 # Sub-command -> the module of pipeline.cli that defines it. A command's module is imported only

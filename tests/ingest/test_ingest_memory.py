@@ -120,10 +120,14 @@ def test_sacct_peak_memory_does_not_grow_with_the_export(tmp_path):
     )
 
 
-def test_the_environment_caps_duckdb_memory(tmp_path, monkeypatch):
-    monkeypatch.setenv("FAILCAST_DUCKDB_MEMORY_MB", "256")
+@pytest.mark.parametrize(("value", "limit"), [("256", "244.1 MiB"), ("", "976.5 MiB"), ("0", None)])
+def test_the_environment_caps_duckdb_memory(tmp_path, monkeypatch, value, limit):
+    """256 MB (DuckDB shows 256e6 bytes in MiB); unset: the default cap, 1024 MB; 0: no cap
+    (DuckDB's own default, 80% of RAM)."""
+    monkeypatch.setenv("FAILCAST_DUCKDB_MEMORY_MB", value)
     con = warehouse.connect(tmp_path / "w.duckdb")
-    assert con.sql("SELECT current_setting('memory_limit')").fetchall() == [("244.1 MiB",)]  # 256e6 bytes
+    [(got,)] = con.sql("SELECT current_setting('memory_limit')").fetchall()
+    assert got == limit if limit else got not in ("976.5 MiB", "244.1 MiB")
     con.close()
 
 
@@ -155,5 +159,5 @@ def test_a_bad_memory_cap_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == (
         "failcast: FAILCAST_DUCKDB_MEMORY_MB='lots': expected whole megabytes, at least 64 (e.g. 4096), "
-        "or unset for no cap"
+        "or 0 for no cap"
     )
