@@ -9,6 +9,7 @@ import click
 from pipeline import extract as extract_mod
 from pipeline import ingest as ingest_mod
 from pipeline.cli.common import echo_json, fail, json_option, main, safe_text
+from pipeline.cli.ingest import limit_options
 from pipeline.ingest import lake as layout
 
 EXTRACT_HELP = f"""Parse log files into a hive-partitioned Parquet lake, one task per file, in parallel.
@@ -50,23 +51,7 @@ Needs {extract_mod.engines.RAY_EXTRA}. On a cluster, LAKE must be a path every n
 @click.option("--cluster", help="cluster_id for logs that do not name one (default: from the inventory).")
 @click.option("--node", help="node_id for log lines without a hostname (dmesg -T output).")
 @click.option("--gpu-bus-order", default="", metavar="BUS,BUS,...", help="As for ingest.")
-@click.option(
-    "--max-rejected",
-    "max_rejected_percent",
-    type=click.FloatRange(0, 100),
-    default=ingest_mod.MAX_REJECTED_PERCENT,
-    show_default=True,
-    metavar="PERCENT",
-    help="Refuse a file whole (exit 2, nothing stored) when more than this share of its records is "
-    "rejected: it is being read wrong (a date format, --map, --timezone, --format).",
-)
-@click.option(
-    "--max-decompressed-mb",
-    type=click.IntRange(min=1),
-    default=ingest_mod.MAX_DECOMPRESSED_BYTES >> 20,
-    show_default=True,
-    help="Stop a file's task with an error when one .gz expands past this size (a gzip bomb).",
-)
+@limit_options
 @json_option
 def extract(
     sources,

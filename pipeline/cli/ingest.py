@@ -83,6 +83,27 @@ stored count as duplicates, so a log that grew adds only its new lines.
 """
 
 
+def limit_options(command):
+    """The limits on one input file, shared by ``ingest`` and ``extract``."""
+    command = click.option(
+        "--max-decompressed-mb",
+        type=click.IntRange(min=1),
+        default=ingest_mod.MAX_DECOMPRESSED_BYTES >> 20,
+        show_default=True,
+        help="Stop with an error when one .gz input expands past this size (a gzip bomb).",
+    )(command)
+    return click.option(
+        "--max-rejected",
+        "max_rejected_percent",
+        type=click.FloatRange(0, 100),
+        default=ingest_mod.MAX_REJECTED_PERCENT,
+        show_default=True,
+        metavar="PERCENT",
+        help="Refuse a file whole (exit 2, nothing stored) when more than this share of its records "
+        "is rejected: it is being read wrong (a date format, --map, --timezone, --format).",
+    )(command)
+
+
 @main.command(help=INGEST_HELP)
 @click.argument("paths", nargs=-1, required=True)
 @db_option
@@ -139,23 +160,7 @@ stored count as duplicates, so a log that grew adds only its new lines.
     help="With no inventory at all, ESTIMATE one from the nodes seen in the data (in service from the "
     "first observation on); every result then says exposure_estimated. A real inventory replaces it.",
 )
-@click.option(
-    "--max-rejected",
-    "max_rejected_percent",
-    type=click.FloatRange(0, 100),
-    default=ingest_mod.MAX_REJECTED_PERCENT,
-    show_default=True,
-    metavar="PERCENT",
-    help="Refuse a file whole (exit 2, nothing stored) when more than this share of its records is "
-    "rejected: it is being read wrong (a date format, --map, --timezone, --format).",
-)
-@click.option(
-    "--max-decompressed-mb",
-    type=click.IntRange(min=1),
-    default=ingest_mod.MAX_DECOMPRESSED_BYTES >> 20,
-    show_default=True,
-    help="Stop with an error when one .gz input expands past this size (a gzip bomb).",
-)
+@limit_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @json_option
 def ingest(
