@@ -7,9 +7,8 @@ from pathlib import Path
 import click
 
 from pipeline import extract as extract_mod
-from pipeline import ingest as ingest_mod
 from pipeline.cli.common import echo_json, fail, json_option, main, safe_text
-from pipeline.cli.ingest import limit_options
+from pipeline.cli.ingest import limit_options, reader_options
 from pipeline.ingest import lake as layout
 
 EXTRACT_HELP = f"""Parse log files into a hive-partitioned Parquet lake, one task per file, in parallel.
@@ -72,15 +71,15 @@ def extract(
 ) -> None:
     if address and engine != "ray":
         fail("--address is for --engine ray")
-    options = ingest_mod.ReaderOptions(
-        fmt=fmt,
+    options = reader_options(
+        fmt,
+        mapping,
+        gpu_bus_order,
+        max_decompressed_mb,
         timezone=timezone,
         year=year,
         cluster=cluster,
         node=node,
-        bus_order=ingest_mod.parse_bus_order(gpu_bus_order),
-        column_map=ingest_mod.parse_column_map(mapping),
-        max_decompressed_bytes=max_decompressed_mb << 20,
         max_rejected_percent=max_rejected_percent,
     )
     try:

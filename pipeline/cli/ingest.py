@@ -83,6 +83,21 @@ stored count as duplicates, so a log that grew adds only its new lines.
 """
 
 
+def reader_options(
+    fmt: str | None, mapping, gpu_bus_order: str, max_decompressed_mb: int, **flags
+) -> ingest_mod.ReaderOptions:
+    """The reader options of ``ingest`` and ``extract`` from their flags: the texts of ``--map`` and
+    ``--gpu-bus-order`` parsed, the size limit in bytes, the other flags (time zone, year, cluster,
+    node, job, reject limit) as they are."""
+    return ingest_mod.ReaderOptions(
+        fmt=fmt,
+        column_map=ingest_mod.parse_column_map(mapping),
+        bus_order=ingest_mod.parse_bus_order(gpu_bus_order),
+        max_decompressed_bytes=max_decompressed_mb << 20,
+        **flags,
+    )
+
+
 def limit_options(command):
     """The limits on one input file, shared by ``ingest`` and ``extract``."""
     command = click.option(
@@ -183,16 +198,16 @@ def ingest(
     as_json: bool,
 ) -> None:
     files = _expand(paths)
-    options = ingest_mod.ReaderOptions(
-        fmt=fmt,
-        column_map=ingest_mod.parse_column_map(mapping),
+    options = reader_options(
+        fmt,
+        mapping,
+        gpu_bus_order,
+        max_decompressed_mb,
         timezone=timezone,
         year=year,
         cluster=cluster,
         node=node,
         job=job,
-        bus_order=ingest_mod.parse_bus_order(gpu_bus_order),
-        max_decompressed_bytes=max_decompressed_mb << 20,
         max_rejected_percent=max_rejected_percent,
     )
     categories = ingest_mod.parse_category_map(category_map)
