@@ -202,6 +202,19 @@ SYNONYMS: dict[str, FailureCategory] = {
 }
 
 
+# A name that no key matches whole is read word by word ("NVLink error", "ECC uncorrectable",
+# "InfiniBand link down", "Kernel panic"): these words only qualify a failure and are dropped, then
+# the longest run of the remaining words that is a class or synonym names the class, if every run
+# of that length names the same one (taxonomy.classify; the note names the words it went by).
+QUALIFIER_WORDS = frozenset(
+    "error errors failure failures failed fault faults faulty issue issues problem problems bad broken "  # noqa: SIM905
+    "defective dead detected alert critical fatal event crash crashed".split()
+)
+# Words too vague to name a class on their own: "Power" (a PSU or the building's?), "Memory" (a
+# DIMM, HBM or a leak?), "OS" (any software).
+VAGUE_WORDS = frozenset({"power", "memory", "os"})
+
+
 def normal_form(text: str) -> str:
     """Case- and punctuation-insensitive key: "Link-Down", "link down" -> "linkdown"."""
     return "".join(ch for ch in text.casefold() if ch.isalnum())
@@ -232,6 +245,7 @@ class CategoryMap:
                 "classes": sorted((k, v.value) for k, v in self.classes.items()),
                 "interrupting": sorted(self.interrupting.items()),
                 "synonyms": sorted((normal_form(k), v.value) for k, v in SYNONYMS.items()),
+                "words": [sorted(QUALIFIER_WORDS), sorted(VAGUE_WORDS)],
             },
             separators=(",", ":"),
         )

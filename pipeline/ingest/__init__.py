@@ -355,8 +355,7 @@ def _ingest_one(
                 category_map=category_map,
             )
             refuse_mostly_rejected(con, summary, options.max_rejected_percent)
-            if note := taxonomy.classify_new_events(con, category_map):
-                summary.notes.append(note)
+            summary.notes.extend(taxonomy.classify_new_events(con, category_map))
     finally:
         if hasher is not None:
             hasher.shutdown()

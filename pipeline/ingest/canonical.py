@@ -394,17 +394,17 @@ class _Classes:
                 self.frame = pl.concat([self.frame, taxonomy.classes_frame(sorted(new), self.category_map)])
         return self.frame
 
-    def note(self, con, file_id: int) -> str | None:
-        """The taxonomy's note on the unknown categories of the file's new events."""
-        unknown = self.frame.filter(~pl.col("known"))["category"].to_list()
-        if not unknown:
-            return None
+    def notes(self, con, file_id: int) -> list[str]:
+        """The taxonomy's notes on the file's new events of categories classed by words or unknown."""
+        noted = self.frame.filter(~pl.col("known") | pl.col("words").is_not_null())["category"].to_list()
+        if not noted:
+            return []
         counts = con.sql(
             "SELECT category, count(*) FROM events WHERE file_id = ? AND list_contains(?, category)"
             " GROUP BY category",
-            params=[file_id, unknown],
+            params=[file_id, noted],
         ).fetchall()
-        return taxonomy.unknown_note(counts, set(unknown))
+        return taxonomy.category_notes(counts, self.frame)
 
 
 def _keep_raw_rows(con, batch: pl.DataFrame, staged: pa.Table, columns: Sequence[str]) -> None:
@@ -492,8 +492,7 @@ def ingest_canonical(
     summary.rows_read = _stream(frame, path, fmt, batch_rows, take)
     if kind == "incidents":
         summary.rows_ingested = count(con, "SELECT count(*) FROM events") - events_before
-        if note := classes.note(con, file_id):
-            summary.notes.append(note)
+        summary.notes.extend(classes.notes(con, file_id))
     else:
         con.execute(UPSERT_INVENTORY, {"file_id": file_id})
         summary.rows_ingested = count(con, "SELECT count(*) FROM inventory WHERE file_id = ?", [file_id])

@@ -163,8 +163,7 @@ def ingest_lake(con, lake: Path, *, category_map) -> Iterator[FileSummary]:
         try:
             with transaction(con):
                 summary = _ingest_entry(con, lake, entry)
-                if note := taxonomy.classify_new_events(con, category_map):
-                    summary.notes.append(note)
+                summary.notes.extend(taxonomy.classify_new_events(con, category_map))
         except duckdb.IOException as exc:
             raise InputError(f"{lake}: a part file of {entry['path']} is unreadable ({exc}); {redo}") from exc
         yield summary

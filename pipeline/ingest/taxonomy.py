@@ -10,8 +10,9 @@ millions of rows it has just written costs more than joining their few categorie
 
 * class: the user's map (:class:`pipeline.categories.CategoryMap`), else the built-in synonyms
   (:data:`pipeline.categories.SYNONYMS`), else an ``Xid N`` / ``SXid N`` in the text (the Xid
-  catalog's class; SXid: ``nvlink``), else ``other``: unknown, counted as interrupting, and named
-  with its count in one note per file;
+  catalog's class; SXid: ``nvlink``), else the words of the name (:func:`class_by_words`: "NVLink
+  error" is ``nvlink``; named in a note per file, so a wrong guess is seen and mapped), else
+  ``other``: unknown, counted as interrupting, and named with its count in one note per file;
 * interrupting: the user's entry for the category, else for its class; else the source's own flag
   (kept in ``source_interrupting``); else the Xid catalog's for an ``Xid N`` text; else the class's.
 
@@ -28,7 +29,15 @@ from typing import NamedTuple
 
 import polars as pl
 
-from pipeline.categories import SYNONYMS, CategoryMap, FailureCategory, class_named, normal_form
+from pipeline.categories import (
+    QUALIFIER_WORDS,
+    SYNONYMS,
+    VAGUE_WORDS,
+    CategoryMap,
+    FailureCategory,
+    class_named,
+    normal_form,
+)
 from pipeline.ingest import xid as xid_catalog
 from pipeline.ingest.common import registered
 
@@ -47,14 +56,15 @@ class Classification(NamedTuple):
     failure_class: FailureCategory
     interrupting: bool  # when neither the user's map nor the source says otherwise
     user_interrupting: bool | None  # the user's map entry for the category or its class
-    known: bool  # False: no map entry, synonym or Xid matched (class ``other``)
+    known: bool  # False: no map entry, synonym, Xid or words matched (class ``other``)
+    words: str | None = None  # the words of the name the class was read from (class_by_words)
 
 
 def classify(category: str, category_map: CategoryMap | None = None) -> Classification:
     """The class of one category text and whether it interrupts (see the module docstring)."""
     category_map = category_map or CategoryMap()
     key = normal_form(category)
-    interrupting = None
+    interrupting, words = None, None
     if key in category_map.classes:
         cls, known = category_map.classes[key], True
     elif key in _BUILT_IN:
@@ -67,10 +77,36 @@ def classify(category: str, category_map: CategoryMap | None = None) -> Classifi
             cls = info.category if info else FailureCategory.UNKNOWN_XID
             interrupting = xid_catalog.interrupting(info) if info else None
         known = True
+    elif by_words := class_by_words(category):
+        (cls, words), known = by_words, True
     else:
         cls, known = FailureCategory.OTHER, False
     user = category_map.interrupting.get(key, category_map.interrupting.get(normal_form(cls.value)))
-    return Classification(cls, cls.interrupting if interrupting is None else interrupting, user, known)
+    flag = cls.interrupting if interrupting is None else interrupting
+    return Classification(cls, flag, user, known, words)
+
+
+def class_by_words(category: str) -> tuple[FailureCategory, str] | None:
+    """The class named by the words of a name no key matches whole, and those words: qualifiers
+    ("error", "failure": :data:`~pipeline.categories.QUALIFIER_WORDS`) are dropped, then the
+    longest runs of the remaining words that are a class or synonym decide if they all name one
+    class ("InfiniBand link down": network; "GPU driver crash": GPU or software, so None). A vague
+    word (:data:`~pipeline.categories.VAGUE_WORDS`: "Memory ECC" may be a DIMM's) takes part but
+    never decides alone; a name of an unknown cause ("Node down") decides only alone."""
+    words = [w for w in re.findall(r"[^\W_]+", category.casefold()) if w not in QUALIFIER_WORDS]
+    for length in range(len(words), 0, -1):
+        found: dict[FailureCategory, str] = {}
+        for start in range(len(words) - length + 1):
+            run = " ".join(words[start : start + length])
+            cls = _BUILT_IN.get(run.replace(" ", ""))
+            if cls not in (None, FailureCategory.OTHER):
+                found.setdefault(cls, run)
+        if len(found) > 1:  # a cause not known ("Unknown GPU error") yields to one named beside it
+            found.pop(FailureCategory.UNDETERMINED, None)
+        if found:
+            ((cls, run),) = found.items() if len(found) == 1 else [(None, "")]
+            return None if cls is None or run in VAGUE_WORDS else (cls, run)
+    return None
 
 
 def xid_in_text(text: str) -> tuple[str, int] | None:
@@ -84,13 +120,14 @@ def classes_frame(categories: list[str], category_map: CategoryMap) -> pl.DataFr
     """One row per category: its class, default and user flags, and whether it is known."""
     rows = [(c, *classify(c, category_map)) for c in categories]
     return pl.DataFrame(
-        [(c, cls.value, flag, user, known) for c, cls, flag, user, known in rows],
+        [(c, cls.value, flag, user, known, words) for c, cls, flag, user, known, words in rows],
         schema={
             "category": pl.String,
             "failure_class": pl.String,
             "interrupting": pl.Boolean,
             "user_interrupting": pl.Boolean,
             "known": pl.Boolean,
+            "words": pl.String,
         },
         orient="row",
     )
@@ -114,30 +151,49 @@ WHERE e.category = c.category
 """
 
 
-def classify_new_events(con, category_map: CategoryMap) -> str | None:
+def classify_new_events(con, category_map: CategoryMap) -> list[str]:
     """Classify the events not classified yet (a file's new events; call inside its transaction).
-    Returns the note about unknown categories (counts of new events), or None when all are known."""
+    Returns the notes on their categories (:func:`category_notes`)."""
     new = "SELECT category, count(*) FROM events WHERE failure_class IS NULL GROUP BY category"
     counts = con.sql(new).fetchall()
     if not counts:
-        return None
+        return []
     frame = classes_frame([c for c, _ in counts], category_map)
     with registered(con, "category_classes", frame):
         con.execute(_CLASSIFY_NEW)
-    return unknown_note(counts, set(frame.filter(~pl.col("known"))["category"]))
+    return category_notes(counts, frame)
 
 
-def unknown_note(counts: Iterable[tuple[str, int]], unknown: set[str]) -> str | None:
-    """The note naming the ``unknown`` categories with their counts of new events, or None. For a
-    reader that classifies its rows as it stores them (the canonical one)."""
-    listed = sorted(((c, n) for c, n in counts if c in unknown), key=lambda cn: (-cn[1], cn[0]))
-    if not listed:
-        return None
-    names = ", ".join(f"{c!r} {n}" for c, n in listed)
-    return (
-        f"{len(listed)} categor{'y' if len(listed) == 1 else 'ies'} not in the taxonomy, counted as class "
-        f"other (interrupting): {names}; map them with --category-map SOURCE=CLASS or [categories]"
+def category_notes(counts: Iterable[tuple[str, int]], classes: pl.DataFrame) -> list[str]:
+    """The notes on a file's categories, with their counts of new events: those classed by words
+    of their name (a guess the user should see) and those not in the taxonomy. ``classes`` is a
+    :func:`classes_frame`; categories it lacks or with no count are left out."""
+    counts = dict(counts)
+    rows = sorted(
+        (row for row in classes.iter_rows(named=True) if counts.get(row["category"])),
+        key=lambda row: (-counts[row["category"]], row["category"]),
     )
+    notes = []
+    if guessed := [row for row in rows if row["words"]]:
+        names = ", ".join(
+            f"{r['category']!r} {counts[r['category']]} as {r['failure_class']} (by {r['words']!r})"
+            for r in guessed
+        )
+        notes.append(
+            f"{_categories(len(guessed))} classed by words of the name: {names}; "
+            "if one is wrong, map it with --category-map SOURCE=CLASS or [categories]"
+        )
+    if unknown := [row["category"] for row in rows if not row["known"]]:
+        names = ", ".join(f"{c!r} {counts[c]}" for c in unknown)
+        notes.append(
+            f"{_categories(len(unknown))} not in the taxonomy, counted as class other (interrupting): "
+            f"{names}; map them with --category-map SOURCE=CLASS or [categories]"
+        )
+    return notes
+
+
+def _categories(n: int) -> str:
+    return f"{n} categor{'y' if n == 1 else 'ies'}"
 
 
 def apply_category_map(con, category_map: CategoryMap) -> bool:

@@ -353,7 +353,10 @@ def test_rows_are_stored_classified_as_the_taxonomy_would_with_a_map_and_left_to
         for k in [classify(c, cmap)]
     }
     assert set(stored) == expected and ("Maintenance", "other", False, None) in expected
-    assert summary.notes == [taxonomy.unknown_note([("Cosmic Rays", 2)], {"Cosmic Rays"})]
+    assert summary.notes == taxonomy.category_notes(
+        [("Cosmic Rays", 2)], taxonomy.classes_frame(["Cosmic Rays"], cmap)
+    )
+    assert len(summary.notes) == 1 and "'Cosmic Rays' 2" in summary.notes[0]
     other = write("later.csv", HEADER + rows.replace("2026-03-0", "2026-04-0"))
     with warehouse.transaction(con):
         summary = ingest_canonical(con, other, sha="b", fmt="csv", column_map={})

@@ -88,6 +88,50 @@ def test_built_in_classification(text, cls, interrupting):
     assert got.known is (cls is not C.OTHER)
 
 
+@pytest.mark.parametrize(
+    ("text", "cls", "words"),
+    [
+        # qualifiers dropped, then the rest is a class or synonym
+        ("NVLink error", C.NVLINK, "nvlink"),
+        ("Disk failure", C.STORAGE, "disk"),
+        ("Power supply failure", C.HOST, "power supply"),
+        ("Uncorrectable ECC error", C.GPU_MEMORY, "uncorrectable ecc"),
+        ("Network issue", C.NETWORK, "network"),
+        # the longest run of words that names a class
+        ("ECC uncorrectable", C.GPU_MEMORY, "ecc"),
+        ("Kernel panic", C.SOFTWARE, "kernel"),
+        ("InfiniBand link down", C.NETWORK, "link down"),  # "link down" is longer than "infiniband"
+        ("GPU memory ECC error", C.GPU_MEMORY, "gpu memory"),  # not "memory" (host) or "ecc"
+        ("IB port flapping", C.NETWORK, "ib"),
+        ("Unknown GPU error", C.GPU_HARDWARE, "gpu"),  # a cause not known yields to one named
+        ("Node not responding", C.UNDETERMINED, "not responding"),  # ... and decides alone
+        ("Application crash", C.APPLICATION, "application"),
+        # words of two classes, a vague word alone, no word at all: not a guess
+        ("GPU driver crash", C.OTHER, None),
+        ("Memory ECC error", C.OTHER, None),  # HBM or a DIMM's ECC?
+        ("Power cycle", C.OTHER, None),
+        ("Memory leak", C.OTHER, None),
+        ("OS upgrade", C.OTHER, None),
+        ("Cosmic rays", C.OTHER, None),
+        ("Other hardware", C.HARDWARE, "hardware"),  # "other" names no class
+        ("GPU failure (Xid 48)", C.GPU_MEMORY, None),  # an Xid in the text comes first
+        ("NvidiaXid79Error", C.OTHER, None),  # one word: no guess inside it
+        ("Faulty GPU", C.GPU_HARDWARE, None),  # a synonym as a whole: no guess
+    ],
+)
+def test_class_by_words_of_the_name(text, cls, words):
+    got = classify(text)
+    assert (got.failure_class, got.words, got.known) == (cls, words, cls is not C.OTHER)
+    assert got.interrupting is cls.interrupting
+
+
+def test_the_word_rule_is_part_of_the_fingerprint(monkeypatch):
+    """A changed rule must reclassify stored events, as a changed synonym does."""
+    before = CategoryMap().fingerprint
+    monkeypatch.setattr("pipeline.categories.QUALIFIER_WORDS", frozenset({"error"}))
+    assert CategoryMap().fingerprint != before
+
+
 def test_only_names_of_a_lost_gpu_are_fell_off_the_bus():
     """gpu_fell_off_bus is one failure mode (Xid 79): a synonym must name it (the bus, or the
     driver's "GPU is lost"); a GPU named only as failed is gpu_hardware, which interrupts."""
@@ -179,6 +223,7 @@ T-7,2026-03-06T06:00:00Z,c1,n3,Cosmic Rays,P2,r02,
 T-8,2026-03-07T05:00:00Z,c1,n4,GPU,P1,r02,1
 T-8,2026-03-07T05:00:00Z,c1,n4,GPU,P1,r02,1
 T-9,2026-03-08T05:00:00Z,c1,,GPU,P1,r02,1
+T-10,2026-03-09T05:00:00Z,c1,n2,NVLink error,P2,r01,
 """
 INVENTORY = "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n" + "".join(
     f"c1,n{i},p5,8,2026-03-01T00:00:00Z,2026-04-01T00:00:00Z\n" for i in range(1, 5)
@@ -212,15 +257,19 @@ def test_a_ticket_table_is_ingested_end_to_end(tickets):
     result = _invoke("ingest", table, "--db", db, *MAP, "--json")
     assert result.exit_code == 0, result.output
     [summary] = json.loads(result.stdout)
-    assert (summary["rows_read"], summary["rows_ingested"], summary["rows_duplicate"]) == (10, 8, 1)
+    assert (summary["rows_read"], summary["rows_ingested"], summary["rows_duplicate"]) == (11, 9, 1)
     assert (summary["rows_rejected"], summary["rows_ignored"]) == (1, 0)  # T-9 has no node
     assert summary["rows_read"] == sum(
         summary[f"rows_{k}"] for k in ("ingested", "duplicate", "rejected", "ignored")
     )
     assert summary["attribute_columns"] == ["ticket", "level", "rack"]
-    [note] = summary["notes"]
-    assert "1 category not in the taxonomy" in note and "'Cosmic Rays' 2" in note
-    assert "note: 1 category not in the taxonomy" in result.stderr
+    guessed, unknown = summary["notes"]
+    assert "1 category classed by words of the name: 'NVLink error' 1 as nvlink (by 'nvlink')" in guessed
+    assert "1 category not in the taxonomy" in unknown and "'Cosmic Rays' 2" in unknown
+    assert (
+        "note: 1 category not in the taxonomy" in result.stderr
+        and "note: 1 category classed" in result.stderr
+    )
 
     con = warehouse.connect(db, read_only=True)
     rows = con.sql(
@@ -237,12 +286,13 @@ def test_a_ticket_table_is_ingested_end_to_end(tickets):
             ("Cosmic Rays", "other", "T-6"),
             ("Cosmic Rays", "other", "T-7"),
             ("GPU", "gpu_hardware", "T-8"),
+            ("NVLink error", "nvlink", "T-10"),
         ]
     )
     by_level = json.loads(_invoke("rates", "--db", db, "--by", "level", "--json").stdout)
-    assert {r["level"]: r["failures"] for r in by_level} == {"P1": 4, "P2": 3, "P3": 1}
+    assert {r["level"]: r["failures"] for r in by_level} == {"P1": 4, "P2": 4, "P3": 1}
     by_class = json.loads(_invoke("rates", "--db", db, "--by", "class", "--by", "rack", "--json").stdout)
-    assert sum(r["failures"] for r in by_class) == 8
+    assert sum(r["failures"] for r in by_class) == 9
     assert {(r["failure_class"], r["rack"]) for r in by_class if r["failures"]} >= {
         ("other", "r01"),
         ("other", "r02"),
