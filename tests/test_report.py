@@ -780,3 +780,27 @@ def test_summary_names_the_lemons_and_the_spares_the_job_needs(rich_analysis):
         rich_analysis.repair_times, outlook.instances, rich_analysis.fleet_rate.rate_
     )
     assert cards[f"Hot spares for {outlook.instances:,} instances"][0] == f"{spares['spares']:,}"
+
+
+@pytest.mark.parametrize(
+    ("out", "html", "charts"),
+    [
+        ("reports", "reports/failcast-report.html", "reports/charts"),
+        ("weekly/fleet.html", "weekly/fleet.html", "weekly/charts"),  # a file name: charts beside it
+        ("fleet.HTM", "fleet.HTM", "charts"),
+    ],
+)
+def test_cli_report_out_is_a_folder_or_the_html_file(tmp_path, sample_warehouse, out, html, charts):
+    result = CliRunner().invoke(main, ["report", "--db", str(sample_warehouse), "--out", str(tmp_path / out)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / html).is_file() and f"wrote {tmp_path / html}" in result.output
+    assert any((tmp_path / charts).glob("*.png")) and (tmp_path / out).is_dir() == (out == "reports")
+
+
+def test_cli_report_out_naming_a_file_that_is_not_html_is_one_line(tmp_path, sample_warehouse):
+    (tmp_path / "notes.txt").write_text("x")
+    result = CliRunner().invoke(
+        main, ["report", "--db", str(sample_warehouse), "--out", str(tmp_path / "notes.txt"), "--no-images"]
+    )
+    assert result.exit_code == 2 and "is a file; name a folder or an .html file" in result.output
+    assert (tmp_path / "notes.txt").read_text() == "x"

@@ -22,7 +22,12 @@ from pipeline.cli.project import required_measured_recovery
 @main.command()
 @db_option
 @click.option(
-    "--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"), show_default=True
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("reports"),
+    show_default=True,
+    help="Folder for the report (failcast-report.html) and charts/, or the report's own file name when "
+    "it ends in .html (charts/ go beside it).",
 )
 @until_option
 @click.option(
@@ -68,7 +73,17 @@ def report(
         outlook = report_mod.job_outlook(
             spec, monte_carlo_runs=monte_carlo_runs, seed=seed, measured=measured
         )
-    path = report_mod.write_report(result, out, projection=outlook, images=images, baselines=baselines)
+    folder, name = (out.parent, out.name) if out.suffix.lower() in (".html", ".htm") else (out, None)
+    if folder.exists() and not folder.is_dir():
+        raise click.BadParameter(f"{folder} is a file; name a folder or an .html file", param_hint="--out")
+    path = report_mod.write_report(
+        result,
+        folder,
+        name or report_mod.REPORT_FILENAME,
+        projection=outlook,
+        images=images,
+        baselines=baselines,
+    )
     click.echo(f"wrote {path}")
     if images:
         click.echo(f"wrote {path.parent / report_mod.CHARTS_DIR}/*.png, *.svg")
