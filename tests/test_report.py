@@ -748,6 +748,23 @@ def test_biggest_cause_card_names_the_top_category_and_its_share(rich_analysis):
     assert f"{top['failures']:,} of {total:,} interruptions" in card[2]
 
 
+@pytest.mark.parametrize(
+    ("failures", "value", "note"),
+    [
+        ((5, 1, 0), "gpu_memory", "5 of 6 interruptions (83%)"),
+        ((3, 3, 1), "gpu_memory, network", "a tie: gpu_memory, network, 3 of 7 interruptions (43%) each"),
+        ((2, 2, 2), "gpu_memory, network, software", "a tie: gpu_memory, network, software, 2 of 6"),
+        ((1, 1, 1, 1), "4 causes tie", "a tie: gpu_memory, host, network, software, 1 of 4 interruptions"),
+    ],
+)
+def test_biggest_cause_card_names_every_cause_that_ties(rich_analysis, failures, value, note):
+    classes = ["gpu_memory", "network", "software", "host"][: len(failures)]
+    causes = pl.DataFrame({"failure_class": classes, "failures": list(failures)})
+    fleet = dataclasses.replace(rich_analysis, rates_by_category=causes)
+    card = next(c for c in report.summary_cards(fleet) if c[0] == "Biggest cause of interruptions")
+    assert card[1] == value and note in card[2]
+
+
 NEW_SECTIONS = ("weibull-probability-plot", "mean-cumulative-function", "duane-crow-amsaa", "job-backtest")
 
 

@@ -486,10 +486,14 @@ def job_spec_from_mapping(doc: dict[str, Any], **overrides: Any) -> JobSpec:
         )
         kwargs["price_per_gpu_hour_usd"] = per_instance / kwargs["gpus_per_instance"]
     kwargs.update({k: v for k, v in overrides.items() if v is not None})
-    _require(kwargs["instances"] is not None, "instances is required ([cluster] instances)")
+    _require(
+        kwargs["instances"] is not None,
+        "instances is required ([cluster] instances in the job spec; failcast project --instances N)",
+    )
     _require(
         kwargs["price_per_gpu_hour_usd"] is not None,
-        "a price is required ([cluster] price_per_gpu_hour_usd)",
+        "a price is required ([cluster] price_per_gpu_hour_usd in the job spec; failcast project "
+        "--price-per-gpu-hour USD)",
     )
     _require(kwargs["failure"] is not None, "a failure model is required ([failures] preset=...)")
     return JobSpec(**kwargs)

@@ -28,6 +28,7 @@ from pipeline.report.outlook import JobOutlook
 from pipeline.report.sections import Section, sections
 
 REPORT_FILENAME = "failcast-report.html"
+MAX_TIED_CAUSES = 3  # tied biggest causes named in the card's value; more are counted there
 CHARTS_DIR = "charts"
 VERSIONED_PACKAGES = ("failcast", "polars", "duckdb", "lifelines", "altair", "vl-convert-python")
 
@@ -177,19 +178,19 @@ def _fleet_action_cards(analysis: FleetAnalysis, projection: JobOutlook | None) 
 
 
 def _cause_card(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
-    """The root cause with the most interruptions, and its share."""
-    causes = analysis.rates_by_category.sort("failures", descending=True)
+    """The root cause with the most interruptions, and its share; causes that tie for the most
+    are named together (one picked would be a verdict the data do not give)."""
+    causes = analysis.rates_by_category
     total = int(causes["failures"].sum()) if causes.height else 0
     if total == 0:
         return []
-    top = causes.row(0, named=True)
-    return [
-        (
-            "Biggest cause of interruptions",
-            str(top["failure_class"]),
-            f"{top['failures']:,} of {total:,} interruptions ({top['failures'] / total:.0%})",
-        )
-    ]
+    most = int(causes["failures"].max())
+    top = sorted(str(c) for c in causes.filter(pl.col("failures") == most)["failure_class"])
+    each = f"{most:,} of {total:,} interruptions ({most / total:.0%})"
+    if len(top) == 1:
+        return [("Biggest cause of interruptions", top[0], each)]
+    value = ", ".join(top) if len(top) <= MAX_TIED_CAUSES else f"{len(top)} causes tie"
+    return [("Biggest cause of interruptions", value, f"a tie: {', '.join(top)}, {each} each")]
 
 
 def _scaling_cards(analysis: FleetAnalysis, projection: JobOutlook | None) -> list[tuple[str, str, str]]:
