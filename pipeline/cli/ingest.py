@@ -29,6 +29,7 @@ Formats (auto-detected from the name or the first lines, or --format); any may b
               or inventory: cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to
               c0512,c0512-n0017,p5.48xlarge,8,2026-03-01T00:00:00Z,
   jsonl       {"timestamp": "2026-03-02T04:26:29+00:00", "cluster_id": "c0512", ...}
+  json        the same records as one JSON document (a REST export): [{...}, ...] or {"result": [{...}, ...]}
   parquet     the same columns
   kernel-log  NVIDIA Xid/SXid lines in syslog, journalctl or dmesg -T output, e.g.
               2026-03-02T04:26:29.892511+00:00 node-017 kernel: NVRM: Xid (PCI:0000:18:00): 79, GPU has ...

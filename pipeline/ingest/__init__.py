@@ -54,6 +54,7 @@ from pipeline.ingest.canonical import (
 from pipeline.ingest.cloud_events import FORMATS as CLOUD_FORMATS
 from pipeline.ingest.cloud_events import ingest_cloud_events
 from pipeline.ingest.common import FileSummary, InputError, checked_timezone, sha256_of
+from pipeline.ingest.json_array import is_json_document
 from pipeline.ingest.kernel_log import SpanWorkers, ingest_kernel_log, parallel_parts
 from pipeline.ingest.kubernetes import ingest_kubernetes
 from pipeline.ingest.lines import BOM, MAX_DECOMPRESSED_BYTES, head_text, is_gzip
@@ -153,7 +154,8 @@ def expand_pattern(pattern: str) -> list[Path]:
 def detect_format(path: Path) -> str:
     """From the name (.csv, .jsonl/.ndjson/.json, .parquet), else from the first 64 KiB. JSON
     (first character ``{`` or ``[``) that holds Kubernetes Events or Nodes is ``kubernetes``, EC2 or
-    GCE cloud events when its keys say so, whatever the file's name."""
+    GCE cloud events when its keys say so, whatever the file's name; other JSON is ``json`` (one
+    document: an array of records, or an object holding one) or ``jsonl`` (a record per line)."""
     name = path.name.lower().removesuffix(".gz")
     if not name.endswith((".csv", ".parquet")):
         head = head_text(path).removeprefix(BOM)
@@ -163,7 +165,9 @@ def detect_format(path: Path) -> str:
             for fmt, keys in _CLOUD_JSON:
                 if keys.search(head):
                     return fmt
-    for suffix, fmt in ((".csv", "csv"), (".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "jsonl")):
+    if name.endswith(".json"):
+        return "json" if is_json_document(head) else "jsonl"
+    for suffix, fmt in ((".csv", "csv"), (".jsonl", "jsonl"), (".ndjson", "jsonl")):
         if name.endswith(suffix):
             return fmt
     with path.open("rb") as f:
@@ -178,6 +182,8 @@ def detect_format(path: Path) -> str:
         return "sacct"
     if {"node_id", "cluster_id", "timestamp"} & {c.strip().strip('"') for c in first.lower().split(",")}:
         return "csv"
+    if is_json_document(head):
+        return "json"
     if first.lstrip().startswith("{"):
         return "jsonl"
     if not _KERNEL_XID.search(head) and any(mark in head for mark in TRAINING_LOG_SNIFF):

@@ -39,6 +39,7 @@ from pipeline.ingest.common import (
     time_sql,
     whole_number_sql,
 )
+from pipeline.ingest.json_array import read_json_records
 from pipeline.ingest.lines import (
     BOM,
     MAX_DECOMPRESSED_BYTES,
@@ -52,22 +53,26 @@ INCIDENT_COLUMNS = ("timestamp", "cluster_id", "node_id", "category")
 INCIDENT_OPTIONAL = ("gpu_index", "job_id", "message", "resolved_at")
 INVENTORY_COLUMNS = ("cluster_id", "node_id", "instance_type", "gpus_per_node", "in_service_from")
 INVENTORY_OPTIONAL = ("in_service_to",)
-TABLE_FORMATS = ("csv", "jsonl", "parquet")
+TABLE_FORMATS = ("csv", "jsonl", "json", "parquet")
 _COLUMNS = {
     "incidents": (*INCIDENT_COLUMNS, *INCIDENT_OPTIONAL),
     "inventory": (*INVENTORY_COLUMNS, *INVENTORY_OPTIONAL),
 }
 BATCH_ROWS = 250_000
 """Rows per batch: large enough that per-batch SQL costs little, small enough to bound memory."""
+_RECORD_FORMATS = ("parquet", "json")  # a rejected row's raw text is its values, not a line of the file
 _ROW = "__failcast_row"  # the row index while scanning; renamed to ``line`` once columns are mapped
 
 
 def _scan(path: Path, fmt: str) -> pl.LazyFrame:
-    """The file with its 1-based line (row for Parquet, record for JSONL) in ``_ROW``. A blank CSV
+    """The file with its 1-based line (row for Parquet, record for JSONL, the line where a JSON
+    document's record starts) in ``_ROW``. A blank CSV
     line is a row of nulls, so CSV rows keep their line numbers, and :func:`_csv_lines` moves the
     rows after a quoted field that spans lines; JSONL records get theirs from :func:`_jsonl_lines`."""
     if fmt == "csv":  # glob=False: a file named incidents[1].csv or *.csv is that one file, not a pattern
         return pl.scan_csv(path, infer_schema=False, glob=False, row_index_name=_ROW, row_index_offset=2)
+    if fmt == "json":
+        return read_json_records(path, _ROW).lazy()
     if fmt == "jsonl":
         as_bytes = glob.has_magic(str(path)) or head_text(path, 3).startswith(BOM)
         return pl.scan_ndjson(
@@ -143,6 +148,8 @@ def _source(
     try:
         scan = _scan(path, fmt)
         columns = [c for c in scan.collect_schema().names() if c != _ROW]
+    except InputError:
+        raise
     except Exception as exc:  # polars raises many types; the user needs the file and the reason
         raise _read_error(path, fmt, exc) from exc
     renamed = _applicable_map(column_map, columns, path)
@@ -408,7 +415,8 @@ class _Classes:
 
 
 def _keep_raw_rows(con, batch: pl.DataFrame, staged: pa.Table, columns: Sequence[str]) -> None:
-    """Parquet has no lines: a rejected row's text is its values, as a dict of the file's columns."""
+    """Parquet has no lines, a JSON document's record spans many: a rejected row's text is its
+    values, as a dict of the file's columns."""
     bad = con.sql("SELECT line FROM staged WHERE reason IS NOT NULL").fetchall()
     if not bad:
         return
@@ -486,7 +494,7 @@ def ingest_canonical(
         staged = con.sql(stage).to_arrow_table()
         keep(staged)
         con.execute("INSERT INTO rejected SELECT line, reason FROM staged WHERE reason IS NOT NULL")
-        if fmt == "parquet":
+        if fmt in _RECORD_FORMATS:
             _keep_raw_rows(con, batch, staged, columns)
 
     summary.rows_read = _stream(frame, path, fmt, batch_rows, take)
@@ -496,7 +504,7 @@ def ingest_canonical(
     else:
         con.execute(UPSERT_INVENTORY, {"file_id": file_id})
         summary.rows_ingested = count(con, "SELECT count(*) FROM inventory WHERE file_id = ?", [file_id])
-    if fmt != "parquet":
+    if fmt not in _RECORD_FORMATS:
         _keep_raw_lines(con, path, max_decompressed_bytes)
     bad = con.sql(
         "SELECT line, raw, reason FROM rejected LEFT JOIN raw_lines USING (line) ORDER BY line"

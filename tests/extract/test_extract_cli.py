@@ -50,7 +50,7 @@ def test_bad_input_is_one_line_and_exit_2(fleet, tmp_path):
     assert partly.exit_code == 2
     assert "1 of 2 file(s) extracted" in partly.stdout
     assert partly.stderr.strip().splitlines() == [
-        f"failcast: {odd}: format kubernetes is not extracted to a lake (formats: csv, jsonl, parquet, "
+        f"failcast: {odd}: format kubernetes is not extracted to a lake (formats: csv, jsonl, json, parquet, "
         "kernel-log, sacct, slurm-events); ingest it directly with failcast ingest"
     ]
 
