@@ -238,7 +238,11 @@ def ingest(
     click.echo(f"timestamps without an offset read as {timezone}")
     for s in summaries:
         if s.skipped:
-            click.echo(f"{safe_text(s.path)}: already ingested (same sha256), skipped")
+            click.echo(
+                f"{safe_text(s.path)}: already ingested as {s.kind} ({s.format}), same sha256: skipped"
+            )
+            for note in s.notes:
+                click.echo(f"  note: {safe_text(note)}", err=True)
             continue
         click.echo(
             f"{safe_text(s.path)}: {s.kind} ({s.format}), read {s.rows_read}, ingested {s.rows_ingested}, "

@@ -49,6 +49,7 @@ from pipeline.ingest.canonical import (
     INVENTORY_COLUMNS,
     INVENTORY_OPTIONAL,
     TABLE_FORMATS,
+    csv_separator,
     ingest_canonical,
 )
 from pipeline.ingest.cloud_events import FORMATS as CLOUD_FORMATS
@@ -152,12 +153,12 @@ def expand_pattern(pattern: str) -> list[Path]:
 
 
 def detect_format(path: Path) -> str:
-    """From the name (.csv, .jsonl/.ndjson/.json, .parquet), else from the first 64 KiB. JSON
+    """From the name (.csv/.tsv, .jsonl/.ndjson/.json, .parquet), else from the first 64 KiB. JSON
     (first character ``{`` or ``[``) that holds Kubernetes Events or Nodes is ``kubernetes``, EC2 or
     GCE cloud events when its keys say so, whatever the file's name; other JSON is ``json`` (one
     document: an array of records, or an object holding one) or ``jsonl`` (a record per line)."""
     name = path.name.lower().removesuffix(".gz")
-    if not name.endswith((".csv", ".parquet")):
+    if not name.endswith((".csv", ".tsv", ".parquet")):
         head = head_text(path).removeprefix(BOM)
         if head.lstrip().startswith("{") and _KUBERNETES.search(head) and _KUBERNETES_API.search(head):
             return "kubernetes"
@@ -167,7 +168,7 @@ def detect_format(path: Path) -> str:
                     return fmt
     if name.endswith(".json"):
         return "json" if is_json_document(head) else "jsonl"
-    for suffix, fmt in ((".csv", "csv"), (".jsonl", "jsonl"), (".ndjson", "jsonl")):
+    for suffix, fmt in ((".csv", "csv"), (".tsv", "csv"), (".jsonl", "jsonl"), (".ndjson", "jsonl")):
         if name.endswith(suffix):
             return fmt
     with path.open("rb") as f:
@@ -180,7 +181,8 @@ def detect_format(path: Path) -> str:
         return "slurm-events"
     if "|" in first and "jobid" in columns:
         return "sacct"
-    if {"node_id", "cluster_id", "timestamp"} & {c.strip().strip('"') for c in first.lower().split(",")}:
+    names = first.lower().split(csv_separator(first))
+    if {"node_id", "cluster_id", "timestamp"} & {c.strip().strip('"') for c in names}:
         return "csv"
     if is_json_document(head):
         return "json"
@@ -341,10 +343,13 @@ def _ingest_one(
         hasher = ThreadPoolExecutor(1, thread_name_prefix="sha256")
     if hasher is None:
         sha: str | Callable[[], str] = sha256_of(path)
-        if con.sql("SELECT 1 FROM ingested_files WHERE sha256 = ?", params=[sha]).fetchall():
+        stored = con.sql(
+            "SELECT kind, format FROM ingested_files WHERE sha256 = ? ORDER BY file_id LIMIT 1", params=[sha]
+        ).fetchall()
+        if stored:
             if progress:
                 progress(size)
-            return FileSummary(str(path), "-", fmt or "-", skipped=True)
+            return _already_ingested(path, *stored[0], fmt)
     else:
         sha = hasher.submit(sha256_of, path).result
     fmt = fmt or detect_format(path)
@@ -365,6 +370,18 @@ def _ingest_one(
     finally:
         if hasher is not None:
             hasher.shutdown()
+    return summary
+
+
+def _already_ingested(path: Path, kind: str, stored_format: str, fmt: str | None) -> FileSummary:
+    """A file whose bytes are stored: skipped, as the kind and format it was read as. A --format
+    other than that one does not read it again (its records are stored once): say so."""
+    summary = FileSummary(str(path), kind, stored_format, skipped=True)
+    if fmt is not None and fmt != stored_format:
+        summary.notes.append(
+            f"read as {stored_format} before: --format {fmt} does not read it again; its records "
+            "stay as stored (ingest into a new warehouse to read it another way)"
+        )
     return summary
 
 

@@ -60,6 +60,7 @@ _COLUMNS = {
 }
 BATCH_ROWS = 250_000
 """Rows per batch: large enough that per-batch SQL costs little, small enough to bound memory."""
+_SEPARATORS = (",", "\t", ";", "|")
 _RECORD_FORMATS = ("parquet", "json")  # a rejected row's raw text is its values, not a line of the file
 _ROW = "__failcast_row"  # the row index while scanning; renamed to ``line`` once columns are mapped
 
@@ -70,7 +71,14 @@ def _scan(path: Path, fmt: str) -> pl.LazyFrame:
     line is a row of nulls, so CSV rows keep their line numbers, and :func:`_csv_lines` moves the
     rows after a quoted field that spans lines; JSONL records get theirs from :func:`_jsonl_lines`."""
     if fmt == "csv":  # glob=False: a file named incidents[1].csv or *.csv is that one file, not a pattern
-        return pl.scan_csv(path, infer_schema=False, glob=False, row_index_name=_ROW, row_index_offset=2)
+        return pl.scan_csv(
+            path,
+            separator=csv_separator(head_text(path)),
+            infer_schema=False,
+            glob=False,
+            row_index_name=_ROW,
+            row_index_offset=2,
+        )
     if fmt == "json":
         return read_json_records(path, _ROW).lazy()
     if fmt == "jsonl":
@@ -82,6 +90,13 @@ def _scan(path: Path, fmt: str) -> pl.LazyFrame:
             row_index_offset=1,
         )
     return pl.scan_parquet(path, glob=False, row_index_name=_ROW, row_index_offset=1)
+
+
+def csv_separator(head: str) -> str:
+    """The separator of a delimited file from its header line: a comma, or the tab, semicolon
+    (spreadsheets in locales where the comma is the decimal mark) or pipe the header has more of."""
+    header = next((line for line in head.splitlines() if line.strip()), "")
+    return max(_SEPARATORS, key=header.count) if header.count(",") == 0 else ","
 
 
 def _jsonl_bytes(path: Path) -> io.BytesIO:

@@ -154,7 +154,7 @@ def ingest_lake(con, lake: Path, *, category_map) -> Iterator[FileSummary]:
     The caller rebuilds incidents after."""
     for entry in entries(lake):
         if con.sql("SELECT 1 FROM ingested_files WHERE sha256 = ?", params=[entry["sha256"]]).fetchall():
-            yield FileSummary(entry["path"], "-", entry["format"], skipped=True)
+            yield FileSummary(entry["path"], entry["kind"], entry["format"], skipped=True)
             continue
         redo = f"delete {manifest_path(lake, entry['sha256'])} and extract {entry['path']} again"
         missing = [p for parts in entry["parts"].values() for p in parts if not (lake / p).is_file()]

@@ -37,7 +37,7 @@ def test_extract_then_ingest_lake_counts_every_line(fleet, tmp_path):
     again = run("extract", *map(str, fleet), "--out", str(lake), "--json")
     assert [r["skipped"] for r in json.loads(again.stdout)] == [True] * len(fleet)
     human = run("ingest", str(lake), "--db", str(db))
-    assert human.output.count("already ingested (same sha256), skipped") == len(fleet)
+    assert human.output.count("same sha256: skipped") == len(fleet)
 
 
 def test_bad_input_is_one_line_and_exit_2(fleet, tmp_path):

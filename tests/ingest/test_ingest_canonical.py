@@ -420,3 +420,30 @@ def test_rows_after_a_quoted_field_spanning_lines_keep_their_physical_lines(con,
         (6, "yesterday,c1,n1,gpu_memory,0,j1,m,", "timestamp yesterday is not ISO 8601"),
     ]
     assert sql("SELECT line, node_id FROM events ORDER BY line") == [(2, "n2"), (7, "n1")]
+
+
+@pytest.mark.parametrize(
+    ("name", "sep"),
+    [
+        ("t.csv", ","),
+        ("t.csv", ";"),  # a spreadsheet in a locale where the comma is the decimal mark
+        ("t.tsv", "\t"),
+        ("t.txt", "\t"),  # told from the header
+        ("t.csv", "|"),
+    ],
+)
+def test_the_separator_is_read_from_the_header(con, write, sql, name, sep):
+    rows = [
+        ["timestamp", "cluster_id", "node_id", "category", "message"],
+        ["2026-03-02T04:26:29Z", "c1", "n1", "Xid 79", '"lost, then; back|again"'],
+        ["not a time", "c1", "n2", "Xid 79", "m"],
+        ["2026-03-02T05:00:00Z", "c1", "n2", "ECC", "m"],
+    ]
+    path = write(name, "".join(sep.join(r) + "\n" for r in rows))
+    [s] = ingest_files(con, [path])
+    assert (s.format, s.kind, s.rows_read, s.rows_ingested, s.rows_rejected) == ("csv", "incidents", 3, 2, 1)
+    assert sql("SELECT node_id, message FROM events ORDER BY node_id") == [
+        ("n1", "lost, then; back|again"),
+        ("n2", "m"),
+    ]
+    assert sql("SELECT line, raw FROM rejects") == [(3, sep.join(rows[2]))]

@@ -67,7 +67,7 @@ def test_mixed_formats_are_detected_and_summarised(tmp_path):
         ("jobs", "sacct", 2, 1, 0, 1),
     ]
     text = CliRunner().invoke(main, ["ingest", *files, "--db", db]).output
-    assert text.count("already ingested (same sha256), skipped") == 4
+    assert text.count("same sha256: skipped") == 4
 
 
 def test_text_summary_names_rejects_and_notes(tmp_path):
@@ -137,3 +137,18 @@ def test_format_is_detected_from_content(tmp_path, name, content, fmt):
     path = tmp_path / name
     path.write_text(content)
     assert detect_format(path) == fmt
+
+
+def test_a_file_read_before_is_skipped_naming_how_it_was_read(tmp_path):
+    """A TSV once taken for another format and given again with --format: the skip says how it
+    was read and that the new --format does not read it again (its records are stored once)."""
+    path = tmp_path / "tickets.txt"
+    path.write_text("timestamp,cluster_id,node_id,category\n2026-03-02T04:26:29Z,c1,n1,Xid 79\n")
+    db = tmp_path / "w.duckdb"
+    assert CliRunner().invoke(main, ["ingest", str(path), "--db", str(db)]).exit_code == 0
+    again = CliRunner().invoke(main, ["ingest", str(path), "--db", str(db), "--format", "jsonl"])
+    assert again.exit_code == 0
+    assert f"{path}: already ingested as incidents (csv), same sha256: skipped" in again.stdout
+    assert "note: read as csv before: --format jsonl does not read it again" in again.stderr
+    same = CliRunner().invoke(main, ["ingest", str(path), "--db", str(db), "--format", "csv"])
+    assert "same sha256: skipped" in same.stdout and "does not read it again" not in same.stderr
