@@ -34,6 +34,7 @@ from pipeline.ingest import (
     MAX_DECOMPRESSED_BYTES,
     MAX_REJECTED_PERCENT,
     ReaderOptions,
+    check_time_format,
     parse_bus_order,
 )
 
@@ -84,6 +85,7 @@ class RunConfig:
     estimate_exposure: int | None = None
     max_decompressed_mb: int = MAX_DECOMPRESSED_BYTES >> 20
     max_rejected_percent: float = MAX_REJECTED_PERCENT
+    time_format: str | None = None
     input_roots: tuple[str, ...] = ()  # resolved [inputs] roots; empty: no config file, no check
     allow_outside_roots: bool = False
     category_map: CategoryMap = field(default_factory=CategoryMap)  # [categories]
@@ -108,6 +110,7 @@ class RunConfig:
             bus_order=self.gpu_bus_order,
             max_decompressed_bytes=self.max_decompressed_mb << 20,
             max_rejected_percent=self.max_rejected_percent,
+            time_format=self.time_format,
         )
 
     def to_document(self) -> dict[str, Any]:
@@ -145,6 +148,7 @@ class RunConfig:
                 "estimate_exposure": self.estimate_exposure,
                 "max_decompressed_mb": self.max_decompressed_mb,
                 "max_rejected_percent": self.max_rejected_percent,
+                "time_format": self.time_format,
             },
         }
 
@@ -181,6 +185,7 @@ _SPEC: dict[str, Any] = {
         "estimate_exposure": int,
         "max_decompressed_mb": int,
         "max_rejected_percent": _NUMBER,
+        "time_format": str,
     },
 }
 _TYPE_NAMES = {str: "a string", int: "an integer", _NUMBER: "a number", dict: "a table", list: "an array"}
@@ -288,6 +293,11 @@ def _check_values(raw: dict[str, Any], where: _Where) -> None:
             parse_bus_order(options["gpu_bus_order"])
         except ValueError as exc:
             raise where.error(("ingest",), "gpu_bus_order", str(exc).partition(": ")[2]) from None
+    if "time_format" in options:
+        try:
+            check_time_format(options["time_format"])
+        except ValueError as exc:
+            raise where.error(("ingest",), "time_format", str(exc)) from None
     for canonical, source in raw.get("inputs", {}).get("column_map", {}).items():
         if not isinstance(source, str):
             raise where.error(("inputs", "column_map"), canonical, "must be a source column name (string)")

@@ -50,6 +50,7 @@ node = "gpu-017"
 gpu_bus_order = "18,2a,3a,5d"
 estimate_exposure = 8
 max_rejected_percent = 5
+time_format = "%d.%m.%Y %H:%M"
 """
 
 
@@ -93,6 +94,7 @@ def test_every_key_is_read_and_paths_are_relative_to_the_file(tmp_path):
     assert (cfg.year, cfg.cluster, cfg.node, cfg.estimate_exposure) == (2025, "c0512", "gpu-017", 8)
     assert cfg.gpu_bus_order == ("18", "2a", "3a", "5d")
     assert cfg.reader_options("csv").max_rejected_percent == 5.0
+    assert cfg.reader_options("csv").time_format == "%d.%m.%Y %H:%M"
 
 
 def test_the_example_in_the_repo_loads_and_projection_accepts_its_jobs_and_profiles():
@@ -132,6 +134,7 @@ def test_the_example_in_the_repo_loads_and_projection_accepts_its_jobs_and_profi
         ('[ingest]\nbus_order = "18"\n', 2, "key 'ingest.bus_order' is unknown"),
         ("[ingest]\nnode = 17\n", 2, "key 'ingest.node' must be a string"),
         ("[ingest]\nmax_rejected_percent = 150\n", 2, "must be a percentage from 0 to 100"),
+        ('[ingest]\ntime_format = "%d.%m.%Q"\n', 2, "key 'ingest.time_format' time format '%d.%m.%Q':"),
     ],
 )
 def test_bad_config_names_file_line_and_key(tmp_path, text, line, fragment):

@@ -8,7 +8,7 @@ import click
 
 from pipeline import extract as extract_mod
 from pipeline.cli.common import echo_json, fail, json_option, main, safe_text
-from pipeline.cli.ingest import limit_options, reader_options
+from pipeline.cli.ingest import limit_options, reader_options, time_format_option
 from pipeline.ingest import lake as layout
 
 EXTRACT_HELP = f"""Parse log files into a hive-partitioned Parquet lake, one task per file, in parallel.
@@ -50,6 +50,7 @@ Needs {extract_mod.engines.RAY_EXTRA}. On a cluster, LAKE must be a path every n
 @click.option("--cluster", help="cluster_id for logs that do not name one (default: from the inventory).")
 @click.option("--node", help="node_id for log lines without a hostname (dmesg -T output).")
 @click.option("--gpu-bus-order", default="", metavar="BUS,BUS,...", help="As for ingest.")
+@time_format_option
 @limit_options
 @json_option
 def extract(
@@ -65,6 +66,7 @@ def extract(
     cluster: str | None,
     node: str | None,
     gpu_bus_order: str,
+    time_format: str | None,
     max_decompressed_mb: int,
     max_rejected_percent: float,
     as_json: bool,
@@ -81,6 +83,7 @@ def extract(
         cluster=cluster,
         node=node,
         max_rejected_percent=max_rejected_percent,
+        time_format=time_format,
     )
     try:
         results = extract_mod.extract_files(

@@ -89,7 +89,7 @@ def reader_options(
 ) -> ingest_mod.ReaderOptions:
     """The reader options of ``ingest`` and ``extract`` from their flags: the texts of ``--map`` and
     ``--gpu-bus-order`` parsed, the size limit in bytes, the other flags (time zone, year, cluster,
-    node, job, reject limit) as they are."""
+    node, job, reject limit, time format: checked) as they are."""
     return ingest_mod.ReaderOptions(
         fmt=fmt,
         column_map=ingest_mod.parse_column_map(mapping),
@@ -97,6 +97,16 @@ def reader_options(
         max_decompressed_bytes=max_decompressed_mb << 20,
         **flags,
     )
+
+
+def time_format_option(command):
+    """``--time-format``, shared by ``ingest`` and ``extract``."""
+    return click.option(
+        "--time-format",
+        metavar="FORMAT",
+        help="strptime format of canonical times that are not ISO 8601 or epoch numbers, tried first, "
+        "e.g. '%d.%m.%Y %H:%M' or '%m/%d/%Y %I:%M %p' (naive times are read in --timezone; %z: an offset).",
+    )(command)
 
 
 def limit_options(command):
@@ -176,6 +186,7 @@ def limit_options(command):
     help="With no inventory at all, ESTIMATE one from the nodes seen in the data (in service from the "
     "first observation on); every result then says exposure_estimated. A real inventory replaces it.",
 )
+@time_format_option
 @limit_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @json_option
@@ -193,6 +204,7 @@ def ingest(
     gpu_bus_order: str,
     window_minutes: float,
     estimate_exposure: int | None,
+    time_format: str | None,
     max_decompressed_mb: int,
     max_rejected_percent: float,
     quiet: bool,
@@ -210,6 +222,7 @@ def ingest(
         node=node,
         job=job,
         max_rejected_percent=max_rejected_percent,
+        time_format=time_format,
     )
     categories = ingest_mod.parse_category_map(category_map)
     con = warehouse.connect(db)

@@ -54,7 +54,7 @@ from pipeline.ingest.canonical import (
 )
 from pipeline.ingest.cloud_events import FORMATS as CLOUD_FORMATS
 from pipeline.ingest.cloud_events import ingest_cloud_events
-from pipeline.ingest.common import FileSummary, InputError, checked_timezone, sha256_of
+from pipeline.ingest.common import FileSummary, InputError, check_time_format, checked_timezone, sha256_of
 from pipeline.ingest.json_array import is_json_document
 from pipeline.ingest.kernel_log import SpanWorkers, ingest_kernel_log, parallel_parts
 from pipeline.ingest.kubernetes import ingest_kubernetes
@@ -84,6 +84,7 @@ FORMATS = (*TABLE_FORMATS, *LOG_READERS, *CLOUD_FORMATS, *DATASET_FORMATS)
 __all__ = [
     "expand_pattern",
     "check_readable",
+    "check_time_format",
     "read_file",
     "ReaderOptions",
     "MAX_REJECTED_PERCENT",
@@ -245,6 +246,7 @@ def read_file(
             column_map=options.column_map,
             max_decompressed_bytes=options.max_decompressed_bytes,
             category_map=category_map,
+            time_format=options.time_format,
         )
         if progress:
             progress(path.stat().st_size)
@@ -300,9 +302,13 @@ def refuse_mostly_rejected(con, summary: FileSummary, max_rejected_percent: floa
     raise InputError(
         f"{summary.path}: {summary.rows_rejected:,} of {records:,} records rejected "
         f"({100 * summary.rows_rejected / records:.0f}%, more than --max-rejected {max_rejected_percent:g}%)"
-        f"{example}. Nothing from this file was stored: fix how it is read (--map, --timezone, --format)"
-        " or the file, or raise --max-rejected ([ingest] max_rejected_percent in failcast.toml)"
+        f"{example}. Nothing from this file was stored: fix how it is read (--map, --timezone, --format"
+        f"{_TIME_FORMAT_ADVICE if first and 'ISO 8601' in first[0][1] else ''}) or the file, or raise "
+        "--max-rejected ([ingest] max_rejected_percent in failcast.toml)"
     )
+
+
+_TIME_FORMAT_ADVICE = ", --time-format for times such as 01.03.2026 05:26 or 03/01/2026 5:26 PM"
 
 
 def check_readable(path: Path) -> None:

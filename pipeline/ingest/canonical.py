@@ -247,12 +247,18 @@ def _stream(
 
 # Validation in SQL over the string frame: parse, check, and give each bad row one reason. The
 # texts quoted in reasons are not passed on (the staged batch goes to Arrow: 12% less CPU).
-# TRY_CAST to TIMESTAMPTZ honours offsets and reads naive times in the session time zone.
-_STAGE_INCIDENTS = f"""
+# TRY_CAST to TIMESTAMPTZ honours offsets and reads naive times in the session time zone. With
+# ``time_format`` the user's format (--time-format, bound as $time_format) is tried first.
+_NOT_A_TIME = {False: "is not ISO 8601", True: "matches neither --time-format nor ISO 8601"}
+
+
+def _stage_incidents(time_format: bool) -> str:
+    not_a_time = _NOT_A_TIME[time_format]
+    return f"""
 WITH parsed AS (
     SELECT line,
            trim(timestamp) AS ts_text,
-           {time_sql("trim(timestamp)")} AS ts,
+           {time_sql("trim(timestamp)", time_format=time_format)} AS ts,
            nullif(trim(cluster_id), '') AS cluster_id,
            nullif(trim(node_id), '') AS node_id,
            trim(category) AS category,
@@ -261,14 +267,14 @@ WITH parsed AS (
            nullif(trim(job_id), '') AS job_id,
            message,
            nullif(trim(resolved_at), '') AS resolved_text,
-           {time_sql("nullif(trim(resolved_at), '')")} AS resolved_at,
+           {time_sql("nullif(trim(resolved_at), '')", time_format=time_format)} AS resolved_at,
            CAST(attributes AS JSON) AS attributes
     FROM source
 )
 SELECT * EXCLUDE (ts_text, gpu_text, resolved_text),
        CASE
          WHEN ts_text IS NULL OR ts_text = '' THEN 'timestamp is empty'
-         WHEN ts IS NULL OR NOT isfinite(ts) THEN 'timestamp ' || ts_text || ' is not ISO 8601'
+         WHEN ts IS NULL OR NOT isfinite(ts) THEN 'timestamp ' || ts_text || ' {not_a_time}'
          WHEN cluster_id IS NULL THEN 'cluster_id is empty'
          WHEN node_id IS NULL THEN 'node_id is empty'
          WHEN category IS NULL OR category = ''
@@ -276,7 +282,7 @@ SELECT * EXCLUDE (ts_text, gpu_text, resolved_text),
          WHEN gpu_text IS NOT NULL AND (gpu_index IS NULL OR gpu_index < 0)
            THEN 'gpu_index ' || gpu_text || ' is not a non-negative integer'
          WHEN resolved_text IS NOT NULL AND (resolved_at IS NULL OR NOT isfinite(resolved_at))
-           THEN 'resolved_at ' || resolved_text || ' is not ISO 8601'
+           THEN 'resolved_at ' || resolved_text || ' {not_a_time}'
          WHEN resolved_at < ts THEN 'resolved_at is before timestamp'
        END AS reason,
        md5(concat_ws(chr(31), CAST(ts AS VARCHAR), cluster_id, node_id, lower(category),
@@ -284,7 +290,10 @@ SELECT * EXCLUDE (ts_text, gpu_text, resolved_text),
 FROM parsed
 """  # noqa: S608 - time_sql() and whole_number_sql() of fixed columns
 
-_STAGE_INVENTORY = f"""
+
+def _stage_inventory(time_format: bool) -> str:
+    not_a_time = _NOT_A_TIME[time_format]
+    return f"""
 WITH parsed AS (
     SELECT line,
            nullif(trim(cluster_id), '') AS cluster_id,
@@ -293,9 +302,9 @@ WITH parsed AS (
            trim(gpus_per_node) AS gpus_text,
            {whole_number_sql("trim(gpus_per_node)")} AS gpus_per_node,
            trim(in_service_from) AS from_text,
-           {time_sql("trim(in_service_from)")} AS from_ts,
+           {time_sql("trim(in_service_from)", time_format=time_format)} AS from_ts,
            nullif(trim(in_service_to), '') AS to_text,
-           {time_sql("nullif(trim(in_service_to), '')")} AS to_ts
+           {time_sql("nullif(trim(in_service_to), '')", time_format=time_format)} AS to_ts
     FROM source
 )
 SELECT * EXCLUDE (gpus_text, from_text, to_text),
@@ -307,13 +316,20 @@ SELECT * EXCLUDE (gpus_text, from_text, to_text),
            THEN 'gpus_per_node ' || coalesce(gpus_text, '(empty)')
                 || ' is not a whole number >= 0 (0 for CPU, storage or login nodes)'
          WHEN from_ts IS NULL
-           THEN 'in_service_from ' || coalesce(from_text, '(empty)') || ' is not ISO 8601'
+           THEN 'in_service_from ' || coalesce(from_text, '(empty)') || ' {not_a_time}'
          WHEN to_text IS NOT NULL AND to_ts IS NULL
-           THEN 'in_service_to ' || to_text || ' is not ISO 8601'
+           THEN 'in_service_to ' || to_text || ' {not_a_time}'
          WHEN to_ts < from_ts THEN 'in_service_to is before in_service_from'
        END AS reason
 FROM parsed
 """  # noqa: S608 - time_sql() and whole_number_sql() of fixed columns
+
+
+_STAGES = {
+    (kind, time_format): stage(time_format)
+    for kind, stage in (("incidents", _stage_incidents), ("inventory", _stage_inventory))
+    for time_format in (False, True)
+}
 
 # A batch's new events: its valid rows, less those whose event key an earlier row has (an earlier
 # file, an earlier batch of this file, a smaller line of this batch). The two checks cost as much
@@ -475,23 +491,28 @@ def ingest_canonical(
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
     batch_rows: int = BATCH_ROWS,
     category_map: CategoryMap | None = None,
+    time_format: str | None = None,
 ) -> FileSummary:
     """One canonical incidents or inventory file; the caller holds the transaction and time zone.
-    With a ``category_map`` the new events are stored classified (else :mod:`.taxonomy` does it)."""
+    With a ``category_map`` the new events are stored classified (else :mod:`.taxonomy` does it).
+    ``time_format``: the strptime format of times that are not ISO 8601 (``--time-format``)."""
     check_decompressed_size(path, max_decompressed_bytes)  # Polars decompresses a .gz whole, in memory
     frame, kind, columns, extra = _source(path, fmt, column_map)
     known = _COLUMNS[kind]
     summary = FileSummary(str(path), kind, fmt, ignored_columns=extra)
     file_id = summary.file_id = register_file(con, path, sha, kind, fmt)
+    classes = _Classes(category_map)
     if kind == "incidents":
-        classes = _Classes(category_map)
-        stage, keep = (
-            _STAGE_INCIDENTS,
-            lambda staged: _insert_new_events(con, staged, classes.add(staged), file_id),
-        )
         summary.attribute_columns, summary.ignored_columns = extra, []
-    else:
-        stage, keep = _STAGE_INVENTORY, lambda staged: con.execute(_KEEP_INVENTORY)
+    stage = _STAGES[kind, time_format is not None]
+    params = {"time_format": time_format} if time_format is not None else None
+
+    def keep(staged: pa.Table) -> None:
+        if kind == "incidents":
+            _insert_new_events(con, staged, classes.add(staged), file_id)
+        else:
+            con.execute(_KEEP_INVENTORY)
+
     con.execute(WORK_TABLES)
     events_before = count(con, "SELECT count(*) FROM events")
     to_line = _jsonl_lines(path, max_decompressed_bytes) if fmt == "jsonl" else None
@@ -506,7 +527,7 @@ def ingest_canonical(
         source = batch.select(  # noqa: F841 (read by SQL)
             pl.col(_ROW).alias("line"), *known, *_attributes(kind, extra)
         ).to_arrow()
-        staged = con.sql(stage).to_arrow_table()
+        staged = con.sql(stage, params=params).to_arrow_table()
         keep(staged)
         con.execute("INSERT INTO rejected SELECT line, reason FROM staged WHERE reason IS NOT NULL")
         if fmt in _RECORD_FORMATS:

@@ -132,13 +132,18 @@ def checked_timezone(con, timezone: str) -> str:
     return timezone
 
 
-def time_sql(column: str) -> str:
+def time_sql(column: str, *, time_format: bool = False) -> str:
     """SQL for a time field as exports write it; ``column`` must be a trusted SQL name. ISO 8601
     (naive: the session time zone), with its offset also after a space (``2026-02-01 10:00:00
     +0000``, Python's and Go's default text), or Unix epoch seconds (9-10 digits, a fraction
     allowed) or milliseconds (12-13 digits): monitoring APIs and ticket systems write those. Other
     digit strings (a compact ``20260201``) are not taken for epochs. The plain cast runs first; the
-    patterns only see what it refused, so ISO text costs no regular expression."""
+    patterns only see what it refused, so ISO text costs no regular expression. With
+    ``time_format`` the user's strptime format (parameter ``$time_format``, see
+    :func:`check_time_format`) is tried before all of these: ``01.03.2026`` is day-first only by
+    the user's word."""
+    if time_format:
+        return f"coalesce(CAST(try_strptime({column}, $time_format) AS TIMESTAMPTZ), {time_sql(column)})"
     return (
         f"coalesce(TRY_CAST({column} AS TIMESTAMPTZ), CASE"
         f" WHEN regexp_full_match({column}, '[0-9]{{9,10}}([.][0-9]+)?')"
@@ -148,6 +153,19 @@ def time_sql(column: str) -> str:
         f" ELSE TRY_CAST(regexp_replace({column}, ' ([+-][0-9]{{2}}:?[0-9]{{2}})$', '\\1')"
         " AS TIMESTAMPTZ) END)"
     )
+
+
+def check_time_format(time_format: str) -> str:
+    """``time_format`` if DuckDB's strptime takes it (``%d.%m.%Y %H:%M``, ``%m/%d/%Y %I:%M %p``;
+    ``%z`` for an offset), else ValueError saying why."""
+    if "%" not in time_format:
+        raise ValueError(f"time format {time_format!r} has no strptime code; e.g. '%d.%m.%Y %H:%M'")
+    try:
+        duckdb.sql("SELECT try_strptime('', $f)", params={"f": time_format}).fetchall()
+    except duckdb.Error as exc:
+        reason = str(exc).partition("Error: ")[2] or str(exc)
+        raise ValueError(f"time format {time_format!r}: {reason}; e.g. '%d.%m.%Y %H:%M'") from None
+    return time_format
 
 
 def whole_number_sql(column: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pipeline.ingest.common import check_time_format
 from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES
 
 MAX_REJECTED_PERCENT = 50.0
@@ -29,7 +30,9 @@ class ReaderOptions:
     ``max_decompressed_bytes`` is refused (a gzip bomb). ``block_bytes``: size of the blocks text
     logs are read in (default ``lines.BLOCK_BYTES``, 8 MiB); memory per block scales with it.
     ``max_rejected_percent``: a file with more of its records rejected than this is refused whole
-    (:func:`pipeline.ingest.refuse_mostly_rejected`)."""
+    (:func:`pipeline.ingest.refuse_mostly_rejected`). ``time_format``: strptime format of the
+    times of canonical files that are not ISO 8601 or epoch numbers (``%d.%m.%Y %H:%M``), tried
+    first; naive ones are read in ``timezone``."""
 
     fmt: str | None = None
     column_map: Mapping[str, str] = field(default_factory=dict)
@@ -42,9 +45,12 @@ class ReaderOptions:
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
     block_bytes: int | None = None
     max_rejected_percent: float = MAX_REJECTED_PERCENT
+    time_format: str | None = None
 
     def __post_init__(self) -> None:  # a list from a caller or a config file: hashable, as a tuple
         object.__setattr__(self, "bus_order", tuple(self.bus_order))
+        if self.time_format is not None:
+            check_time_format(self.time_format)
 
     @property
     def bus_index(self) -> dict[str, int]:

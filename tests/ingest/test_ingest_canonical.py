@@ -175,6 +175,7 @@ def test_a_file_that_loses_most_of_its_records_is_refused_whole(con, write, sql,
             ingest_files(con, [path], options)
         assert str(error.value).startswith(f"{path}: {bad} of {bad + good} records rejected (86%, more than")
         assert "line 2: timestamp 02/01/2026 10:00 is not ISO 8601" in str(error.value)
+        assert "--time-format for times such as" in str(error.value)
         assert sql("SELECT count(*) FROM ingested_files") == [(0,)]
         assert sql("SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM rejects)") == [(0,)]
         return
@@ -447,3 +448,47 @@ def test_the_separator_is_read_from_the_header(con, write, sql, name, sep):
         ("n2", "m"),
     ]
     assert sql("SELECT line, raw FROM rejects") == [(3, sep.join(rows[2]))]
+
+
+@pytest.mark.parametrize(
+    ("time_format", "text", "utc"),
+    [
+        ("%d.%m.%Y %H:%M", "01.03.2026 05:26", "2026-03-01 04:26:00"),  # day first, read in Europe/Paris
+        ("%m/%d/%Y %I:%M %p", "03/01/2026 5:26 PM", "2026-03-01 16:26:00"),
+        ("%d/%m/%Y %H:%M:%S %z", "01/03/2026 05:26:00 +0000", "2026-03-01 05:26:00"),  # its offset wins
+        ("%d.%m.%Y %H:%M", "2026-03-01T05:26:00Z", "2026-03-01 05:26:00"),  # ISO still read beside it
+        ("%d.%m.%Y %H:%M", "1772342760", "2026-03-01 05:26:00"),  # and epoch seconds
+        ("%Y-%d-%m %H:%M", "2026-01-03 05:26", "2026-03-01 04:26:00"),  # tried first: its order wins
+    ],
+)
+def test_time_format_reads_the_exports_own_times(con, write, sql, time_format, text, utc):
+    header = "timestamp,cluster_id,node_id,category,resolved_at\n"
+    path = write("t.csv", header + f"{text},c1,n1,Xid 79,\n31.02.2026 10:00,c1,n2,Xid 79,\n")
+    [s] = ingest_files(con, [path], ReaderOptions(timezone="Europe/Paris", time_format=time_format))
+    assert (s.rows_ingested, s.rows_rejected) == (1, 1)
+    assert sql("SELECT CAST(timestamp_utc AS VARCHAR) FROM events") == [(utc,)]
+    [(reason,)] = sql("SELECT reason FROM rejects")
+    assert reason == "timestamp 31.02.2026 10:00 matches neither --time-format nor ISO 8601"
+
+
+def test_time_format_reads_inventory_and_resolved_times(con, write, sql):
+    inventory = "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n"
+    inventory += "c1,n1,p5,8,01.02.2026 00:00,01.04.2026 00:00\n"
+    tickets = "timestamp,cluster_id,node_id,category,resolved_at\nc,c1,n1,Xid 79,02.03.2026 07:00\n"
+    tickets = tickets.replace("\nc,", "\n02.03.2026 05:00,")
+    options = ReaderOptions(time_format="%d.%m.%Y %H:%M")
+    [inv, inc] = ingest_files(con, [write("inv.csv", inventory), write("t.csv", tickets)], options)
+    assert (inv.rows_ingested, inc.rows_ingested) == (1, 1)
+    assert sql(
+        "SELECT CAST(in_service_from_utc AS VARCHAR), CAST(in_service_to_utc AS VARCHAR) FROM inventory"
+    ) == [("2026-02-01 00:00:00", "2026-04-01 00:00:00")]
+    assert sql("SELECT CAST(resolved_at_utc AS VARCHAR) FROM events") == [("2026-03-02 07:00:00",)]
+
+
+@pytest.mark.parametrize(
+    ("time_format", "message"),
+    [("dd.mm.yyyy", "has no strptime code"), ("%d.%m.%Q", "Unrecognized format for strftime/strptime: %Q")],
+)
+def test_a_bad_time_format_is_one_error_before_any_file(time_format, message):
+    with pytest.raises(ValueError, match=message):
+        ReaderOptions(time_format=time_format)

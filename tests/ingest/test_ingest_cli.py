@@ -152,3 +152,20 @@ def test_a_file_read_before_is_skipped_naming_how_it_was_read(tmp_path):
     assert "note: read as csv before: --format jsonl does not read it again" in again.stderr
     same = CliRunner().invoke(main, ["ingest", str(path), "--db", str(db), "--format", "csv"])
     assert "same sha256: skipped" in same.stdout and "does not read it again" not in same.stderr
+
+
+def test_a_bad_time_format_flag_is_one_line_and_exit_2(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("timestamp,cluster_id,node_id,category\n01.03.2026 05:26,c1,n1,Xid 79\n")
+    for command in ("ingest", "extract"):
+        args = [command, str(path), "--time-format", "dd.mm.yyyy"]
+        args += (
+            ["--db", str(tmp_path / "w.duckdb")] if command == "ingest" else ["--out", str(tmp_path / "lake")]
+        )
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+        assert "time format 'dd.mm.yyyy' has no strptime code" in result.output
+    good = CliRunner().invoke(
+        main, ["ingest", str(path), "--db", str(tmp_path / "w.duckdb"), "--time-format", "%d.%m.%Y %H:%M"]
+    )
+    assert good.exit_code == 0 and "read 1, ingested 1" in good.output
