@@ -201,6 +201,61 @@ def floor_store(paths, db: Path) -> dict:
     return {"rows": rows[0][0]}
 
 
+_BUDGET_EVENTS = """
+CREATE TABLE events AS
+SELECT event_key, 1 AS file_id, line, timezone('UTC', ts) AS timestamp_utc, cluster_id, node_id, category,
+       true AS interrupting, gpu_index, job_id, message, timezone('UTC', resolved_at) AS resolved_at_utc,
+       'canonical' AS source_format, attributes, 'other' AS failure_class
+FROM ({staged}) WHERE reason IS NULL
+"""
+_BUDGET_INCIDENTS = """
+CREATE TABLE incidents AS
+SELECT hash(event_key) AS incident_id, cluster_id, node_id, category, interrupting, gpu_index, timestamp_utc,
+       timestamp_utc AS last_event_utc, resolved_at_utc, 1 AS events, job_id, message
+FROM events
+"""
+
+
+def floor_guarantees(paths, db: Path) -> dict:
+    """A lower bound on any ingest that keeps failcast's guarantees, in DuckDB alone: the
+    incidents file read as text (rejects must quote it), failcast's own validation SQL with its
+    reasons and the md5 content key, the valid rows written with their provenance (file, line,
+    class), and a second copy as incidents (as if none collapsed). No rejects kept, no duplicate
+    checks, no line numbers, no inventory, no incident rule: a real ingest only adds to these.
+    Each piece runs into a fresh file, CHECKPOINT included."""
+    import resource
+
+    import duckdb
+
+    from pipeline.ingest.canonical import stage_sql
+
+    text = "(SELECT 0 AS line, *, NULL AS attributes FROM read_csv($path, all_varchar = true))"
+    staged = stage_sql("incidents").replace("FROM source", f"FROM {text}")
+    pieces = {
+        "typed_floor": ["CREATE TABLE t AS SELECT * FROM read_csv($path)"],
+        "validated_keyed": ["CREATE TABLE staged AS " + staged],
+        "events": [_BUDGET_EVENTS.format(staged=staged)],
+        "events_incidents": [_BUDGET_EVENTS.format(staged=staged), _BUDGET_INCIDENTS],
+    }
+    store = db.with_name("floor-guarantees.duckdb")
+    result = {}
+    for name, statements in pieces.items():
+        _fresh(store)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        cpu, start = usage.ru_utime + usage.ru_stime, time.perf_counter()
+        con = duckdb.connect(str(store))
+        con.execute("SET TimeZone = 'UTC'")
+        for sql in statements:
+            con.execute(sql, {"path": str(paths["incidents"])} if "$path" in sql else None)
+        con.execute("CHECKPOINT")
+        con.close()
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        result[f"{name}_s"] = round(time.perf_counter() - start, 3)
+        result[f"{name}_cpu_s"] = round(usage.ru_utime + usage.ru_stime - cpu, 3)
+    _fresh(store)
+    return result
+
+
 def _floor_log(path: Path) -> dict:
     import duckdb
 
@@ -433,6 +488,7 @@ def ingest_log_small(paths, db):
 STAGES = {
     "floor_csv": floor_csv,
     "floor_store": floor_store,
+    "floor_guarantees": floor_guarantees,
     "ingest_canonical": ingest_canonical,
     "ingest_incremental": ingest_incremental,
     "rates": rates,

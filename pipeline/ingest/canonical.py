@@ -331,6 +331,13 @@ _STAGES = {
     for time_format in (False, True)
 }
 
+
+def stage_sql(kind: str, *, time_format: bool = False) -> str:
+    """The validation SQL of a batch of ``kind`` (incidents, inventory), reading ``source`` (and
+    ``$time_format`` with ``time_format``): bench/fleet_bench.py's floor of the guarantees runs it."""
+    return _STAGES[kind, time_format]
+
+
 # A batch's new events: its valid rows, less those whose event key an earlier row has (an earlier
 # file, an earlier batch of this file, a smaller line of this batch). The two checks cost as much
 # as the insert itself, so each runs only when it can find something (_BATCH_FACTS): the batch's
@@ -504,7 +511,7 @@ def ingest_canonical(
     classes = _Classes(category_map)
     if kind == "incidents":
         summary.attribute_columns, summary.ignored_columns = extra, []
-    stage = _STAGES[kind, time_format is not None]
+    stage = stage_sql(kind, time_format=time_format is not None)
     params = {"time_format": time_format} if time_format is not None else None
 
     def keep(staged: pa.Table) -> None:
