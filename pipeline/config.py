@@ -61,7 +61,7 @@ class RunConfig:
             "csv": (str(SAMPLE_DIR / "incidents.csv"),),
         }
     )
-    column_map: dict[str, str] = field(default_factory=dict)
+    column_map: dict[str, str | tuple[str, ...]] = field(default_factory=dict)
     warehouse: str = "data/failcast.duckdb"
     report_dir: str = "reports"
     snapshot_dir: str | None = None  # None: snapshots/ beside the warehouse (pipeline.runs.snapshots)
@@ -127,7 +127,7 @@ class RunConfig:
             "log_format": self.log_format,
             "inputs": {
                 **{k: list(v) for k, v in self.inputs.items()},
-                "column_map": dict(self.column_map),
+                "column_map": {k: v if isinstance(v, str) else list(v) for k, v in self.column_map.items()},
                 **({"roots": list(self.input_roots)} if self.input_roots else {}),
                 **({"allow_outside_roots": True} if self.allow_outside_roots else {}),
             },
@@ -299,8 +299,13 @@ def _check_values(raw: dict[str, Any], where: _Where) -> None:
         except ValueError as exc:
             raise where.error(("ingest",), "time_format", str(exc)) from None
     for canonical, source in raw.get("inputs", {}).get("column_map", {}).items():
-        if not isinstance(source, str):
-            raise where.error(("inputs", "column_map"), canonical, "must be a source column name (string)")
+        names = [source] if isinstance(source, str) else source
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise where.error(
+                ("inputs", "column_map"),
+                canonical,
+                "must be a source column name or a list of them (strings)",
+            )
     for index, job in enumerate(raw.get("jobs", [])):
         if not isinstance(job, str | dict):
             raise where.error((), "jobs", f"item {index} must be a path to a job TOML file or a table")
@@ -389,7 +394,10 @@ def load_config(path: Path | str | None) -> RunConfig:
     if "observed_until" in raw:
         values["observed_until"] = _utc_naive(raw["observed_until"], where)
     if "inputs" in raw:
-        values["column_map"] = inputs.pop("column_map", {})
+        values["column_map"] = {
+            canon: source if isinstance(source, str) else tuple(source)
+            for canon, source in inputs.pop("column_map", {}).items()
+        }
         values["inputs"] = {
             kind: tuple(roots.check(("inputs",), kind, g) for g in globs) for kind, globs in inputs.items()
         }

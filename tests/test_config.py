@@ -30,7 +30,7 @@ jobs = ["job.toml"]
 inventory = ["inv/*.csv"]
 csv = ["logs/**/*.csv"]
 jsonl = ["logs/*.jsonl"]
-column_map = { node_id = "hostname" }
+column_map = { node_id = "hostname", cluster_id = ["cluster", "site"] }
 
 [retention]
 keep_reports = 7
@@ -81,7 +81,9 @@ def test_every_key_is_read_and_paths_are_relative_to_the_file(tmp_path):
         "csv": (str(tmp_path / "logs/**/*.csv"),),
         "jsonl": (str(tmp_path / "logs/*.jsonl"),),
     }
-    assert cfg.column_map == {"node_id": "hostname"}
+    assert cfg.column_map == {"node_id": "hostname", "cluster_id": ("cluster", "site")}
+    printed = write(tmp_path, config.render_toml(cfg.to_document()), "printed.toml")
+    assert config.load_config(printed).column_map == cfg.column_map
     assert (cfg.timezone, cfg.dedup_window_minutes, cfg.lock_timeout_seconds) == ("Europe/Paris", 5.0, 2.5)
     assert cfg.observed_until == datetime(2026, 6, 1, 10, 0)  # converted to naive UTC
     assert (cfg.log_format, cfg.keep_reports, cfg.keep_days) == ("json", 7, 30.0)
@@ -127,6 +129,8 @@ def test_the_example_in_the_repo_loads_and_projection_accepts_its_jobs_and_profi
         ('jobs = ["missing.toml"]\n', 1, "names 'missing.toml'"),
         ("jobs = [3]\n", 1, "item 0 must be a path to a job TOML file or a table"),
         ('[inputs]\npdf = ["k.pdf"]\n', 2, "key 'inputs.pdf' is unknown"),
+        ("[inputs.column_map]\nnode_id = [1]\n", 2, "must be a source column name or a list of them"),
+        ("[inputs.column_map]\nnode_id = []\n", 2, "must be a source column name or a list of them"),
         ('report_dir = "r"\ninputs = { csv = "x.csv" }\n', 2, "key 'inputs.csv' must be a list"),
         ("[ingest]\nyear = 26\n", 2, "key 'ingest.year' must be a year between 1970 and 2999"),
         ("[ingest]\nestimate_exposure = 0\n", 2, "key 'ingest.estimate_exposure' must be the GPUs per node"),

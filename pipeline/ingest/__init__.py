@@ -494,10 +494,13 @@ def parse_bus_order(text: str) -> tuple[str, ...]:
     return buses
 
 
-def parse_column_map(pairs: Iterable[str]) -> dict[str, str]:
-    """``["node_id=hostname", ...]`` -> ``{"node_id": "hostname"}`` with a clear error."""
+def parse_column_map(pairs: Iterable[str]) -> dict[str, str | tuple[str, ...]]:
+    """``["node_id=hostname", ...]`` -> ``{"node_id": "hostname"}`` with a clear error. A canonical
+    column given twice has several sources (``node_id=host`` for the tickets, ``node_id=hostname``
+    for the inventory): ``{"node_id": ("host", "hostname")}``, each file using the one it has."""
     known = {*INCIDENT_COLUMNS, *INCIDENT_OPTIONAL, *INVENTORY_COLUMNS, *INVENTORY_OPTIONAL}
-    mapping: dict[str, str] = {}
+    sources: dict[str, list[str]] = {}
+    target: dict[str, str] = {}
     for pair in pairs:
         canon, sep, source = pair.partition("=")
         if not sep or not canon or not source:
@@ -506,5 +509,8 @@ def parse_column_map(pairs: Iterable[str]) -> dict[str, str]:
             raise InputError(
                 f"--map {pair!r}: {canon!r} is not a canonical column ({', '.join(sorted(known))})"
             )
-        mapping[canon] = source
-    return mapping
+        if target.setdefault(source, canon) != canon:
+            raise InputError(f"--map {pair!r}: column {source!r} is already read as {target[source]}")
+        if source not in sources.setdefault(canon, []):
+            sources[canon].append(source)
+    return {canon: names[0] if len(names) == 1 else tuple(names) for canon, names in sources.items()}

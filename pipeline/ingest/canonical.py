@@ -156,7 +156,7 @@ def _read_error(path: Path, fmt: str, exc: Exception) -> InputError:
 
 
 def _source(
-    path: Path, fmt: str, column_map: Mapping[str, str]
+    path: Path, fmt: str, column_map: Mapping[str, str | Sequence[str]]
 ) -> tuple[pl.LazyFrame, str, list[str], list[str]]:
     """The file's columns as strings under canonical names, null columns for absent optional ones
     and the line in ``_ROW``; its kind; its own columns (renamed); the columns that are not used."""
@@ -167,16 +167,16 @@ def _source(
         raise
     except Exception as exc:  # polars raises many types; the user needs the file and the reason
         raise _read_error(path, fmt, exc) from exc
-    renamed = _applicable_map(column_map, columns, path)
-    absent = [src for src in column_map.values() if src not in columns]
+    pairs = map_pairs(column_map)
+    renamed = _applicable_map(pairs, columns, path)
+    missing = {canon: sources for canon, sources in column_map.items() if canon not in renamed.values()}
+    absent = [src for canon, src in pairs if canon in missing]
     advice = _absent_columns(absent, columns) if absent else ""
     kind = _detect_kind([renamed.get(c, c) for c in columns], path, advice)
     unmatched = [
-        src
-        for canon, src in column_map.items()
-        if canon in _COLUMNS[kind] and src not in columns and canon not in columns
+        src for canon, src in pairs if canon in missing and canon in _COLUMNS[kind] and canon not in columns
     ]
-    if unmatched:  # a column of this kind under neither name: a typo that would drop it silently
+    if unmatched:  # a column of this kind under no name: a typo that would drop it silently
         raise InputError(f"{path}: {_absent_columns(unmatched, columns)}")
     columns = [renamed.get(c, c) for c in columns]
     known = _COLUMNS[kind]
@@ -188,17 +188,33 @@ def _source(
     return frame, kind, columns, [c for c in columns if c not in known]
 
 
-def _applicable_map(column_map: Mapping[str, str], columns: Sequence[str], path: Path) -> dict[str, str]:
+def map_pairs(column_map: Mapping[str, str | Sequence[str]]) -> list[tuple[str, str]]:
+    """``--map`` entries as (canonical, source) pairs: a canonical column may have several sources
+    (the ticket system's ``host``, the CMDB's ``hostname``), each file using the one it has."""
+    return [
+        (canon, source)
+        for canon, sources in column_map.items()
+        for source in ([sources] if isinstance(sources, str) else sources)
+    ]
+
+
+def _applicable_map(pairs: Sequence[tuple[str, str]], columns: Sequence[str], path: Path) -> dict[str, str]:
     """Source column -> canonical name, for the ``--map`` entries whose source the file has. One
     map serves every file of an ingest (tickets beside an inventory, in one command or a scheduled
-    run); an entry whose column is of the file's kind but missing under both names is an error
-    (see :func:`_source`), so a misspelt source does not drop a column silently."""
-    both = [f"{canon}={src}" for canon, src in column_map.items() if src in columns and canon in columns]
+    run); an entry whose column is of the file's kind but missing under every name is an error
+    (see :func:`_source`), so a misspelt source does not drop a column silently. A file with two
+    names for one column (the canonical one, or two sources) is refused: which one holds it?"""
+    present: dict[str, list[str]] = {}
+    for canon, src in pairs:
+        if src in columns:
+            present.setdefault(canon, [canon] if canon in columns else []).append(src)
+    both = {canon: names for canon, names in present.items() if len(names) > 1}
     if both:
+        canon, names = next(iter(both.items()))
         raise InputError(
-            f"{path}: --map {', '.join(both)}: the file has both columns; drop the --map entry or one column"
+            f"{path}: --map {canon}: the file has columns {names} for it; drop the --map entry or one column"
         )
-    return {src: canon for canon, src in column_map.items() if src in columns}
+    return {names[0]: canon for canon, names in present.items()}
 
 
 def _absent_columns(absent: Sequence[str], columns: Sequence[str]) -> str:
@@ -494,7 +510,7 @@ def ingest_canonical(
     *,
     sha: str,
     fmt: str,
-    column_map: Mapping[str, str],
+    column_map: Mapping[str, str | Sequence[str]],
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
     batch_rows: int = BATCH_ROWS,
     category_map: CategoryMap | None = None,

@@ -22,20 +22,20 @@ MIN_REFUSED = 10
 @dataclass(frozen=True)
 class ReaderOptions:
     """``fmt``: the input format (None: detected per file). ``column_map``: canonical column ->
-    the file's column (``--map``). ``timezone``: the zone of naive times (an IANA name).
-    ``year``: year of the first line of year-less syslog files (default: from the file's mtime).
-    ``cluster`` / ``node``: for logs that do not name them; ``job``: the job of a training log
-    (default: its file name). ``bus_order``: PCI bus number (hex) of each gpu_index, e.g.
-    ``("18", "2a", ...)``, so XID lines get a gpu_index. A ``.gz`` that expands past
-    ``max_decompressed_bytes`` is refused (a gzip bomb). ``block_bytes``: size of the blocks text
-    logs are read in (default ``lines.BLOCK_BYTES``, 8 MiB); memory per block scales with it.
-    ``max_rejected_percent``: a file with more of its records rejected than this is refused whole
-    (:func:`pipeline.ingest.refuse_mostly_rejected`). ``time_format``: strptime format of the
-    times of canonical files that are not ISO 8601 or epoch numbers (``%d.%m.%Y %H:%M``), tried
-    first; naive ones are read in ``timezone``."""
+    the file's column, or a tuple of them, each file using the one it has (``--map``).
+    ``timezone``: the zone of naive times (an IANA name). ``year``: year of the first line of
+    year-less syslog files (default: from the file's mtime). ``cluster`` / ``node``: for logs that
+    do not name them; ``job``: the job of a training log (default: its file name). ``bus_order``:
+    PCI bus number (hex) of each gpu_index, e.g. ``("18", "2a", ...)``, so XID lines get a
+    gpu_index. A ``.gz`` that expands past ``max_decompressed_bytes`` is refused (a gzip bomb).
+    ``block_bytes``: size of the blocks text logs are read in (default ``lines.BLOCK_BYTES``,
+    8 MiB); memory per block scales with it. ``max_rejected_percent``: a file with more of its
+    records rejected than this is refused whole (:func:`pipeline.ingest.refuse_mostly_rejected`).
+    ``time_format``: strptime format of the times of canonical files that are not ISO 8601 or
+    epoch numbers (``%d.%m.%Y %H:%M``), tried first; naive ones are read in ``timezone``."""
 
     fmt: str | None = None
-    column_map: Mapping[str, str] = field(default_factory=dict)
+    column_map: Mapping[str, str | tuple[str, ...]] = field(default_factory=dict)
     timezone: str = "UTC"
     year: int | None = None
     cluster: str | None = None

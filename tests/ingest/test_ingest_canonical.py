@@ -136,14 +136,30 @@ TICKET_MAP = ["timestamp=opened", "node_id=host", "category=problem", "gpu_index
         ({"inventory.csv": INVENTORY, "tickets.csv": TICKETS}, [], None),
         # a misspelt source of a column the file's kind has: an error, not a dropped column
         (
-            {"tickets.csv": TICKETS},
+            {"tickets.csv": TICKETS.replace(",gpu\n", ",gpx\n")},
             ["gpu_index=gpuu"],
-            "--map names column(s) ['gpuu'] that the file does not",
+            "--map names column(s) ['gpu', 'gpuu'] that the file does not",
         ),
         # a misspelt required column: the kind cannot be told, and the error says which entry missed
         ({"tickets.csv": TICKETS.replace("problem", "problm")}, [], "--map names column(s) ['problem']"),
         # both names in one file: ambiguous
-        ({"tickets.csv": TICKETS.replace("gpu\n", "gpu_index\n")}, ["gpu_index=problem"], "has both columns"),
+        (
+            {"tickets.csv": TICKETS.replace(",gpu\n", ",gpu,gpu_index\n").replace(",3\n", ",3,3\n")},
+            [],
+            "--map gpu_index: the file has columns ['gpu_index', 'gpu'] for it",
+        ),
+        # two sources of one column, one per file: the inventory's hostname, the tickets' host
+        (
+            {"inventory.csv": INVENTORY.replace("node_id", "hostname"), "tickets.csv": TICKETS},
+            ["node_id=hostname"],
+            None,
+        ),
+        # ... but not both in one file
+        (
+            {"tickets.csv": TICKETS.replace("gpu\n", "hostname\n")},
+            ["node_id=hostname"],
+            "has columns ['host', 'hostname']",
+        ),
     ],
 )
 def test_one_column_map_serves_every_file_of_an_ingest(con, write, sql, files, extra_map, error):
@@ -205,11 +221,20 @@ def test_inventory_later_file_closes_an_open_interval(con, write, sql):
 
 @pytest.mark.parametrize(
     ("pairs", "message"),
-    [(["node_id"], "expected CANONICAL=SOURCE"), (["host=hostname"], "not a canonical column")],
+    [
+        (["node_id"], "expected CANONICAL=SOURCE"),
+        (["host=hostname"], "not a canonical column"),
+        (["node_id=host", "cluster_id=host"], "column 'host' is already read as node_id"),
+    ],
 )
 def test_parse_column_map_errors(pairs, message):
     with pytest.raises(InputError, match=message):
         parse_column_map(pairs)
+
+
+def test_parse_column_map_keeps_every_source_of_a_column_once():
+    pairs = ["node_id=host", "node_id=hostname", "node_id=host", "category=problem"]
+    assert parse_column_map(pairs) == {"node_id": ("host", "hostname"), "category": "problem"}
 
 
 @pytest.mark.parametrize("variant", ["plain", "crlf", "gz"])
