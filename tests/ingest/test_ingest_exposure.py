@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
 from click.testing import CliRunner
 
 from pipeline.cli import main
@@ -64,3 +65,65 @@ def test_cli_says_loudly_that_exposure_is_estimated(tmp_path):
     result = CliRunner().invoke(main, ["ingest", str(inventory), "--db", db])
     assert "ESTIMATED" not in result.output
     assert "1 node(s) in the data are not in the inventory (node-2)" in result.output
+
+
+def _failures_at(hours: list[float], node: str = "n1") -> str:
+    start = datetime(2026, 1, 1).timestamp()
+    rows = [
+        f"{datetime.fromtimestamp(start + h * 3600).isoformat()},c1,{node},Xid 79,0,,m{i},\n"
+        for i, h in enumerate(hours)
+    ]
+    return "timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at\n" + "".join(rows)
+
+
+SERVICE = (
+    "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n"
+    "c1,n1,p5,8,2026-01-01T00:00:00,\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("hours", "expected"),
+    [
+        ([100, 110, 120], 10.0),  # 2 gaps in 20 h: 0.1 per hour; 100 quiet hours expect 10
+        ([50, 60, 70], 5.0),  # exactly the limit: named
+        ([49, 59, 69], None),  # 4.9 expected: a quiet start this long is plausible
+        ([20, 30, 40], None),
+        ([100, 110], None),  # one gap says little about a rate
+        ([0, 10, 20], None),  # failures from the first hour
+    ],
+)
+def test_records_that_start_long_after_service_are_named(con, write, hours, expected):
+    ingest_files(con, [write("inv.csv", SERVICE), write("t.csv", _failures_at(hours))])
+    late = inventory_check(con).late_records
+    if expected is None:
+        assert late == ()
+        return
+    [found] = late
+    assert found.cluster_id == "c1" and found.expected_failures == pytest.approx(expected)
+    assert (found.first_failure_utc - found.service_start_utc).total_seconds() == hours[0] * 3600
+
+
+def test_the_quiet_stretch_counts_every_node_in_service_and_only_real_inventory(con, write):
+    """A second node in service over the same stretch with no failures doubles the quiet node-hours
+    and adds its hours after; an estimated inventory (no real one) is never named."""
+    inventory = SERVICE + "c1,n2,p5,8,2026-01-01T00:00:00,2026-01-03T00:00:00\n"  # 48 h, then out
+    ingest_files(con, [write("inv.csv", inventory), write("t.csv", _failures_at([100, 110, 120]))])
+    [found] = inventory_check(con).late_records
+    assert found.expected_failures == pytest.approx(2 * (100 + 48) / 20)
+
+    con.execute("DELETE FROM inventory")
+    ingest_files(con, [], estimate_exposure=8)
+    assert inventory_check(con).exposure_estimated and inventory_check(con).late_records == ()
+
+
+def test_cli_warns_of_records_that_start_late(tmp_path):
+    (tmp_path / "inv.csv").write_text(SERVICE)
+    (tmp_path / "t.csv").write_text(_failures_at([1000, 1010, 1020]))
+    args = ["ingest", str(tmp_path / "inv.csv"), str(tmp_path / "t.csv"), "--db", str(tmp_path / "w.duckdb")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "warning: c1: no failure recorded in its first 42 days of service (2026-01-01 to 2026-02-11)" in (
+        result.output
+    )
+    assert "would expect 100: do the records start later than the inventory?" in result.output
