@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from pipeline import analysis, datasets, models, report, transform, warehouse
+from pipeline import analysis, datasets, ingest, models, report, transform, warehouse
 from pipeline.cli import main
 from pipeline.report import charts, comparisons, drivers, page
 from tests._fleets import simulated_jobs
@@ -481,7 +481,7 @@ def test_cli_report_with_job_uses_the_fleets_model_for_the_job_size(tmp_path, sa
 
 
 def test_one_cluster_fleet_renders_without_a_scaling_law(tmp_path):
-    from pipeline import ingest, sample
+    from pipeline import sample
 
     fleet = sample.simulate_fleet(sample.FleetSpec(cluster_sizes=(8,), days=30.0, rate_per_node_hour=0.004))
     incidents, inventory = fleet.write(tmp_path)
@@ -497,7 +497,7 @@ def test_one_cluster_fleet_renders_without_a_scaling_law(tmp_path):
 
 def test_fleet_whose_sizes_are_all_projected_sizes_renders(tmp_path):
     # every cluster size is one of analysis.PROJECTED_SIZES: the size grid must stay float
-    from pipeline import ingest, sample
+    from pipeline import sample
 
     spec = sample.FleetSpec(
         cluster_sizes=(256, 512),
@@ -821,3 +821,27 @@ def test_cli_report_out_naming_a_file_that_is_not_html_is_one_line(tmp_path, sam
     )
     assert result.exit_code == 2 and "is a file; name a folder or an .html file" in result.output
     assert (tmp_path / "notes.txt").read_text() == "x"
+
+
+def test_records_that_start_after_the_service_are_a_warning_in_the_report(tmp_path):
+    """A ticket export of the last days beside an inventory from two months back: the report says
+    the quiet start counts as failure-free exposure (and escapes the cluster name)."""
+    inventory = tmp_path / "inv.csv"
+    inventory.write_text(
+        "cluster_id,node_id,instance_type,gpus_per_node,in_service_from\n"
+        + "".join(f"<b>c1,n{i},p5,8,2026-01-01T00:00:00Z\n" for i in range(4))
+    )
+    tickets = tmp_path / "t.csv"
+    tickets.write_text(
+        "timestamp,cluster_id,node_id,category\n"
+        + "".join(f"2026-03-0{d}T0{h}:00:00Z,<b>c1,n{h},Xid 79\n" for d in (1, 2, 3) for h in range(4))
+    )
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    ingest.ingest_files(con, [inventory, tickets])
+    fleet = analysis.analyze(con)
+    con.close()
+    [late] = fleet.late_records
+    assert late.cluster_id == "<b>c1" and late.expected_failures > 100
+    text = report.render_html(fleet)
+    assert "Warning: &lt;b&gt;c1: no failure recorded in its first 59 days of service" in text
+    assert "<b>c1" not in text

@@ -56,7 +56,9 @@ class FleetAnalysis:
     open); nothing in the analysis loads it.
     ``failures_left_out`` counts the failures no statistic counts, by reason
     (:func:`pipeline.transform.failures_left_out`: after the window end, node without a service
-    interval, node out of service); :func:`left_out_note` says it in one line.
+    interval, node out of service); :func:`left_out_note` says it in one line. ``late_records``
+    names the clusters whose records seem to start after their service
+    (:func:`pipeline.warehouse.late_records`: that time then counts as failure-free exposure).
     A fleet with no failures in service yet (``has_failures`` False) has exposure, rates (0
     failures, with the one-sided ``rate_upper_bound``) and trend rows but nothing to fit:
     ``node_fits`` is empty and ``best_family``, ``kaplan_meier``, ``nelson_aalen`` are None. So is
@@ -124,6 +126,7 @@ class FleetAnalysis:
     job_recoveries: pl.DataFrame
     badput: pl.DataFrame
     job_backtest: JobBacktestResult | None = None
+    late_records: tuple[warehouse.LateRecords, ...] = ()
 
     @property
     def fleet_rate(self) -> models.PoissonRate:
@@ -318,4 +321,5 @@ def analyze(
         job_backtest=backtest,
         job_recoveries=recoveries,
         badput=job_badput(con, failures, recoveries),
+        late_records=warehouse.late_records(con),
     )

@@ -280,15 +280,7 @@ def ingest(
 
 def _echo_inventory_check(check: ingest_mod.InventoryCheck, *, err: bool = False) -> None:
     for late in check.late_records:
-        quiet_days = (late.first_failure_utc - late.service_start_utc).total_seconds() / 86400
-        click.echo(
-            f"warning: {safe_text(late.cluster_id)}: no failure recorded in its first {quiet_days:,.0f} days "
-            f"of service ({late.service_start_utc:%Y-%m-%d} to {late.first_failure_utc:%Y-%m-%d}), where its "
-            f"rate after would expect {late.expected_failures:,.0f}: do the records start later than the "
-            "inventory? That time counts as failure-free exposure, so its rates are too low. Ingest the "
-            "earlier records, or start the inventory's in_service_from where the records begin",
-            err=err,
-        )
+        click.echo(f"warning: {safe_text(late.describe())}", err=err)
     if check.exposure_estimated:
         click.echo(
             f"WARNING: EXPOSURE IS ESTIMATED: no inventory was ingested, so {check.estimated_rows} nodes "

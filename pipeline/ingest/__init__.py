@@ -38,7 +38,6 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from pipeline import warehouse
@@ -104,7 +103,6 @@ __all__ = [
     "detect_format",
     "ingest_files",
     "inventory_check",
-    "LateRecords",
     "parse_bus_order",
     "parse_category_map",
     "parse_column_map",
@@ -464,62 +462,17 @@ class InventoryCheck:
     inventory_rows: int
     estimated_rows: int
     nodes_not_in_inventory: tuple[str, ...]
-    late_records: tuple[LateRecords, ...] = ()
+    late_records: tuple[warehouse.LateRecords, ...] = ()
 
     @property
     def exposure_estimated(self) -> bool:
         return self.estimated_rows > 0
 
 
-@dataclass(frozen=True)
-class LateRecords:
-    """A cluster whose first interrupting failure comes long after its nodes entered service, by
-    more than its later rate makes plausible: the records probably start later than the service
-    (a ticket export of the last months beside a full inventory), so that time counts as
-    failure-free exposure and the rate is too low."""
-
-    cluster_id: str
-    service_start_utc: datetime
-    first_failure_utc: datetime
-    expected_failures: float  # in the quiet stretch, at the rate after it
-
-
-LATE_RECORDS_EXPECTED = 5.0
-"""A quiet stretch at the start with this many failures expected (Poisson: no failure in it has
-probability exp(-5) < 0.7%) is named: the records, not the fleet, are the likelier explanation."""
-
-# Per cluster with a real inventory: node-hours in service before its first interrupting failure
-# (the quiet stretch) and from it to the last one, which hold n - 1 gaps between failures; expected
-# in the stretch = (n - 1) * before / after, the rate between the first and last failure applied to
-# the stretch. At least two gaps: one says little about a rate.
-_LATE_RECORDS = """
-WITH failures AS (
-    SELECT cluster_id, min(timestamp_utc) AS first_utc, max(timestamp_utc) AS last_utc, count(*) AS n
-    FROM incidents WHERE interrupting GROUP BY cluster_id
-), service AS (
-    SELECT i.cluster_id, f.first_utc, f.last_utc, f.n, min(i.in_service_from_utc) OVER w AS start_utc,
-           greatest(epoch(least(coalesce(i.in_service_to_utc, f.first_utc), f.first_utc))
-                    - epoch(i.in_service_from_utc), 0) / 3600 AS before_hours,
-           greatest(epoch(least(coalesce(i.in_service_to_utc, f.last_utc), f.last_utc))
-                    - epoch(greatest(i.in_service_from_utc, f.first_utc)), 0) / 3600 AS after_hours
-    FROM inventory i JOIN failures f USING (cluster_id)
-    WHERE NOT i.estimated
-    WINDOW w AS (PARTITION BY i.cluster_id)
-)
-SELECT cluster_id, any_value(start_utc), any_value(first_utc),
-       (any_value(n) - 1) * sum(before_hours) / sum(after_hours) AS expected
-FROM service
-GROUP BY cluster_id
-HAVING any_value(n) >= 3 AND sum(after_hours) > 0
-   AND (any_value(n) - 1) * sum(before_hours) / sum(after_hours) >= $threshold
-ORDER BY cluster_id
-"""
-
-
 def inventory_check(con) -> InventoryCheck:
     """Inventory rows (real and estimated), the nodes with incidents or jobs but no inventory row
     (their incidents have no exposure, so rates leave them out), and the clusters whose records
-    seem to start after their service (:class:`LateRecords`)."""
+    seem to start after their service (:func:`pipeline.warehouse.late_records`)."""
     real, estimated = con.sql(
         "SELECT count(*) FILTER (WHERE NOT estimated), count(*) FILTER (WHERE estimated) FROM inventory"
     ).fetchall()[0]
@@ -528,10 +481,7 @@ def inventory_check(con) -> InventoryCheck:
         " SELECT unnest(nodes) FROM jobs) seen"
         " WHERE node_id NOT IN (SELECT node_id FROM inventory) ORDER BY node_id"
     ).fetchall()
-    late = con.sql(_LATE_RECORDS, params={"threshold": LATE_RECORDS_EXPECTED}).fetchall()
-    return InventoryCheck(
-        real, estimated, tuple(m[0] for m in missing), tuple(LateRecords(*row) for row in late)
-    )
+    return InventoryCheck(real, estimated, tuple(m[0] for m in missing), warehouse.late_records(con))
 
 
 def parse_bus_order(text: str) -> tuple[str, ...]:

@@ -349,6 +349,9 @@ def _headline(analysis: FleetAnalysis, projection: JobOutlook | None) -> str:
     parts = [f"<div class='cards'>{cards}</div>"]
     if note := left_out_note(analysis.failures_left_out):
         parts.append(f"<p class='note'>{html.escape(note)}.</p>")
+    parts += [
+        f"<p class='note'>Warning: {html.escape(late.describe())}.</p>" for late in analysis.late_records
+    ]
     parts.append(f"<h3>MTBF per cluster size</h3>{table_html(mtbf)}")
     if projection is None:
         parts.append(
