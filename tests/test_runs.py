@@ -376,6 +376,46 @@ def test_a_configured_column_map_serves_the_tickets_and_leaves_the_inventory_alo
         assert warehouse.table(con, "events").height == fleet.incidents.height
 
 
+def test_a_run_warns_of_records_that_start_long_after_the_service(tmp_path):
+    """Day-first tickets of March beside a JSON inventory from February under two column names
+    (the tickets' Host, the inventory's hostname): read, and the quiet February named."""
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    (exports / "tickets.csv").write_text(
+        "Created;Host;Problem;Site\n"
+        + "".join(f"0{d}.03.2026 0{h}:00;gpu-{h};Xid 79;eu1\n" for d in (1, 2, 3) for h in (1, 2))
+    )
+    inventory = [
+        {"hostname": f"gpu-{h}", "Site": "eu1", "type": "p5", "gpus": 8, "since": "01.02.2026 00:00"}
+        for h in (1, 2)
+    ]
+    (exports / "inventory.json").write_text(json.dumps(inventory))
+    config_path = tmp_path / "failcast.toml"
+    config_path.write_text(
+        textwrap.dedent("""\
+        warehouse = "w.duckdb"
+        report_dir = "reports"
+        [inputs]
+        auto = ["exports/*"]
+        [inputs.column_map]
+        timestamp = "Created"
+        node_id = ["Host", "hostname"]
+        category = "Problem"
+        cluster_id = "Site"
+        instance_type = "type"
+        gpus_per_node = "gpus"
+        in_service_from = "since"
+        [ingest]
+        time_format = "%d.%m.%Y %H:%M"
+        """)
+    )
+    result = run(config_path)
+    assert result.exit_code == 0, result.output
+    assert "WARNING ingest     eu1: no failure recorded in its first 28 days of service" in result.output
+    with warehouse.connect(tmp_path / "w.duckdb", read_only=True) as con:
+        assert (warehouse.table(con, "events").height, warehouse.table(con, "inventory").height) == (6, 2)
+
+
 def stamp(day: int) -> str:
     return f"failcast-report-202603{day:02d}T000000Z.html"
 

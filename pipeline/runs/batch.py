@@ -232,4 +232,6 @@ def _ingest(con, cfg: RunConfig, record: RunRecord, progress: bool) -> dict[str,
                 )
                 for note in summary.notes:
                     log("ingest", note, path=str(item.path))
+    for late in warehouse.late_records(con):
+        log("ingest", late.describe(), logging.WARNING, cluster=late.cluster_id)
     return counts
