@@ -284,3 +284,29 @@ def test_output_piped_into_head_ends_quietly(sample_db):
     )
     assert done.stdout.startswith("Fleet: ") and len(done.stdout.splitlines()) == 1
     assert "unexpected error" not in done.stderr and done.stderr.strip().endswith("exit 141"), done.stderr
+
+
+def test_repairs_by_instance_type_take_the_nodes_type_when_the_outage_began(tmp_path) -> None:
+    """n3 was type A until March 10, then B: its outages count under the type it had then."""
+    (tmp_path / "inv.csv").write_text(
+        "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n"
+        "c1,n1,A,8,2026-03-01T00:00:00Z,\nc1,n2,B,8,2026-03-01T00:00:00Z,\n"
+        "c1,n3,A,8,2026-03-01T00:00:00Z,2026-03-10T00:00:00Z\nc1,n3,B,8,2026-03-10T00:00:00Z,\n"
+    )
+    (tmp_path / "t.csv").write_text(
+        "timestamp,cluster_id,node_id,category,resolved_at\n"
+        "2026-03-02T00:00:00Z,c1,n1,Xid 79,2026-03-02T02:00:00Z\n"
+        "2026-03-03T00:00:00Z,c1,n2,Xid 79,2026-03-03T04:00:00Z\n"
+        "2026-03-05T00:00:00Z,c1,n3,Xid 79,2026-03-05T06:00:00Z\n"
+        "2026-03-15T00:00:00Z,c1,n3,Xid 79,2026-03-15T08:00:00Z\n"
+        "2026-03-08T00:00:00Z,c1,n1,Xid 48,2026-03-08T01:00:00Z\n"
+        "2026-03-31T00:00:00Z,c1,n2,Xid 48,\n"  # the window's end: open, no downtime yet
+    )
+    db = str(tmp_path / "w.duckdb")
+    assert invoke("ingest", str(tmp_path / "inv.csv"), str(tmp_path / "t.csv"), "--db", db).exit_code == 0
+    groups = json.loads(invoke("repairs", "--db", db, "--by", "instance_type", "--json").stdout)["groups"]
+    got = {g["instance_type"]: (g["outages"], g["downtime_hours"]) for g in groups}
+    assert got == {"A": (3, 9.0), "B": (3, 12.0)}
+    assert all(0.9 < g["availability"] < 1 for g in groups)
+    bad = invoke("repairs", "--db", db, "--by", "rack")
+    assert bad.exit_code == 2 and "instance_type" in bad.output and "repair_hours" not in bad.output

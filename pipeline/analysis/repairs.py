@@ -42,21 +42,62 @@ REPAIR_SCHEMA = {
 }
 
 
+NODE_PROPERTIES = ("instance_type",)
+"""Outage keys taken from the node's service interval at the outage's start (are one hardware
+type's repairs slower?)."""
+_NOT_KEYS = frozenset(  # outage columns that are measurements, not groups
+    {
+        "categories",
+        "faults",
+        "last_fault_utc",
+        "start_utc",
+        "end_utc",
+        "interruptions",
+        "repair_hours",
+        "resolved",
+        "downtime_hours",
+    }
+)
+
+
+def _with_node_properties(outages: pl.DataFrame, exposure: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
+    """``outages`` with the :data:`NODE_PROPERTIES` in ``by``, from the node's service interval
+    that began last before the outage did (null for an outage before any)."""
+    wanted = [k for k in NODE_PROPERTIES if k in by and k not in outages.columns]
+    if not wanted:
+        return outages
+    intervals = exposure.select("cluster_id", "node_id", pl.col("start_utc").alias("_from"), *wanted)
+    return (
+        outages.sort("start_utc")
+        .join_asof(
+            intervals.sort("_from"),
+            left_on="start_utc",
+            right_on="_from",
+            by=["cluster_id", "node_id"],
+            check_sortedness=False,  # sorted here; Polars cannot check it within groups
+        )
+        .drop("_from")
+    )
+
+
 def repair_summary(
     outages: pl.DataFrame, exposure: pl.DataFrame, uptime: pl.DataFrame, by: Sequence[str] = ()
 ) -> pl.DataFrame:
-    """One row per group of ``by`` (any outage column: cluster_id, node_id, category ...):
+    """One row per group of ``by`` (an outage's cluster_id, node_id, category, failure_class ...,
+    or the node's instance_type, :data:`NODE_PROPERTIES`):
     outages, ``unresolved`` (no end by the window end: right-censored), ``unknown_end`` (no end
     recorded but the node failed again: left out of the repair statistics), downtime, the
     Kaplan–Meier median (``repair_hours_p50``) and p90 with intervals, the mean (MTTR, restricted
     when the longest repair is open: :class:`pipeline.models.RepairTimes`) and, when every key
-    is a property of the node (cluster_id, node_id), ``availability`` = uptime / (uptime +
+    is a property of the node (cluster_id, node_id, instance_type), ``availability`` = uptime / (uptime +
     downtime). Statistics of a group without a completed repair are null."""
-    unknown = [k for k in by if k not in outages.columns]
+    outages = _with_node_properties(outages, exposure, by)
+    unknown = [k for k in by if k not in outages.columns or k in _NOT_KEYS]
     if unknown:
-        raise ValueError(f"cannot group repairs by {unknown}; use any of {', '.join(outages.columns)}")
+        keys = dict.fromkeys([*(c for c in outages.columns if c not in _NOT_KEYS), *NODE_PROPERTIES])
+        raise ValueError(f"cannot group repairs by {unknown}; use any of {', '.join(keys)}")
     keys = list(by)
-    node_keys = all(k in ("cluster_id", "node_id") for k in keys)
+    node_keys = all(k in ("cluster_id", "node_id", *NODE_PROPERTIES) for k in keys)
     share = (
         transform.availability(exposure, uptime, outages, keys).select(*keys, "availability")
         if node_keys

@@ -68,7 +68,7 @@ def _verdict(total: dict, left_out: int) -> list[str]:
     multiple=True,
     default=["cluster_id"],
     show_default=True,
-    help="Group key (repeatable): any outage column, e.g. cluster_id, node_id, category.",
+    help="Group key (repeatable): cluster_id, node_id, instance_type, category, failure_class, ...",
 )
 @interruption_window_option
 @until_option
