@@ -248,7 +248,10 @@ def ingest(
                 click.echo(f"{safe_text(s.path)}: note: {safe_text(note)}", err=True)
         _echo_inventory_check(check, err=True)
         return
-    click.echo(f"timestamps without an offset read as {timezone}")
+    click.echo(
+        f"timestamps without an offset read as {timezone}"
+        + (f"; times in the form {safe_text(time_format)} tried first" if time_format else "")
+    )
     for s in summaries:
         if s.skipped:
             click.echo(

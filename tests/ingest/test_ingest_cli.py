@@ -169,3 +169,4 @@ def test_a_bad_time_format_flag_is_one_line_and_exit_2(tmp_path):
         main, ["ingest", str(path), "--db", str(tmp_path / "w.duckdb"), "--time-format", "%d.%m.%Y %H:%M"]
     )
     assert good.exit_code == 0 and "read 1, ingested 1" in good.output
+    assert "read as UTC; times in the form %d.%m.%Y %H:%M tried first" in good.output
