@@ -44,8 +44,10 @@ from pipeline.ingest.lines import (
     BOM,
     MAX_DECOMPRESSED_BYTES,
     check_decompressed_size,
+    first_non_utf8,
     head_text,
     is_gzip,
+    not_utf8,
     read_lines,
 )
 
@@ -150,8 +152,11 @@ def _csv_lines(columns: Sequence[str]) -> Callable[[pl.DataFrame], pl.Series]:
 
 def _read_error(path: Path, fmt: str, exc: Exception) -> InputError:
     """One line naming the file: Polars messages run to many lines. They name no line, and the
-    rows already read do not bound it: Polars parses ahead and may pass rows beyond the bad one."""
+    rows already read do not bound it: Polars parses ahead and may pass rows beyond the bad one.
+    Text that is not UTF-8 (a spreadsheet's CSV in Windows-1252) is looked up: its line and byte."""
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "utf-8" in reason.lower() and (where := first_non_utf8(path)):
+        return not_utf8(path, fmt, *where)
     return InputError(f"{path}: cannot read as {fmt}: {reason}")
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.ingest.common import InputError
-from pipeline.ingest.lines import BOM, is_gzip
+from pipeline.ingest.lines import BOM, is_gzip, not_utf8
 
 MAX_JSON_BYTES = 256 << 20
 """A larger JSON document is refused with how to convert it to JSON Lines (read whole, its
@@ -82,7 +82,7 @@ def _text(path: Path) -> str:
     try:
         return data.decode("utf-8").removeprefix(BOM)
     except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: cannot read as json: not UTF-8 at byte {exc.start}") from None
+        raise not_utf8(path, "json", data.count(b"\n", 0, exc.start) + 1, data[exc.start]) from None
 
 
 def _walk(text: str, path: Path) -> tuple[list[int], list[dict]]:

@@ -274,3 +274,26 @@ def read_blocks(
                 file_start = False
                 next_line += lines.lines
                 yield lines
+
+
+def not_utf8(path: Path, fmt: str, line: int, byte: int) -> InputError:
+    """The error for text that is not UTF-8 at ``line`` (a spreadsheet's CSV in Windows-1252):
+    the line, the byte, and how to convert the file."""
+    plain = path.name.removesuffix(".gz")
+    iconv = "iconv -f cp1252 -t utf-8"
+    command = f"zcat '{path.name}' | {iconv}" if is_gzip(path) else f"{iconv} '{path.name}'"
+    return InputError(
+        f"{path}:{line}: cannot read as {fmt}: not UTF-8 (byte 0x{byte:02x}); save the export as UTF-8, "
+        f"or convert it, e.g. {command} > 'utf8-{plain}'"
+    )
+
+
+def first_non_utf8(path: Path) -> tuple[int, int] | None:
+    """The 1-based line and the first byte of the first text that is not UTF-8, or None."""
+    with gzip.open(path, "rb") if is_gzip(path) else path.open("rb") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                return number, line[error.start]
+    return None

@@ -517,3 +517,33 @@ def test_time_format_reads_inventory_and_resolved_times(con, write, sql):
 def test_a_bad_time_format_is_one_error_before_any_file(time_format, message):
     with pytest.raises(ValueError, match=message):
         ReaderOptions(time_format=time_format)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "line", "command"),
+    [
+        (
+            "t.csv",
+            HEADER.replace(",", ";") + "2026-03-02T04:26:29Z;c1;n1;K\xfchlung;;;;\n",
+            2,
+            "iconv -f cp1252",
+        ),
+        (
+            "t.csv.gz",
+            HEADER + "2026-03-02T04:26:29Z,c1,n1,ok,,,,\n" * 2 + "x,c1,n1,\xc4nderung,,,,\n",
+            4,
+            "zcat",
+        ),
+        ("t.jsonl", '{"timestamp": "x"}\n{"category": "K\xfchlung"}\n', 2, "iconv -f cp1252"),
+        ("t.json", '[\n  {"timestamp": "x"},\n  {"category": "K\xfchlung"}\n]', 3, "iconv -f cp1252"),
+    ],
+)
+def test_text_that_is_not_utf8_names_its_line_and_how_to_convert(con, write, name, text, line, command):
+    """A spreadsheet's CSV saved in Windows-1252: one line with the file's line and byte."""
+    data = text.encode("cp1252")
+    path = write(name, gzip.compress(data) if name.endswith(".gz") else data)
+    with pytest.raises(InputError) as error:
+        ingest_files(con, [path])
+    message = str(error.value)
+    assert message.startswith(f"{path}:{line}: cannot read as ") and "not UTF-8 (byte 0x" in message
+    assert command in message and f"> 'utf8-{name.removesuffix('.gz')}'" in message
