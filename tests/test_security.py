@@ -88,6 +88,7 @@ ALLOWED_SQL_INTERPOLATIONS = {
         "time_sql(\"nullif(trim(in_service_to), '')\", time_format=time_format)",
     ): ("SQL of a column; the format itself is bound as $time_format"),
     ("pipeline/ingest/canonical.py", "not_a_time"): "one of two literal reasons (_NOT_A_TIME)",
+    ("pipeline/ingest/canonical.py", "_ABSENT"): "a literal list of no-value markers",
     (
         "pipeline/ingest/canonical.py",
         "whole_number_sql(\"nullif(trim(gpu_index), '')\")",

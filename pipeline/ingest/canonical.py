@@ -273,6 +273,12 @@ def _stream(
 _NOT_A_TIME = {False: "is not ISO 8601", True: "matches neither --time-format nor ISO 8601"}
 
 
+# Optional fields written as "no value" the way exports write it: SQL's NULL, pandas' nan/NaT,
+# Python's None, a ticket system's N/A or -. They parse as no number or time, so they are stored
+# empty; the reasons leave them out (checked only for rows that did not parse: no cost per row).
+_ABSENT = "('null', 'none', 'nan', 'nat', 'n/a', '-')"
+
+
 def _stage_incidents(time_format: bool) -> str:
     not_a_time = _NOT_A_TIME[time_format]
     return f"""
@@ -301,8 +307,10 @@ SELECT * EXCLUDE (ts_text, gpu_text, resolved_text),
          WHEN category IS NULL OR category = ''
            THEN 'category is empty; write undetermined when the cause is not known'
          WHEN gpu_text IS NOT NULL AND (gpu_index IS NULL OR gpu_index < 0)
+              AND lower(gpu_text) NOT IN {_ABSENT}
            THEN 'gpu_index ' || gpu_text || ' is not a non-negative integer'
          WHEN resolved_text IS NOT NULL AND (resolved_at IS NULL OR NOT isfinite(resolved_at))
+              AND lower(resolved_text) NOT IN {_ABSENT}
            THEN 'resolved_at ' || resolved_text || ' {not_a_time}'
          WHEN resolved_at < ts THEN 'resolved_at is before timestamp'
        END AS reason,
@@ -338,7 +346,7 @@ SELECT * EXCLUDE (gpus_text, from_text, to_text),
                 || ' is not a whole number >= 0 (0 for CPU, storage or login nodes)'
          WHEN from_ts IS NULL
            THEN 'in_service_from ' || coalesce(from_text, '(empty)') || ' {not_a_time}'
-         WHEN to_text IS NOT NULL AND to_ts IS NULL
+         WHEN to_text IS NOT NULL AND to_ts IS NULL AND lower(to_text) NOT IN {_ABSENT}
            THEN 'in_service_to ' || to_text || ' {not_a_time}'
          WHEN to_ts < from_ts THEN 'in_service_to is before in_service_from'
        END AS reason

@@ -547,3 +547,21 @@ def test_text_that_is_not_utf8_names_its_line_and_how_to_convert(con, write, nam
     message = str(error.value)
     assert message.startswith(f"{path}:{line}: cannot read as ") and "not UTF-8 (byte 0x" in message
     assert command in message and f"> 'utf8-{name.removesuffix('.gz')}'" in message
+
+
+@pytest.mark.parametrize("absent", ["NULL", "null", "None", "nan", "NaN", "NaT", "N/A", "n/a", "-", " NULL "])
+def test_no_value_written_as_exports_write_it_is_empty_not_rejected(con, write, sql, absent):
+    """SQL's NULL, pandas' nan/NaT, Python's None, a ticket system's N/A or - in an optional field."""
+    header = "timestamp,cluster_id,node_id,category,gpu_index,resolved_at\n"
+    rows = f"2026-03-02T04:26:29Z,c1,n1,Xid 79,{absent},{absent}\n2026-03-02T05:00:00Z,c1,n2,Xid 79,x,y\n"
+    inventory = "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n"
+    inventory += f"c1,n1,p5,8,2026-01-01T00:00:00Z,{absent}\n"
+    [inv, inc] = ingest_files(
+        con,
+        [write("inv.csv", inventory), write("t.csv", header + rows)],
+        ReaderOptions(max_rejected_percent=100),
+    )
+    assert (inv.rows_ingested, inc.rows_ingested, inc.rows_rejected) == (1, 1, 1)
+    assert sql("SELECT in_service_to_utc FROM inventory") == [(None,)]
+    assert sql("SELECT gpu_index, resolved_at_utc FROM events") == [(None, None)]
+    assert sql("SELECT line, reason FROM rejects") == [(3, "gpu_index x is not a non-negative integer")]
