@@ -69,9 +69,9 @@ _ROW = "__failcast_row"  # the row index while scanning; renamed to ``line`` onc
 
 def _scan(path: Path, fmt: str) -> pl.LazyFrame:
     """The file with its 1-based line (row for Parquet, record for JSONL, the line where a JSON
-    document's record starts) in ``_ROW``. A blank CSV
-    line is a row of nulls, so CSV rows keep their line numbers, and :func:`_csv_lines` moves the
-    rows after a quoted field that spans lines; JSONL records get theirs from :func:`_jsonl_lines`."""
+    document's record starts) in ``_ROW``. A blank CSV line is a row of nulls, so CSV rows keep
+    their line numbers, and :func:`_csv_lines` moves the rows after a quoted field that spans
+    lines; JSONL records get theirs from :func:`_jsonl_lines`."""
     if fmt == "csv":  # glob=False: a file named incidents[1].csv or *.csv is that one file, not a pattern
         return pl.scan_csv(
             path,
