@@ -61,22 +61,35 @@ SELECT cluster_id, node_id, row_number() OVER (ORDER BY cluster_id, node_id) AS 
 
 _FAULTS = """
 CREATE OR REPLACE TEMP TABLE _fc_faults AS
-SELECT n._node, f.timestamp_utc, f.category, f.failure_class, f.resolved_at_utc,
-    row_number() OVER w AS _n,
-    coalesce(epoch_us(f.timestamp_utc) - epoch_us(lag(f.timestamp_utc) OVER w) > $window_us, true) AS _start
-FROM ({query}) f JOIN _fc_nodes n ON n.cluster_id = f.cluster_id AND n.node_id = f.node_id
-WHERE f.interrupting
-WINDOW w AS (PARTITION BY n._node ORDER BY f.timestamp_utc, f.category, f.table_row)
+WITH f AS (
+    SELECT n._node, f.timestamp_utc, f.category, f.failure_class, f.resolved_at_utc,
+        row_number() OVER w AS _n,
+        coalesce(epoch_us(f.timestamp_utc) - epoch_us(lag(f.timestamp_utc) OVER w) > $window_us, true)
+            AS _start,
+        coalesce(epoch_us(lead(f.timestamp_utc) OVER w) - epoch_us(f.timestamp_utc) > $window_us, true)
+            AS _ends
+    FROM ({query}) f JOIN _fc_nodes n ON n.cluster_id = f.cluster_id AND n.node_id = f.node_id
+    WHERE f.interrupting
+    WINDOW w AS (PARTITION BY n._node ORDER BY f.timestamp_utc, f.category, f.table_row)
+)
+SELECT * EXCLUDE (_ends), _start AND _ends AS _alone FROM f
 """
-
 _RUNS = "SELECT _node, _n, epoch_us(timestamp_utc), _start FROM _fc_faults ORDER BY _node, _n"
 _CHAINED = "UPDATE _fc_faults f SET _start = true FROM _fc_changed c WHERE f._node = c._node AND f._n = c._n"
 
+# an interruption is named by its node and its first incident's number _n (in time order). Most
+# are one incident (_alone: a run start whose next incident is past the window; the chain only
+# adds starts, so it stays alone) and are kept as they are; only the others are grouped
 _INTERRUPTIONS = """
 CREATE OR REPLACE TEMP TABLE _fc_interruptions AS
-SELECT _node, _k, min(timestamp_utc) AS timestamp_utc, arg_min(category, _n) AS category,
-    arg_min(failure_class, _n) AS failure_class, max(resolved_at_utc) AS resolved_at_utc
-FROM (SELECT *, sum(_start::INTEGER) OVER (PARTITION BY _node ORDER BY _n) AS _k FROM _fc_faults)
+SELECT _node, _n, timestamp_utc, category, failure_class, resolved_at_utc FROM _fc_faults WHERE _alone
+UNION ALL
+SELECT _node, min(_n), min(timestamp_utc), arg_min(category, _n), arg_min(failure_class, _n),
+    max(resolved_at_utc)
+FROM (
+    SELECT *, sum(_start::INTEGER) OVER (PARTITION BY _node ORDER BY _n) AS _k
+    FROM _fc_faults WHERE NOT _alone
+)
 GROUP BY _node, _k
 """
 
@@ -94,28 +107,28 @@ WITH service AS (
 ), i AS (
     SELECT * FROM _fc_interruptions WHERE timestamp_utc <= $until
 ), closing AS (
-    SELECT i._node, i._k, min(v.in_service_to_utc) AS removed_utc
+    SELECT i._node, i._n, min(v.in_service_to_utc) AS removed_utc
     FROM i JOIN service v USING (_node)
     WHERE v.in_service_to_utc BETWEEN i.timestamp_utc AND i.timestamp_utc + to_microseconds($tolerance_us)
-    GROUP BY i._node, i._k
+    GROUP BY i._node, i._n
 ), reopened AS (
-    SELECT c._node, c._k, min(v.in_service_from_utc) AS inventory_end_utc
+    SELECT c._node, c._n, min(v.in_service_from_utc) AS inventory_end_utc
     FROM closing c JOIN service v USING (_node)
     WHERE v.in_service_from_utc >= c.removed_utc
-    GROUP BY c._node, c._k
+    GROUP BY c._node, c._n
 ), ends AS (
-    SELECT i._node, i._k, i.timestamp_utc,
+    SELECT i._node, i._n, i.timestamp_utc,
         CASE WHEN i.resolved_at_utc > i.timestamp_utc THEN i.resolved_at_utc ELSE r.inventory_end_utc END
             AS end_utc
-    FROM i LEFT JOIN reopened r USING (_node, _k)
+    FROM i LEFT JOIN reopened r USING (_node, _n)
 ), running AS (
     SELECT *, max(coalesce(end_utc, timestamp_utc)) OVER (
-        PARTITION BY _node ORDER BY _k ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+        PARTITION BY _node ORDER BY _n ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
     ) AS _running_end
     FROM ends
 ), numbered AS (
     SELECT *, sum((_running_end IS NULL OR timestamp_utc >= _running_end)::INTEGER) OVER (
-        PARTITION BY _node ORDER BY _k
+        PARTITION BY _node ORDER BY _n
     ) AS _outage
     FROM running
 )
@@ -149,14 +162,43 @@ CREATE OR REPLACE TEMP TABLE _fc_pieces AS
 SELECT _interval, _node, start_utc, end_utc FROM _fc_intervals
 """
 
+# step 4 on pieces that do not overlap within a node (they may touch, [a, b] and [b, c]): the
+# latest piece starting at or before t holds t when t <= its end; when t is its start, a piece
+# ending at t (the one before) is earlier and wins. The rule is the earliest start holding t;
+# overlapping inventory intervals take the range join below
 _MATCHED = """
 CREATE OR REPLACE TEMP TABLE _fc_matched AS
-SELECT i._node, i._k, any_value(i.timestamp_utc) AS timestamp_utc, any_value(i.category) AS category,
-    any_value(i.failure_class) AS failure_class, arg_min(p._interval, p.start_utc) AS _interval,
-    arg_min(p.end_utc, p.start_utc) AS end_utc
+WITH hit AS MATERIALIZED (
+    SELECT i._node, i._n, i.timestamp_utc, i.category, i.failure_class, p._interval, p.start_utc, p.end_utc
+    FROM _fc_interruptions i ASOF JOIN _fc_pieces p ON p._node = i._node AND i.timestamp_utc >= p.start_utc
+    WHERE i.timestamp_utc <= p.end_utc
+)
+SELECT _node, _n, timestamp_utc, category, failure_class, _interval, end_utc
+FROM hit WHERE timestamp_utc > start_utc
+UNION ALL
+SELECT h._node, h._n, h.timestamp_utc, h.category, h.failure_class,
+    CASE WHEN q.end_utc = h.timestamp_utc THEN q._interval ELSE h._interval END,
+    CASE WHEN q.end_utc = h.timestamp_utc THEN q.end_utc ELSE h.end_utc END
+FROM (SELECT * FROM hit WHERE timestamp_utc = start_utc) h
+ASOF LEFT JOIN _fc_pieces q ON q._node = h._node AND h.timestamp_utc > q.start_utc
+"""
+_OVERLAPPING = """
+SELECT count(*) FROM (
+    SELECT start_utc < max(end_utc) OVER (
+        PARTITION BY _node ORDER BY start_utc, end_utc ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS _overlap
+    FROM _fc_intervals
+) WHERE _overlap
+"""
+_MATCHED_OVERLAPPING = """
+CREATE OR REPLACE TEMP TABLE _fc_matched AS
+SELECT i._node, i._n, any_value(i.timestamp_utc) AS timestamp_utc, any_value(i.category) AS category,
+    any_value(i.failure_class) AS failure_class,
+    arg_min(p._interval, (p.start_utc, p._interval)) AS _interval,
+    arg_min(p.end_utc, (p.start_utc, p._interval)) AS end_utc
 FROM _fc_interruptions i JOIN _fc_pieces p
     ON p._node = i._node AND i.timestamp_utc BETWEEN p.start_utc AND p.end_utc
-GROUP BY i._node, i._k
+GROUP BY i._node, i._n
 """
 
 _LEFT_OUT = """
@@ -164,7 +206,7 @@ SELECT CASE WHEN i.timestamp_utc > $until THEN 0 WHEN n._node IS NULL THEN 1 ELS
     count(*) AS failures
 FROM _fc_interruptions i
 LEFT JOIN (SELECT DISTINCT _node FROM _fc_pieces) n USING (_node)
-ANTI JOIN _fc_matched m USING (_node, _k)
+ANTI JOIN _fc_matched m USING (_node, _n)
 GROUP BY reason
 """
 
@@ -247,7 +289,8 @@ class FailureCounts:
             con.execute("DROP TABLE _fc_downtime")
         else:
             con.execute(_CALENDAR_PIECES)
-        con.execute(_MATCHED)
+        (overlapping,) = con.sql(_OVERLAPPING).fetchall()[0]
+        con.execute(_MATCHED_OVERLAPPING if overlapping else _MATCHED)
 
     def _chain_long_runs(self, window: timedelta) -> None:
         """Split the runs of close incidents longer than the window into interruptions (step 1):

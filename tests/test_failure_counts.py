@@ -133,6 +133,18 @@ def edge_con(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def overlap_con(tmp_path_factory):
+    """The edge fleet with a second service interval of n2 inside its first (inventory rows that
+    overlap: the interval match takes the range join instead of the as-of join)."""
+    inventory = _inventory([*EDGE_INVENTORY, ("a", "n2", "p5", 8, 150, 260)])
+    con = _warehouse(
+        tmp_path_factory.mktemp("counts") / "overlap.duckdb", _incidents(EDGE_INCIDENTS), inventory
+    )
+    yield con
+    con.close()
+
+
+@pytest.fixture(scope="module")
 def fleet_con(tmp_path_factory):
     """A simulated fleet (repairs, replaced nodes, noise) with storms: bursts of a fault every
     5-25 minutes on random nodes, so runs longer than the window are common."""
@@ -186,12 +198,12 @@ GROUPS = [
 ]
 
 
-@pytest.mark.parametrize("case", ["edge", "fleet"])
+@pytest.mark.parametrize("case", ["edge", "overlap", "fleet"])
 @pytest.mark.parametrize(("basis", "window"), [("uptime", 30.0), ("calendar", 30.0), ("uptime", 90.0)])
 def test_duckdb_counts_are_the_polars_rates(request, case, basis, window):
     con = request.getfixturevalue(f"{case}_con")
     inventory = warehouse.table(con, "inventory")
-    end = at(800) if case == "edge" else transform.observation_end(warehouse.latest_incident(con), inventory)
+    end = at(800) if case != "fleet" else transform.observation_end(warehouse.latest_incident(con), inventory)
     failures, at_risk, in_service = _polars(con, end, window, basis)
     counts = FailureCounts(
         con, transform.exposure_intervals(inventory, end), end, window_minutes=window, basis=basis
