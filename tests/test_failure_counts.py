@@ -137,9 +137,9 @@ def overlap_con(tmp_path_factory):
     """The edge fleet with a second service interval of n2 inside its first (inventory rows that
     overlap: the interval match takes the range join instead of the as-of join)."""
     inventory = _inventory([*EDGE_INVENTORY, ("a", "n2", "p5", 8, 150, 260)])
-    con = _warehouse(
-        tmp_path_factory.mktemp("counts") / "overlap.duckdb", _incidents(EDGE_INCIDENTS), inventory
-    )
+    # at 270 h the latest interval to start (150-260 h) has ended, the first holds it
+    incidents = _incidents([*EDGE_INCIDENTS, (270, "a", "n2", "xid", "gpu", True, None)])
+    con = _warehouse(tmp_path_factory.mktemp("counts") / "overlap.duckdb", incidents, inventory)
     yield con
     con.close()
 
