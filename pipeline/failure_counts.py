@@ -46,8 +46,8 @@ _KEYS = {
     "node_id": "x.node_id",
     "instance_type": "x.instance_type",
     "size_bucket": "x.size_bucket",
-    "category": "m.category",
-    "failure_class": "m.failure_class",
+    "category": "i.category",
+    "failure_class": "i.failure_class",
 }
 KEYS = tuple(_KEYS)
 
@@ -169,14 +169,14 @@ SELECT _interval, _node, start_utc, end_utc FROM _fc_intervals
 _MATCHED = """
 CREATE OR REPLACE TEMP TABLE _fc_matched AS
 WITH hit AS MATERIALIZED (
-    SELECT i._node, i._n, i.timestamp_utc, i.category, i.failure_class, p._interval, p.start_utc, p.end_utc
+    SELECT i._node, i._n, i.timestamp_utc, p._interval, p.start_utc, p.end_utc
     FROM _fc_interruptions i ASOF JOIN _fc_pieces p ON p._node = i._node AND i.timestamp_utc >= p.start_utc
     WHERE i.timestamp_utc <= p.end_utc
 )
-SELECT _node, _n, timestamp_utc, category, failure_class, _interval, end_utc
+SELECT _node, _n, timestamp_utc, _interval, end_utc
 FROM hit WHERE timestamp_utc > start_utc
 UNION ALL
-SELECT h._node, h._n, h.timestamp_utc, h.category, h.failure_class,
+SELECT h._node, h._n, h.timestamp_utc,
     CASE WHEN q.end_utc = h.timestamp_utc THEN q._interval ELSE h._interval END,
     CASE WHEN q.end_utc = h.timestamp_utc THEN q.end_utc ELSE h.end_utc END
 FROM (SELECT * FROM hit WHERE timestamp_utc = start_utc) h
@@ -192,8 +192,7 @@ SELECT count(*) FROM (
 """
 _MATCHED_OVERLAPPING = """
 CREATE OR REPLACE TEMP TABLE _fc_matched AS
-SELECT i._node, i._n, any_value(i.timestamp_utc) AS timestamp_utc, any_value(i.category) AS category,
-    any_value(i.failure_class) AS failure_class,
+SELECT i._node, i._n, any_value(i.timestamp_utc) AS timestamp_utc,
     arg_min(p._interval, (p.start_utc, p._interval)) AS _interval,
     arg_min(p.end_utc, (p.start_utc, p._interval)) AS end_utc
 FROM _fc_interruptions i JOIN _fc_pieces p
@@ -219,9 +218,10 @@ SELECT {columns}sum((epoch_us(p.end_utc) - epoch_us(p.start_utc))::DOUBLE / 1000
         AS exposure_gpu_hours
 FROM {pieces} p JOIN _fc_exposure x USING (_interval){group}
 """
-_COUNTS = (
-    "SELECT {columns}count(*) AS failures FROM _fc_matched m JOIN _fc_exposure x USING (_interval){group}"
-)
+_COUNTS = """
+SELECT {columns}count(*) AS failures FROM _fc_matched m JOIN _fc_exposure x USING (_interval){join}{group}
+"""
+_INCIDENT_COLUMNS = " JOIN _fc_interruptions i USING (_node, _n)"
 _VALUES = "SELECT DISTINCT {columns} FROM _fc_interruptions"
 # the pieces split at calendar periods (transform.fleet._periodic_exposure): periods from the one
 # holding the first start to the last end
@@ -343,7 +343,11 @@ class FailureCounts:
             params=params or None,
         ).pl()
         counts = self.con.sql(
-            _COUNTS.format(columns="".join(counted), group=" GROUP BY ALL" * bool(counted)),
+            _COUNTS.format(
+                columns="".join(counted),
+                join=_INCIDENT_COLUMNS * bool(incident_keys),
+                group=" GROUP BY ALL" * bool(counted),
+            ),
             params={"unit": period} if period else None,
         ).pl()
         values = None
