@@ -295,13 +295,7 @@ class FailureCounts:
     def _chain_long_runs(self, window: timedelta) -> None:
         """Split the runs of close incidents longer than the window into interruptions (step 1):
         the chain in NumPy on the times and run starts, then only the changed rows updated."""
-        node, n, t, runs = (
-            self.con.sql(
-                "SELECT _node, _n, epoch_us(timestamp_utc), _start FROM _fc_faults ORDER BY _node, _n"
-            )
-            .fetchnumpy()
-            .values()
-        )
+        node, n, t, runs = self.con.sql(_RUNS).fetchnumpy().values()
         runs = np.asarray(runs, dtype=bool)
         starts = transform.chained_starts(np.asarray(t), runs, window // timedelta(microseconds=1))
         changed = np.flatnonzero(starts != runs)
