@@ -327,7 +327,9 @@ def test_rates_name_their_interval(sample_warehouse, args, method):
     con.close()
     expected = method or result.interval_method
     assert {r["interval"] for r in rows} == {expected}
-    assert {r["dispersion"] for r in rows} == {result.dispersion_test.dispersion(expected)}
+    # rates counts in DuckDB, analyze in Polars: sums in another order, the same phi to ~1e-11
+    [dispersion] = {r["dispersion"] for r in rows}
+    assert dispersion == pytest.approx(result.dispersion_test.dispersion(expected), rel=1e-9)
     if method is None:  # the default is the analysis's decision, and the report says which
         assert result.rates_by_cluster["rate_ci_high"].to_list() == pytest.approx(
             [r["rate_ci_high"] for r in rows]

@@ -40,7 +40,9 @@ def read_failures(
     inside DuckDB (:func:`pipeline.warehouse.read_incidents`).
     """
     columns = [*FAILURE_COLUMNS, *(["attributes"] if attributes else [])]
-    faults = warehouse.read_incidents(con, columns, interrupting_only=interrupting_only)
+    faults = warehouse.read_incidents(
+        con, columns, interrupting_only=interrupting_only, node_time_order=window_minutes is not None
+    )
     if attributes:
         parsed = pl.col("attributes").str.json_decode(pl.Struct({k: pl.String for k in attributes}))
         faults = faults.with_columns(parsed.struct.field(*attributes)).drop("attributes")
@@ -187,8 +189,17 @@ def node_evidence(
         interrupting_only=interrupting_only,
         in_service=in_service,
     )
+    return nodes, *lemon_evidence(nodes, lemon_fdr=lemon_fdr)
+
+
+def lemon_evidence(
+    nodes: pl.DataFrame, *, lemon_fdr: float = LEMON_FDR
+) -> tuple[models.LemonTest, transform.DispersionTest]:
+    """The lemon test on rates by node (one row per cluster and node, e.g. counted in DuckDB by
+    :class:`pipeline.failure_counts.FailureCounts`) and the dispersion test it decides
+    (:func:`interval_check`)."""
     lemons = models.LemonTest(fdr=lemon_fdr).fit(nodes)
-    return nodes, lemons, interval_check(nodes, lemons)
+    return lemons, interval_check(nodes, lemons)
 
 
 def interval_check(nodes: pl.DataFrame, lemons: models.LemonTest) -> transform.DispersionTest:

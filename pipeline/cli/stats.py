@@ -19,6 +19,7 @@ from pipeline.cli.common import (
     safe_text,
     until_option,
 )
+from pipeline.failure_counts import FailureCounts
 from pipeline.report.format import format_value, p_value_text, text_table
 
 # --- rates ---------------------------------------------------------------------------------------
@@ -135,66 +136,76 @@ def rates(
     by, attributes = _group_keys(con, by)
     inventory = warehouse.table(con, "inventory")
     end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
-    incidents = analysis_mod.read_failures(
-        con,
-        interrupting_only=not all_categories,
-        window_minutes=None if all_categories or not interruption_window else interruption_window,
-        attributes=attributes,
-    )
     exposure = transform.exposure_intervals(inventory, end)
-    at_risk, _ = analysis_mod.rate_exposure(incidents, inventory, exposure, end, exposure_basis)
-    # which failures count, matched to their interval once for every rate below
-    in_service = transform.failures_in_service(incidents, at_risk, with_interval=True)
-    if view == "shares":
-        incident_keys = [k for k in by if k not in transform.EXPOSURE_KEYS]
-        frame = transform.category_shares(
-            incidents,
-            exposure,
-            by=[k for k in by if k in transform.EXPOSURE_KEYS],
-            key=incident_keys[0] if len(incident_keys) == 1 else "failure_class",
-        )
-    elif view == "trend":
-        frame = analysis_mod.trend_tests(transform.failure_operating_times(incidents, exposure), exposure)
-    elif view == "jobs":
-        frame = analysis_mod.job_interruptions(con, transform.failure_rates(incidents, exposure))
-        if frame is None:
-            raise ValueError(
-                "the warehouse has no Slurm jobs on clusters in the inventory; ingest sacct output first"
-            )
-    else:
-        _, _, check = analysis_mod.node_evidence(
-            incidents, at_risk, lemon_fdr=fdr, interrupting_only=not all_categories, in_service=in_service
-        )
+    if view == "rates" and not all_categories and interruption_window and not attributes:
+        # counted inside DuckDB, no failure rows in Python (pipeline/failure_counts.py)
+        counts = FailureCounts(con, exposure, end, window_minutes=interruption_window, basis=exposure_basis)
+        _, check = analysis_mod.lemon_evidence(counts.rates(["cluster_id", "node_id"]), lemon_fdr=fdr)
         method = check.method("overdispersed" if overdispersed else interval)
         dispersion = check.dispersion(method)
-        frame = transform.failure_rates(
-            incidents,
-            at_risk,
-            by=list(by),
-            period=period,
+        frame = counts.rates(by, period=period, dispersion=dispersion)
+        fleet, overall = counts.rates([], dispersion=dispersion), counts.rates([])
+        left_out = counts.left_out()
+        counts.close()
+    else:
+        incidents = analysis_mod.read_failures(
+            con,
             interrupting_only=not all_categories,
-            dispersion=dispersion,
-            in_service=in_service,
-        ).with_columns(
+            window_minutes=None if all_categories or not interruption_window else interruption_window,
+            attributes=attributes,
+        )
+        at_risk, _ = analysis_mod.rate_exposure(incidents, inventory, exposure, end, exposure_basis)
+        # which failures count, matched to their interval once for every rate below
+        in_service = transform.failures_in_service(incidents, at_risk, with_interval=True)
+        left_out = transform.failures_left_out(incidents, at_risk, end, in_service=in_service)
+        overall = transform.failure_rates(incidents, at_risk, by=[], in_service=in_service)
+        if view == "shares":
+            incident_keys = [k for k in by if k not in transform.EXPOSURE_KEYS]
+            frame = transform.category_shares(
+                incidents,
+                exposure,
+                by=[k for k in by if k in transform.EXPOSURE_KEYS],
+                key=incident_keys[0] if len(incident_keys) == 1 else "failure_class",
+            )
+        elif view == "trend":
+            frame = analysis_mod.trend_tests(transform.failure_operating_times(incidents, exposure), exposure)
+        elif view == "jobs":
+            frame = analysis_mod.job_interruptions(con, transform.failure_rates(incidents, exposure))
+            if frame is None:
+                raise ValueError(
+                    "the warehouse has no Slurm jobs on clusters in the inventory; ingest sacct output first"
+                )
+        else:
+            _, _, check = analysis_mod.node_evidence(
+                incidents, at_risk, lemon_fdr=fdr, interrupting_only=not all_categories, in_service=in_service
+            )
+            method = check.method("overdispersed" if overdispersed else interval)
+            dispersion = check.dispersion(method)
+
+            def counted(keys: list[str], **options) -> pl.DataFrame:
+                return transform.failure_rates(
+                    incidents,
+                    at_risk,
+                    by=keys,
+                    interrupting_only=not all_categories,
+                    dispersion=dispersion,
+                    in_service=in_service,
+                    **options,
+                )
+
+            frame, fleet = counted(list(by), period=period), counted([])
+    if view == "rates":
+        frame = frame.with_columns(
             interval=pl.lit(method), dispersion=pl.lit(dispersion), exposure_basis=pl.lit(exposure_basis)
         )
     frame = frame.with_columns(exposure_estimated=pl.lit(transform.exposure_estimated(inventory)))
-    _echo_left_out(transform.failures_left_out(incidents, at_risk, end, in_service=in_service))
+    _echo_left_out(left_out)
     if view == "rates" and not frame["failures"].sum():
-        overall = transform.failure_rates(incidents, at_risk, by=[], in_service=in_service)
         click.echo(_no_failures_line(overall), err=True)
     if as_json:
         echo_json(records(frame))
         return
     if view == "rates":
-        fleet = transform.failure_rates(
-            incidents,
-            at_risk,
-            by=[],
-            interrupting_only=not all_categories,
-            dispersion=dispersion,
-            in_service=in_service,
-        )
         click.echo(rate_verdict(fleet.row(0, named=True), exposure_basis))
         click.echo(interval_line(check, method))
         # said once above, not in every row; the per-GPU interval is in --json (the text keeps to

@@ -222,7 +222,10 @@ class LemonTest:
             rest_rate = np.where(rest_t > 0, (frame["cluster_failures"].to_numpy() - k) / rest_t, np.nan)
             expected = rest_rate * t
             ratio = np.where(expected > 0, k / expected, np.where(k > 0, np.inf, np.nan))
-        self.dispersion_, p = self._p_values(k, t, frame["cluster_id"].to_numpy())
+        # clusters as integer codes: the p-values group by cluster a few times per iteration, and
+        # grouping strings was a third of the test's time (10 M incidents, 200 k nodes)
+        clusters = np.unique(frame["cluster_id"].to_numpy(), return_inverse=True)[1]
+        self.dispersion_, p = self._p_values(k, t, clusters)
         q = benjamini_hochberg(p)
         self.table_ = (
             frame.select("cluster_id", "node_id", "failures", "exposure_node_hours")

@@ -311,12 +311,43 @@ def failure_rates(
         exposure_gpu_hours=pl.col("gpu_hours").sum(),
     )
     counts = events.group_by(keys or pl.lit(0).alias("_all")).agg(failures=pl.len())
+    values = counted.select(incident_keys).unique() if incident_keys else None
+    return rates_from_counts(
+        exposure_sums.drop("_all", strict=False),
+        counts.drop("_all", strict=False),
+        exposure_keys,
+        values,
+        confidence=confidence,
+        dispersion=dispersion,
+    )
+
+
+def rates_from_counts(
+    exposure_sums: pl.DataFrame,
+    counts: pl.DataFrame,
+    exposure_keys: Sequence[str],
+    incident_values: pl.DataFrame | None = None,
+    *,
+    confidence: float = 0.95,
+    dispersion: float = 1.0,
+) -> pl.DataFrame:
+    """The rate table of :func:`failure_rates` from what it counted: ``exposure_sums`` (one row
+    per group of ``exposure_keys`` with ``exposure_node_hours`` and ``exposure_gpu_hours``),
+    ``counts`` (``failures`` per group of the exposure keys and the columns of ``incident_values``)
+    and ``incident_values`` (every value of the incident keys seen in the input, None without
+    incident keys). Groups without a count have 0 failures. Why apart: the failures and exposure
+    may be counted in DuckDB (:mod:`pipeline.failure_counts`) instead of from rows in Polars."""
+    incident_keys = [] if incident_values is None else incident_values.columns
+    keys = [*exposure_keys, *incident_keys]
+    if not exposure_keys:
+        exposure_sums = exposure_sums.with_columns(_all=pl.lit(0))
+        counts = counts.with_columns(_all=pl.lit(0))
     if incident_keys:
         # every value seen in the input appears in every group (and period), with zero failures
         # where that group had none
-        values = counted.select(incident_keys).unique().sort(incident_keys, nulls_last=True)
+        values = incident_values.unique().sort(incident_keys, nulls_last=True)
         exposure_sums = exposure_sums.join(values, how="cross")
-    join_on = keys or ["_all"]
+    join_on = [*exposure_keys, *incident_keys] if exposure_keys else ["_all", *incident_keys]
     rates = (
         exposure_sums.join(counts, on=join_on, how="left")
         .with_columns(pl.col("failures").fill_null(0).cast(pl.Int64))

@@ -78,36 +78,47 @@ def node_interruptions(
 
 
 def _interruption_starts(frame: pl.DataFrame, keys: list[str], window: timedelta) -> np.ndarray:
-    """True at each interruption's first incident of ``frame`` (sorted by ``keys`` and time).
-
-    A gap longer than the window always starts one; within a *run* of closer incidents whose span
-    exceeds the window, the starts are the chain i -> next(i), next(i) being the first incident
-    later than time(i) + window. Both steps are vectorised so a node logging a fault every few
-    minutes for weeks costs log(run length) array passes, not one pass per interruption: next()
-    by bisection of all rows at once, the chain by pointer doubling (mark next^(2^k) of the marked
-    rows, then square next, until nothing new is marked).
-    """
+    """True at each interruption's first incident of ``frame`` (sorted by ``keys`` and time): a
+    node's first incident and every one more than ``window`` after the one before start a run of
+    close incidents, and :func:`chained_starts` splits the runs longer than the window."""
     time = pl.col("timestamp_utc")
     same_node = pl.all_horizontal(pl.col(k).eq_missing(pl.col(k).shift(1)).fill_null(False) for k in keys)
     gap = pl.when(same_node).then(time.diff())
-    runs = (
-        frame.select(time, _start=gap.is_null() | (gap > window))
-        .with_columns(_run=pl.col("_start").cum_sum())
-        .with_columns(_long=((time.max() - time.min()).over("_run") > window).fill_null(False))
-        .with_row_index("_row")
-    )
-    starts = runs["_start"].to_numpy(writable=True)
-    long = runs.filter("_long")
-    if long.is_empty():
-        return starts
+    starts = frame.select(gap.is_null() | (gap > window)).to_series().to_numpy(writable=True)
     unit = "ns" if frame.schema["timestamp_utc"].time_unit == "ns" else "us"  # exact in both
-    t = long["timestamp_utc"].dt.cast_time_unit(unit).to_physical().to_numpy()
-    late_after = t + window // timedelta(microseconds=1) * (1000 if unit == "ns" else 1)
-    is_first = long["_start"].to_numpy()
+    t = frame["timestamp_utc"].dt.cast_time_unit(unit).to_physical().to_numpy()
+    return chained_starts(t, starts, window // timedelta(microseconds=1) * (1000 if unit == "ns" else 1))
+
+
+def chained_starts(t: np.ndarray, run_starts: np.ndarray, window: int) -> np.ndarray:
+    """The interruptions' first incidents, given each incident's time ``t`` (integers, sorted
+    within each node) and ``run_starts``: True where a run of incidents closer than ``window``
+    (in ``t``'s unit) begins, a node's first incident included. A run no longer than the window is
+    one interruption; within a longer run the starts are the chain i -> next(i), next(i) being the
+    first incident later than t(i) + window.
+
+    Both steps are vectorised so a node logging a fault every few minutes for weeks costs
+    log(run length) array passes, not one pass per interruption: next() by bisection of all rows
+    at once, the chain by pointer doubling (mark next^(2^k) of the marked rows, then square next,
+    until nothing new is marked). NumPy only, so the DuckDB count (:mod:`pipeline.failure_counts`)
+    chains its runs with the same code.
+    """
+    starts = np.array(run_starts, dtype=bool)
+    if not starts.size:
+        return starts
+    firsts = np.flatnonzero(starts)
+    lengths = np.diff(np.append(firsts, t.size))
+    last = firsts + lengths - 1
+    in_long = np.repeat(t[last] - t[firsts] > window, lengths)
+    if not in_long.any():
+        return starts
+    long_rows = np.flatnonzero(in_long)
+    t = t[long_rows]
+    late_after = t + window
+    is_first = starts[long_rows]
     rows = np.arange(t.size)
-    run_end = (
-        np.maximum.accumulate(np.where(is_first, rows, 0))
-        + long.select(pl.len().over("_run")).to_series().to_numpy()
+    run_end = np.maximum.accumulate(np.where(is_first, rows, 0)) + np.repeat(
+        lengths[in_long[firsts]], lengths[in_long[firsts]]
     )
     low, high = rows + 1, run_end
     while (active := low < high).any():
@@ -126,7 +137,7 @@ def _interruption_starts(frame: pl.DataFrame, keys: list[str], window: timedelta
         if (reached == marked).all():
             break
         marked, jump = reached, jump[jump]
-    starts[long["_row"].to_numpy()] = marked[:-1]
+    starts[long_rows] = marked[:-1]
     return starts
 
 

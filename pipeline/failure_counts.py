@@ -1,0 +1,369 @@
+"""Failure counts and exposure sums of ``failcast rates``, computed inside DuckDB.
+
+The rates view needs counts, not rows: failures per group, node-hours per group, the failures
+left out by reason. :class:`FailureCounts` computes them where the incidents are stored and hands
+Polars only those aggregates (:func:`pipeline.transform.rates_from_counts` turns them into rate
+tables), instead of reading the interrupting incidents into Polars and running the transforms on
+rows. The rules are those of the Polars transforms, step for step (tests/test_failure_counts.py
+compares both on fleets with every edge case):
+
+1. node interruptions (:func:`pipeline.transform.node_interruptions`): the interrupting incidents
+   sorted by cluster, node, time, category and table order; a node's first incident and each
+   one more than the window after the one before start a run; runs longer than the window are
+   chained in NumPy (:func:`pipeline.transform.interruptions.chained_starts`, only their rows
+   are updated); an interruption keeps its first incident's columns and the latest
+   ``resolved_at_utc`` of its incidents;
+2. outages with a recorded end (:func:`pipeline.transform.outages`): the end is the
+   interruption's own resolution, else the start of the node's next service interval when the
+   one it was in ends at the failure (within ``GAP_TOLERANCE``); a failure before the latest
+   end of the node's earlier outages joins them;
+3. uptime pieces (:func:`pipeline.transform.uptime_intervals`): the calendar service intervals
+   split around those outages (basis "uptime"; "calendar" keeps the intervals);
+4. failures in service (:func:`pipeline.transform.failures_in_service`): an interruption counts
+   in the earliest piece of its node whose closed span holds it;
+5. counts by group, node-hours by group (split at calendar periods for ``--period``) and the
+   left-out counts by reason (:func:`pipeline.transform.failures_left_out`).
+
+Why: at 10 M incidents (3.4 M interrupting) the row frames of steps 1-4 held 3.5 GB in Polars;
+DuckDB keeps them within its memory cap (spilling past it) and sorts the string keys faster.
+bench/RESULTS.md, "Issue 18, rates in DuckDB (h18s)", has the numbers. Intermediate results are
+temporary tables of the connection (allowed on a read-only one), dropped by :meth:`close`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import numpy as np
+import polars as pl
+
+from pipeline import transform, warehouse
+
+# group keys a count may use: a literal SQL expression each (never user text in SQL)
+_KEYS = {
+    "cluster_id": "x.cluster_id",
+    "node_id": "x.node_id",
+    "instance_type": "x.instance_type",
+    "size_bucket": "x.size_bucket",
+    "category": "i.category",
+    "failure_class": "i.failure_class",
+}
+KEYS = tuple(_KEYS)
+
+_NODES = """
+CREATE OR REPLACE TEMP TABLE _fc_nodes AS
+SELECT cluster_id, node_id, row_number() OVER (ORDER BY cluster_id, node_id) AS _node FROM (
+    SELECT DISTINCT cluster_id, node_id FROM incidents WHERE interrupting
+    UNION SELECT cluster_id, node_id FROM inventory
+)
+"""
+
+_FAULTS = """
+CREATE OR REPLACE TEMP TABLE _fc_faults AS
+WITH f AS (
+    SELECT n._node, f.timestamp_utc, f.category, f.failure_class, f.resolved_at_utc,
+        row_number() OVER w AS _n,
+        coalesce(epoch_us(f.timestamp_utc) - epoch_us(lag(f.timestamp_utc) OVER w) > $window_us, true)
+            AS _start,
+        coalesce(epoch_us(lead(f.timestamp_utc) OVER w) - epoch_us(f.timestamp_utc) > $window_us, true)
+            AS _ends
+    FROM ({query}) f JOIN _fc_nodes n ON n.cluster_id = f.cluster_id AND n.node_id = f.node_id
+    WHERE f.interrupting
+    WINDOW w AS (PARTITION BY n._node ORDER BY f.timestamp_utc, f.category, f.table_row)
+)
+SELECT * EXCLUDE (_ends), _start AND _ends AS _alone FROM f
+"""
+_RUNS = "SELECT _node, _n, epoch_us(timestamp_utc), _start FROM _fc_faults ORDER BY _node, _n"
+_CHAINED = "UPDATE _fc_faults f SET _start = true FROM _fc_changed c WHERE f._node = c._node AND f._n = c._n"
+
+# an interruption is named by its node and its first incident's number _n (in time order). Most
+# are one incident (_alone: a run start whose next incident is past the window; the chain only
+# adds starts, so it stays alone) and are kept as they are; only the others are grouped
+_INTERRUPTIONS = """
+CREATE OR REPLACE TEMP TABLE _fc_interruptions AS
+SELECT _node, _n, timestamp_utc, category, failure_class, resolved_at_utc FROM _fc_faults WHERE _alone
+UNION ALL
+SELECT _node, min(_n), min(timestamp_utc), arg_min(category, _n), arg_min(failure_class, _n),
+    max(resolved_at_utc)
+FROM (
+    SELECT *, sum(_start::INTEGER) OVER (PARTITION BY _node ORDER BY _n) AS _k
+    FROM _fc_faults WHERE NOT _alone
+)
+GROUP BY _node, _k
+"""
+
+_INTERVALS = """
+CREATE OR REPLACE TEMP TABLE _fc_intervals AS
+SELECT x._interval, n._node, x.start_utc, x.end_utc
+FROM _fc_exposure x JOIN _fc_nodes n ON n.cluster_id = x.cluster_id AND n.node_id = x.node_id
+"""
+
+_DOWNTIME = """
+CREATE OR REPLACE TEMP TABLE _fc_downtime AS
+WITH service AS (
+    SELECT n._node, v.in_service_from_utc, v.in_service_to_utc
+    FROM inventory v JOIN _fc_nodes n ON n.cluster_id = v.cluster_id AND n.node_id = v.node_id
+), i AS (
+    SELECT * FROM _fc_interruptions WHERE timestamp_utc <= $until
+), closing AS (
+    SELECT i._node, i._n, min(v.in_service_to_utc) AS removed_utc
+    FROM i JOIN service v USING (_node)
+    WHERE v.in_service_to_utc BETWEEN i.timestamp_utc AND i.timestamp_utc + to_microseconds($tolerance_us)
+    GROUP BY i._node, i._n
+), reopened AS (
+    SELECT c._node, c._n, min(v.in_service_from_utc) AS inventory_end_utc
+    FROM closing c JOIN service v USING (_node)
+    WHERE v.in_service_from_utc >= c.removed_utc
+    GROUP BY c._node, c._n
+), ends AS (
+    SELECT i._node, i._n, i.timestamp_utc,
+        CASE WHEN i.resolved_at_utc > i.timestamp_utc THEN i.resolved_at_utc ELSE r.inventory_end_utc END
+            AS end_utc
+    FROM i LEFT JOIN reopened r USING (_node, _n)
+), running AS (
+    SELECT *, max(coalesce(end_utc, timestamp_utc)) OVER (
+        PARTITION BY _node ORDER BY _n ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS _running_end
+    FROM ends
+), numbered AS (
+    SELECT *, sum((_running_end IS NULL OR timestamp_utc >= _running_end)::INTEGER) OVER (
+        PARTITION BY _node ORDER BY _n
+    ) AS _outage
+    FROM running
+)
+SELECT _node, min(timestamp_utc) AS out_from, max(end_utc) AS out_to
+FROM numbered GROUP BY _node, _outage HAVING max(end_utc) IS NOT NULL
+"""
+
+_UPTIME_PIECES = """
+CREATE OR REPLACE TEMP TABLE _fc_pieces AS
+WITH w AS (
+    SELECT x._interval, x.start_utc, greatest(o.out_from, x.start_utc) AS out_from,
+        least(o.out_to, x.end_utc) AS out_to
+    FROM _fc_intervals x JOIN _fc_downtime o USING (_node)
+    WHERE least(o.out_to, x.end_utc) > greatest(o.out_from, x.start_utc)
+), pieces AS (
+    SELECT _interval,
+        coalesce(lag(out_to) OVER (PARTITION BY _interval ORDER BY out_from), start_utc) AS start_utc,
+        out_from AS end_utc
+    FROM w
+    UNION ALL
+    SELECT x._interval, coalesce(max(w.out_to), x.start_utc), x.end_utc
+    FROM _fc_intervals x LEFT JOIN w USING (_interval)
+    GROUP BY x._interval, x.start_utc, x.end_utc
+)
+SELECT p._interval, x._node, p.start_utc, p.end_utc
+FROM pieces p JOIN _fc_intervals x USING (_interval) WHERE p.end_utc > p.start_utc
+"""
+
+_CALENDAR_PIECES = """
+CREATE OR REPLACE TEMP TABLE _fc_pieces AS
+SELECT _interval, _node, start_utc, end_utc FROM _fc_intervals
+"""
+
+# step 4 on pieces that do not overlap within a node (they may touch, [a, b] and [b, c]): the
+# latest piece starting at or before t holds t when t <= its end; when t is its start, a piece
+# ending at t (the one before) is earlier and wins. The rule is the earliest start holding t;
+# overlapping inventory intervals take the range join below
+_MATCHED = """
+CREATE OR REPLACE TEMP TABLE _fc_matched AS
+WITH hit AS MATERIALIZED (
+    SELECT i._node, i._n, i.timestamp_utc, p._interval, p.start_utc, p.end_utc
+    FROM _fc_interruptions i ASOF JOIN _fc_pieces p ON p._node = i._node AND i.timestamp_utc >= p.start_utc
+    WHERE i.timestamp_utc <= p.end_utc
+)
+SELECT _node, _n, timestamp_utc, _interval, end_utc
+FROM hit WHERE timestamp_utc > start_utc
+UNION ALL
+SELECT h._node, h._n, h.timestamp_utc,
+    CASE WHEN q.end_utc = h.timestamp_utc THEN q._interval ELSE h._interval END,
+    CASE WHEN q.end_utc = h.timestamp_utc THEN q.end_utc ELSE h.end_utc END
+FROM (SELECT * FROM hit WHERE timestamp_utc = start_utc) h
+ASOF LEFT JOIN _fc_pieces q ON q._node = h._node AND h.timestamp_utc > q.start_utc
+"""
+_OVERLAPPING = """
+SELECT count(*) FROM (
+    SELECT start_utc < max(end_utc) OVER (
+        PARTITION BY _node ORDER BY start_utc, end_utc ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS _overlap
+    FROM _fc_intervals
+) WHERE _overlap
+"""
+_MATCHED_OVERLAPPING = """
+CREATE OR REPLACE TEMP TABLE _fc_matched AS
+SELECT i._node, i._n, any_value(i.timestamp_utc) AS timestamp_utc,
+    arg_min(p._interval, (p.start_utc, p._interval)) AS _interval,
+    arg_min(p.end_utc, (p.start_utc, p._interval)) AS end_utc
+FROM _fc_interruptions i JOIN _fc_pieces p
+    ON p._node = i._node AND i.timestamp_utc BETWEEN p.start_utc AND p.end_utc
+GROUP BY i._node, i._n
+"""
+
+_LEFT_OUT = """
+SELECT CASE WHEN i.timestamp_utc > $until THEN 0 WHEN n._node IS NULL THEN 1 ELSE 2 END AS reason,
+    count(*) AS failures
+FROM _fc_interruptions i
+LEFT JOIN (SELECT DISTINCT _node FROM _fc_pieces) n USING (_node)
+ANTI JOIN _fc_matched m USING (_node, _n)
+GROUP BY reason
+"""
+
+# templates filled with literal SQL only (the column expressions of _KEYS, the tables above);
+# node-hours of a piece as transform.exposure_intervals computes them (microseconds / 1e6 / 3600)
+_EXPOSURE_SUMS = """
+SELECT {columns}sum((epoch_us(p.end_utc) - epoch_us(p.start_utc))::DOUBLE / 1000000 / 3600)
+        AS exposure_node_hours,
+    sum((epoch_us(p.end_utc) - epoch_us(p.start_utc))::DOUBLE / 1000000 / 3600 * x.gpus_per_node)
+        AS exposure_gpu_hours
+FROM {pieces} p JOIN _fc_exposure x USING (_interval){group}
+"""
+_COUNTS = """
+SELECT {columns}count(*) AS failures FROM _fc_matched m JOIN _fc_exposure x USING (_interval){join}{group}
+"""
+_INCIDENT_COLUMNS = " JOIN _fc_interruptions i USING (_node, _n)"
+_VALUES = "SELECT DISTINCT {columns} FROM _fc_interruptions"
+# the pieces split at calendar periods (transform.fleet._periodic_exposure): periods from the one
+# holding the first start to the last end
+_PERIOD_PIECES = """(
+    SELECT p._interval, s.period, greatest(p.start_utc, s.period) AS start_utc,
+        least(p.end_utc, s.period + $step::INTERVAL) AS end_utc
+    FROM _fc_pieces p JOIN (
+        SELECT unnest(generate_series(date_trunc($unit, min(start_utc)), max(end_utc), $step::INTERVAL))
+            AS period
+        FROM _fc_pieces
+    ) s ON s.period < p.end_utc AND s.period + $step::INTERVAL > p.start_utc
+)"""
+# a failure that ends its interval at a period boundary counts in the period it ends
+_FAILURE_PERIOD = """date_trunc($unit, CASE WHEN m.timestamp_utc = m.end_utc
+    THEN m.timestamp_utc - INTERVAL 1 MICROSECOND ELSE m.timestamp_utc END) AS period, """
+_PERIOD_STEPS = {"day": "1 day", "week": "7 days", "month": "1 month"}
+_DROP = "DROP TABLE IF EXISTS {name}"
+_TEMP_TABLES = (
+    "_fc_nodes",
+    "_fc_faults",
+    "_fc_interruptions",
+    "_fc_intervals",
+    "_fc_downtime",
+    "_fc_pieces",
+    "_fc_matched",
+)
+
+
+class FailureCounts:
+    """The node interruptions of the warehouse behind ``con`` (window ``window_minutes``) matched to
+    ``exposure``'s service intervals (:func:`pipeline.transform.exposure_intervals` up to
+    ``observed_until``), with the outages' known downtime removed for ``basis`` "uptime"; counted
+    by :meth:`rates` and :meth:`left_out`. Holds temporary tables on ``con`` until :meth:`close`."""
+
+    def __init__(
+        self,
+        con,
+        exposure: pl.DataFrame,
+        observed_until: datetime,
+        *,
+        window_minutes: float = transform.INTERRUPTION_WINDOW_MINUTES,
+        basis: str = "uptime",
+    ) -> None:
+        if basis not in transform.EXPOSURE_BASES:
+            raise ValueError(
+                f"unknown exposure basis {basis!r}; use one of {', '.join(transform.EXPOSURE_BASES)}"
+            )
+        if window_minutes < 0:
+            raise ValueError("window_minutes must not be negative")
+        self.con = con
+        self.observed_until = observed_until
+        window = timedelta(minutes=window_minutes)
+        con.execute(_NODES)
+        query = _FAULTS.format(query=warehouse.incidents_query(con, row=True))
+        con.execute(query, {"window_us": window // timedelta(microseconds=1)})
+        self._chain_long_runs(window)
+        con.execute(_INTERRUPTIONS)
+        con.execute("DROP TABLE _fc_faults")
+        con.register("_fc_exposure", exposure.with_row_index("_interval"))
+        con.execute(_INTERVALS)
+        if basis == "uptime":
+            tolerance = transform.GAP_TOLERANCE // timedelta(microseconds=1)
+            con.execute(_DOWNTIME, {"until": observed_until, "tolerance_us": tolerance})
+            con.execute(_UPTIME_PIECES)
+            con.execute("DROP TABLE _fc_downtime")
+        else:
+            con.execute(_CALENDAR_PIECES)
+        (overlapping,) = con.sql(_OVERLAPPING).fetchall()[0]
+        con.execute(_MATCHED_OVERLAPPING if overlapping else _MATCHED)
+
+    def _chain_long_runs(self, window: timedelta) -> None:
+        """Split the runs of close incidents longer than the window into interruptions (step 1):
+        the chain in NumPy on the times and run starts, then only the changed rows updated."""
+        node, n, t, runs = self.con.sql(_RUNS).fetchnumpy().values()
+        runs = np.asarray(runs, dtype=bool)
+        starts = transform.chained_starts(np.asarray(t), runs, window // timedelta(microseconds=1))
+        changed = np.flatnonzero(starts != runs)
+        if changed.size:
+            # a changed row is never a run's first, so it becomes a start
+            rows = pl.DataFrame({"_node": np.asarray(node)[changed], "_n": np.asarray(n)[changed]})
+            self.con.register("_fc_changed", rows)
+            self.con.execute(_CHAINED)
+            self.con.unregister("_fc_changed")
+
+    def rates(
+        self,
+        by: Sequence[str] = ("cluster_id",),
+        *,
+        period: str | None = None,
+        dispersion: float = 1.0,
+        confidence: float = 0.95,
+    ) -> pl.DataFrame:
+        """:func:`pipeline.transform.failure_rates` of these failures and exposure (``by`` from
+        :data:`KEYS`, ``period`` from :data:`pipeline.transform.PERIODS`), counted in DuckDB."""
+        if unknown := [k for k in by if k not in _KEYS]:
+            raise ValueError(f"cannot count rates by {unknown} in DuckDB; use any of {', '.join(KEYS)}")
+        if period is not None and period not in _PERIOD_STEPS:
+            raise ValueError(f"unknown period {period!r}; use one of {', '.join(_PERIOD_STEPS)}")
+        exposure_keys = [k for k in by if k in transform.EXPOSURE_KEYS]
+        incident_keys = [k for k in by if k not in transform.EXPOSURE_KEYS]
+        counted = [f"{_KEYS[k]} AS {k}, " for k in [*exposure_keys, *incident_keys]]
+        summed = [f"{_KEYS[k]} AS {k}, " for k in exposure_keys]
+        pieces, params = "_fc_pieces", {}
+        if period:
+            counted.append(_FAILURE_PERIOD)
+            summed.append("p.period, ")
+            pieces, params = _PERIOD_PIECES, {"unit": period, "step": _PERIOD_STEPS[period]}
+            exposure_keys = [*exposure_keys, "period"]
+        sums = self.con.sql(
+            _EXPOSURE_SUMS.format(
+                columns="".join(summed), pieces=pieces, group=" GROUP BY ALL" * bool(summed)
+            ),
+            params=params or None,
+        ).pl()
+        counts = self.con.sql(
+            _COUNTS.format(
+                columns="".join(counted),
+                join=_INCIDENT_COLUMNS * bool(incident_keys),
+                group=" GROUP BY ALL" * bool(counted),
+            ),
+            params={"unit": period} if period else None,
+        ).pl()
+        values = None
+        if incident_keys:
+            values = self.con.sql(_VALUES.format(columns=", ".join(incident_keys))).pl()
+        return transform.rates_from_counts(
+            sums, counts, exposure_keys, values, confidence=confidence, dispersion=dispersion
+        )
+
+    def left_out(self) -> pl.DataFrame:
+        """:func:`pipeline.transform.failures_left_out` of these failures: one row per reason."""
+        counted = dict(self.con.execute(_LEFT_OUT, {"until": self.observed_until}).fetchall())
+        return pl.DataFrame(
+            {
+                "reason": transform.LEFT_OUT_REASONS,
+                "failures": [counted.get(i, 0) for i in range(len(transform.LEFT_OUT_REASONS))],
+            },
+            schema={"reason": pl.String, "failures": pl.Int64},
+        )
+
+    def close(self) -> None:
+        """Drop the temporary tables (the connection stays open)."""
+        self.con.unregister("_fc_exposure")
+        for name in _TEMP_TABLES:
+            self.con.execute(_DROP.format(name=name))
