@@ -4,7 +4,8 @@ This is the single entry point that the CLI, the report and the notebooks share,
 re-implements the chain warehouse -> transform -> models. :func:`analyze` (fleet.py) builds a
 :class:`FleetAnalysis` from the warehouse readers and evidence of failures.py, the job-level
 analyses of jobs.py and the repair analyses of repairs.py; outlook.py turns an analysis into the
-failure model of a projected job.
+failure model of a projected job; counts.py counts the failures of ``failcast rates`` inside DuckDB
+(the same rules as the transforms, only aggregates reach Python).
 """
 
 from pipeline.analysis.failures import (

@@ -196,7 +196,7 @@ def lemon_evidence(
     nodes: pl.DataFrame, *, lemon_fdr: float = LEMON_FDR
 ) -> tuple[models.LemonTest, transform.DispersionTest]:
     """The lemon test on rates by node (one row per cluster and node, e.g. counted in DuckDB by
-    :class:`pipeline.failure_counts.FailureCounts`) and the dispersion test it decides
+    :class:`pipeline.analysis.counts.FailureCounts`) and the dispersion test it decides
     (:func:`interval_check`)."""
     lemons = models.LemonTest(fdr=lemon_fdr).fit(nodes)
     return lemons, interval_check(nodes, lemons)

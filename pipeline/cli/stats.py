@@ -9,6 +9,7 @@ import polars as pl
 
 from pipeline import analysis as analysis_mod
 from pipeline import transform, warehouse
+from pipeline.analysis.counts import FailureCounts
 from pipeline.cli.common import (
     db_option,
     echo_json,
@@ -19,7 +20,6 @@ from pipeline.cli.common import (
     safe_text,
     until_option,
 )
-from pipeline.failure_counts import FailureCounts
 from pipeline.report.format import format_value, p_value_text, text_table
 
 # --- rates ---------------------------------------------------------------------------------------
@@ -138,7 +138,7 @@ def rates(
     end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
     exposure = transform.exposure_intervals(inventory, end)
     if view == "rates" and not all_categories and interruption_window and not attributes:
-        # counted inside DuckDB, no failure rows in Python (pipeline/failure_counts.py)
+        # counted inside DuckDB, no failure rows in Python (pipeline/analysis/counts.py)
         counts = FailureCounts(con, exposure, end, window_minutes=interruption_window, basis=exposure_basis)
         _, check = analysis_mod.lemon_evidence(counts.rates(["cluster_id", "node_id"]), lemon_fdr=fdr)
         method = check.method("overdispersed" if overdispersed else interval)

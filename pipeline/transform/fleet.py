@@ -336,7 +336,7 @@ def rates_from_counts(
     ``counts`` (``failures`` per group of the exposure keys and the columns of ``incident_values``)
     and ``incident_values`` (every value of the incident keys seen in the input, None without
     incident keys). Groups without a count have 0 failures. Why apart: the failures and exposure
-    may be counted in DuckDB (:mod:`pipeline.failure_counts`) instead of from rows in Polars."""
+    may be counted in DuckDB (:mod:`pipeline.analysis.counts`) instead of from rows in Polars."""
     incident_keys = [] if incident_values is None else incident_values.columns
     keys = [*exposure_keys, *incident_keys]
     if not exposure_keys:

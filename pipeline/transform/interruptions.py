@@ -100,7 +100,7 @@ def chained_starts(t: np.ndarray, run_starts: np.ndarray, window: int) -> np.nda
     Both steps are vectorised so a node logging a fault every few minutes for weeks costs
     log(run length) array passes, not one pass per interruption: next() by bisection of all rows
     at once, the chain by pointer doubling (mark next^(2^k) of the marked rows, then square next,
-    until nothing new is marked). NumPy only, so the DuckDB count (:mod:`pipeline.failure_counts`)
+    until nothing new is marked). NumPy only, so the DuckDB count (:mod:`pipeline.analysis.counts`)
     chains its runs with the same code.
     """
     starts = np.array(run_starts, dtype=bool)

@@ -4,7 +4,7 @@ The rates view needs counts, not rows: failures per group, node-hours per group,
 left out by reason. :class:`FailureCounts` computes them where the incidents are stored and hands
 Polars only those aggregates (:func:`pipeline.transform.rates_from_counts` turns them into rate
 tables), instead of reading the interrupting incidents into Polars and running the transforms on
-rows. The rules are those of the Polars transforms, step for step (tests/test_failure_counts.py
+rows. The rules are those of the Polars transforms, step for step (tests/test_analysis_counts.py
 compares both on fleets with every edge case):
 
 1. node interruptions (:func:`pipeline.transform.node_interruptions`): the interrupting incidents

@@ -1,4 +1,4 @@
-"""The DuckDB counts of ``failcast rates`` (pipeline/failure_counts.py) against the Polars
+"""The DuckDB counts of ``failcast rates`` (pipeline/analysis/counts.py) against the Polars
 transforms they replace: the same rate tables and left-out counts on hand-made edge cases (a
 failure at an interval's end and at the start of the next, a storm longer than the window, ties
 at one time, outages from resolutions and from inventory gaps, failures while out for repair, on
@@ -14,7 +14,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from pipeline import analysis, sample, transform, warehouse
-from pipeline.failure_counts import FailureCounts
+from pipeline.analysis.counts import FailureCounts
 from tests._fleets import warehouse_frames
 
 T0 = datetime(2026, 3, 2)
