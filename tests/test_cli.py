@@ -310,3 +310,22 @@ def test_repairs_by_instance_type_take_the_nodes_type_when_the_outage_began(tmp_
     assert all(0.9 < g["availability"] < 1 for g in groups)
     bad = invoke("repairs", "--db", db, "--by", "rack")
     assert bad.exit_code == 2 and "instance_type" in bad.output and "repair_hours" not in bad.output
+
+
+def test_rates_before_any_service_is_one_line_and_late_records_are_a_warning(tmp_path) -> None:
+    (tmp_path / "inv.csv").write_text(
+        "cluster_id,node_id,instance_type,gpus_per_node,in_service_from\nc1,n1,p5,8,2026-01-01T00:00:00Z\n"
+    )
+    (tmp_path / "t.csv").write_text(
+        "timestamp,cluster_id,node_id,category\n"
+        + "".join(f"2026-03-0{d}T00:00:00Z,c1,n1,Xid 79\n" for d in (1, 2, 3))
+    )
+    db = str(tmp_path / "w.duckdb")
+    assert invoke("ingest", str(tmp_path / "inv.csv"), str(tmp_path / "t.csv"), "--db", db).exit_code == 0
+    early = invoke("rates", "--db", db, "--until", "2025-06-01")
+    assert early.exit_code == 2 and len(early.output.strip().splitlines()) == 1
+    assert "no node was in service before the window's end (2025-06-01 00:00 UTC)" in early.output
+    assert "Warning" not in early.output  # no division by zero exposure reached NumPy
+    rates = invoke("rates", "--db", db)
+    assert rates.exit_code == 0 and "warning: c1: no failure recorded in its first 59 days" in rates.stderr
+    assert rates.stdout.startswith("Fleet: ")

@@ -137,6 +137,12 @@ def rates(
     inventory = warehouse.table(con, "inventory")
     end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
     exposure = transform.exposure_intervals(inventory, end)
+    if inventory.height and not exposure["node_hours"].sum():
+        first = inventory["in_service_from_utc"].min()
+        raise ValueError(
+            f"no node was in service before the window's end ({end:%Y-%m-%d %H:%M} UTC): the first one "
+            f"enters service {first:%Y-%m-%d %H:%M}; a later --until has instance-hours to rate"
+        )
     if view == "rates" and not all_categories and interruption_window and not attributes:
         # counted inside DuckDB, no failure rows in Python (pipeline/analysis/counts.py)
         counts = FailureCounts(con, exposure, end, window_minutes=interruption_window, basis=exposure_basis)
@@ -200,6 +206,8 @@ def rates(
         )
     frame = frame.with_columns(exposure_estimated=pl.lit(transform.exposure_estimated(inventory)))
     _echo_left_out(left_out)
+    for late in warehouse.late_records(con):
+        click.echo(f"warning: {safe_text(late.describe())}", err=True)
     if view == "rates" and not frame["failures"].sum():
         click.echo(_no_failures_line(overall), err=True)
     if as_json:
