@@ -20,6 +20,7 @@ import glob
 import gzip
 import io
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline import warehouse
 from pipeline.categories import CategoryMap
 from pipeline.ingest import taxonomy
 from pipeline.ingest.common import (
@@ -481,6 +483,33 @@ class _Classes:
         return taxonomy.category_notes(counts, self.frame)
 
 
+class _Writer:
+    """Runs the store step of each batch on one worker thread, in order, one batch at a time, so
+    that the caller validates the next batch meanwhile: with the warehouse on one thread (see
+    :func:`warehouse.serial_appends`) that keeps the second core busy. A failed step raises on the
+    next :meth:`submit` or :meth:`wait`; leaving the block waits for a step still running, so the
+    caller's rollback never meets a statement on the same connection."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="failcast-store")
+        self.pending: Future | None = None
+
+    def submit(self, step: Callable[..., None], *args) -> None:
+        self.wait()
+        self.pending = self.pool.submit(step, *args)
+
+    def wait(self) -> None:
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.result()
+
+    def __enter__(self) -> _Writer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.pool.shutdown(wait=True)
+
+
 def _keep_raw_rows(con, batch: pl.DataFrame, staged: pa.Table, columns: Sequence[str]) -> None:
     """Parquet has no lines, a JSON document's record spans many: a rejected row's text is its
     values, as a dict of the file's columns."""
@@ -554,22 +583,28 @@ def ingest_canonical(
     to_line = _jsonl_lines(path, max_decompressed_bytes) if fmt == "jsonl" else None
     csv_lines = _csv_lines(columns) if fmt == "csv" else None
 
-    def take(batch: pl.DataFrame) -> None:
-        """Validate a batch, keep its new events (or valid inventory rows) and note its rejects."""
-        if to_line:
-            batch = batch.with_columns(to_line(batch[_ROW]))
-        if csv_lines:
-            batch = batch.with_columns(csv_lines(batch))
-        source = batch.select(  # noqa: F841 (read by SQL)
-            pl.col(_ROW).alias("line"), *known, *_attributes(kind, extra)
-        ).to_arrow()
-        staged = con.sql(stage, params=params).to_arrow_table()
+    def store(batch: pl.DataFrame, staged: pa.Table) -> None:
+        """Keep a staged batch's new events (or valid inventory rows) and note its rejects."""
         keep(staged)
         con.execute("INSERT INTO rejected SELECT line, reason FROM staged WHERE reason IS NOT NULL")
         if fmt in _RECORD_FORMATS:
             _keep_raw_rows(con, batch, staged, columns)
 
-    summary.rows_read = _stream(frame, path, fmt, batch_rows, take)
+    with warehouse.serial_appends(con) as stager, _Writer() as writer:
+
+        def take(batch: pl.DataFrame) -> None:
+            """Validate a batch (on ``stager``) while the previous one is being stored."""
+            if to_line:
+                batch = batch.with_columns(to_line(batch[_ROW]))
+            if csv_lines:
+                batch = batch.with_columns(csv_lines(batch))
+            source = batch.select(  # noqa: F841 (read by SQL)
+                pl.col(_ROW).alias("line"), *known, *_attributes(kind, extra)
+            ).to_arrow()
+            writer.submit(store, batch, stager.sql(stage, params=params).to_arrow_table())
+
+        summary.rows_read = _stream(frame, path, fmt, batch_rows, take)
+        writer.wait()
     if kind == "incidents":
         summary.rows_ingested = count(con, "SELECT count(*) FROM events") - events_before
         summary.notes.extend(classes.notes(con, file_id))
