@@ -74,27 +74,27 @@ ALLOWED_SQL_INTERPOLATIONS = {
     ("pipeline/ingest/cloud_events.py", "time_sql('start_text')"): "SQL of a literal column name",
     ("pipeline/ingest/cloud_events.py", "time_sql('end_text')"): "SQL of a literal column name",
     ("pipeline/ingest/cloud_events.py", "time_sql('ts_text')"): "SQL of a literal column name",
-    ("pipeline/ingest/canonical.py", "time_sql('trim(timestamp)', time_format=time_format)"): (
+    ("pipeline/ingest/canonical_checks.py", "time_sql('trim(timestamp)', time_format=time_format)"): (
         "SQL of a column; the format itself is bound as $time_format"
     ),
     (
-        "pipeline/ingest/canonical.py",
+        "pipeline/ingest/canonical_checks.py",
         "time_sql(\"nullif(trim(resolved_at), '')\", time_format=time_format)",
     ): ("SQL of a column; the format itself is bound as $time_format"),
-    ("pipeline/ingest/canonical.py", "time_sql('trim(in_service_from)', time_format=time_format)"): (
+    ("pipeline/ingest/canonical_checks.py", "time_sql('trim(in_service_from)', time_format=time_format)"): (
         "SQL of a column; the format itself is bound as $time_format"
     ),
     (
-        "pipeline/ingest/canonical.py",
+        "pipeline/ingest/canonical_checks.py",
         "time_sql(\"nullif(trim(in_service_to), '')\", time_format=time_format)",
     ): ("SQL of a column; the format itself is bound as $time_format"),
-    ("pipeline/ingest/canonical.py", "not_a_time"): "one of two literal reasons (_NOT_A_TIME)",
-    ("pipeline/ingest/canonical.py", "_ABSENT"): "a literal list of no-value markers",
+    ("pipeline/ingest/canonical_checks.py", "not_a_time"): "one of two literal reasons (_NOT_A_TIME)",
+    ("pipeline/ingest/canonical_checks.py", "_ABSENT"): "a literal list of no-value markers",
     (
-        "pipeline/ingest/canonical.py",
+        "pipeline/ingest/canonical_checks.py",
         "whole_number_sql(\"nullif(trim(gpu_index), '')\")",
     ): "SQL of a literal column",
-    ("pipeline/ingest/canonical.py", "whole_number_sql('trim(gpus_per_node)')"): "SQL of a column",
+    ("pipeline/ingest/canonical_checks.py", "whole_number_sql('trim(gpus_per_node)')"): "SQL of a column",
 }
 
 
