@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from pipeline import models
+from pipeline import models, transform
 from pipeline import sample as sample_mod
 from pipeline.cli import main
 from pipeline.sample import FleetSpec
@@ -329,3 +330,32 @@ def test_rates_before_any_service_is_one_line_and_late_records_are_a_warning(tmp
     rates = invoke("rates", "--db", db)
     assert rates.exit_code == 0 and "warning: c1: no failure recorded in its first 59 days" in rates.stderr
     assert rates.stdout.startswith("Fleet: ")
+
+
+def test_the_per_gpu_hour_rate_counts_only_failures_of_nodes_with_gpus(tmp_path) -> None:
+    """A cluster with a GPU node and a CPU (login) node: the instance-hour rate counts both nodes'
+    failures over both nodes' hours; the GPU-hour rate the GPU node's over its GPU-hours."""
+    (tmp_path / "inv.csv").write_text(
+        "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n"
+        "c1,gpu1,p5,8,2026-01-01T00:00:00Z,2026-02-11T16:00:00Z\n"  # 1000 h
+        "c1,login1,c7i,0,2026-01-01T00:00:00Z,2026-02-11T16:00:00Z\n"
+    )
+    (tmp_path / "t.csv").write_text(
+        "timestamp,cluster_id,node_id,category\n"
+        "2026-01-05T00:00:00Z,c1,gpu1,Xid 79\n2026-01-20T00:00:00Z,c1,gpu1,Xid 79\n"
+        "2026-01-06T00:00:00Z,c1,login1,Kernel panic\n2026-01-16T00:00:00Z,c1,login1,Kernel panic\n"
+        "2026-01-26T00:00:00Z,c1,login1,Kernel panic\n"
+    )
+    db = str(tmp_path / "w.duckdb")
+    assert invoke("ingest", str(tmp_path / "inv.csv"), str(tmp_path / "t.csv"), "--db", db).exit_code == 0
+    for extra in ([], ["--interruption-window", "0"]):  # counted in DuckDB, and from rows in Polars
+        [row] = json.loads(invoke("rates", "--db", db, "--json", "--exposure", "calendar", *extra).stdout)
+        assert (row["failures"], row["exposure_node_hours"], row["exposure_gpu_hours"]) == (5, 2000, 8000)
+        assert row["rate_per_node_hour"] == pytest.approx(5 / 2000)
+        assert row["rate_per_gpu_hour"] == pytest.approx(2 / 8000)  # not 5 / 8000
+        low, high = transform.poisson_interval(np.array([2]), np.array([8000.0]))
+        assert (row["rate_per_gpu_hour_ci_low"], row["rate_per_gpu_hour_ci_high"]) == pytest.approx(
+            (low[0], high[0])
+        )
+    by_type = json.loads(invoke("rates", "--db", db, "--json", "--by", "instance_type").stdout)
+    assert {r["instance_type"]: r["rate_per_gpu_hour"] for r in by_type}["c7i"] is None

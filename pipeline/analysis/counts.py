@@ -219,7 +219,8 @@ SELECT {columns}sum((epoch_us(p.end_utc) - epoch_us(p.start_utc))::DOUBLE / 1000
 FROM {pieces} p JOIN _fc_exposure x USING (_interval){group}
 """
 _COUNTS = """
-SELECT {columns}count(*) AS failures FROM _fc_matched m JOIN _fc_exposure x USING (_interval){join}{group}
+SELECT {columns}count(*) AS failures, count(*) FILTER (WHERE x.gpus_per_node > 0) AS gpu_node_failures
+FROM _fc_matched m JOIN _fc_exposure x USING (_interval){join}{group}
 """
 _INCIDENT_COLUMNS = " JOIN _fc_interruptions i USING (_node, _n)"
 _VALUES = "SELECT DISTINCT {columns} FROM _fc_interruptions"

@@ -194,7 +194,12 @@ def failures_in_service(
         incidents.lazy()
         .with_row_index("_incident")
         .join(
-            exposure.lazy().select(*EXPOSURE_KEYS, "start_utc", "end_utc"),
+            exposure.lazy().select(
+                *EXPOSURE_KEYS,
+                *(c for c in ("gpus_per_node",) if c in exposure.columns),
+                "start_utc",
+                "end_utc",
+            ),
             on=["cluster_id", "node_id"],
             how="inner",
         )
@@ -310,7 +315,10 @@ def failure_rates(
         exposure_node_hours=pl.col("node_hours").sum(),
         exposure_gpu_hours=pl.col("gpu_hours").sum(),
     )
-    counts = events.group_by(keys or pl.lit(0).alias("_all")).agg(failures=pl.len())
+    on_gpus = (pl.col("gpus_per_node") > 0).sum() if "gpus_per_node" in events.columns else pl.len()
+    counts = events.group_by(keys or pl.lit(0).alias("_all")).agg(
+        failures=pl.len(), gpu_node_failures=on_gpus
+    )
     values = counted.select(incident_keys).unique() if incident_keys else None
     return rates_from_counts(
         exposure_sums.drop("_all", strict=False),
@@ -333,7 +341,8 @@ def rates_from_counts(
 ) -> pl.DataFrame:
     """The rate table of :func:`failure_rates` from what it counted: ``exposure_sums`` (one row
     per group of ``exposure_keys`` with ``exposure_node_hours`` and ``exposure_gpu_hours``),
-    ``counts`` (``failures`` per group of the exposure keys and the columns of ``incident_values``)
+    ``counts`` (``failures`` per group of the exposure keys and the columns of ``incident_values``,
+    and ``gpu_node_failures``, those of nodes with GPUs: the per-GPU-hour rate counts only them)
     and ``incident_values`` (every value of the incident keys seen in the input, None without
     incident keys). Groups without a count have 0 failures. Why apart: the failures and exposure
     may be counted in DuckDB (:mod:`pipeline.analysis.counts`) instead of from rows in Polars."""
@@ -350,7 +359,7 @@ def rates_from_counts(
     join_on = [*exposure_keys, *incident_keys] if exposure_keys else ["_all", *incident_keys]
     rates = (
         exposure_sums.join(counts, on=join_on, how="left")
-        .with_columns(pl.col("failures").fill_null(0).cast(pl.Int64))
+        .with_columns(pl.col("failures", "gpu_node_failures").fill_null(0).cast(pl.Int64))
         .drop("_all", strict=False)
         .sort(keys or "failures")
     )
@@ -360,18 +369,24 @@ def rates_from_counts(
     upper = poisson_upper_bound(
         rates["failures"].to_numpy(), rates["exposure_node_hours"].to_numpy(), confidence, dispersion
     )
-    # node-hours per GPU-hour; null for a group of GPU-less nodes (CPU, storage, login): no per-GPU rate
-    per_gpu = pl.col("exposure_node_hours") / pl.when(pl.col("exposure_gpu_hours") > 0).then(
-        pl.col("exposure_gpu_hours")
-    )
+    # per GPU-hour: the failures of nodes with GPUs over their GPU-hours (a CPU node's failure
+    # has no GPU-hours behind it); null for a group of GPU-less nodes (CPU, storage, login)
+    gpu_hours = rates["exposure_gpu_hours"].to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gpu_low, gpu_high = poisson_interval(
+            rates["gpu_node_failures"].to_numpy(), gpu_hours, confidence, dispersion
+        )
+    has_gpus = pl.col("exposure_gpu_hours") > 0
     return rates.select(*keys, "failures", "exposure_node_hours", "exposure_gpu_hours").with_columns(
         rate_per_node_hour=pl.col("failures") / pl.col("exposure_node_hours"),
         rate_ci_low=pl.Series(low),
         rate_ci_high=pl.Series(high),
         rate_upper_bound=pl.Series(upper),
-        rate_per_gpu_hour=pl.col("failures") / pl.col("exposure_node_hours") * per_gpu,
-        rate_per_gpu_hour_ci_low=pl.Series(low) * per_gpu,
-        rate_per_gpu_hour_ci_high=pl.Series(high) * per_gpu,
+        rate_per_gpu_hour=pl.when(has_gpus).then(
+            pl.lit(rates["gpu_node_failures"]) / pl.col("exposure_gpu_hours")
+        ),
+        rate_per_gpu_hour_ci_low=pl.when(has_gpus).then(pl.Series(gpu_low)),
+        rate_per_gpu_hour_ci_high=pl.when(has_gpus).then(pl.Series(gpu_high)),
     )
 
 
