@@ -103,9 +103,11 @@ def class_by_words(category: str) -> tuple[FailureCategory, str] | None:
                 found.setdefault(cls, run)
         if len(found) > 1:  # a cause not known ("Unknown GPU error") yields to one named beside it
             found.pop(FailureCategory.UNDETERMINED, None)
-        if found:
-            ((cls, run),) = found.items() if len(found) == 1 else [(None, "")]
-            return None if cls is None or run in VAGUE_WORDS else (cls, run)
+        if len(found) == 1:
+            ((cls, run),) = found.items()
+            return None if run in VAGUE_WORDS else (cls, run)
+        if found:  # the longest runs name two classes: no guess
+            return None
     return None
 
 
