@@ -55,8 +55,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 import duckdb
@@ -547,68 +545,6 @@ def latest_incident(con) -> pl.DataFrame:
     """One row: the latest ``timestamp_utc`` of the incidents (null without any), for
     :func:`pipeline.transform.observation_end`."""
     return con.sql("SELECT max(timestamp_utc) AS timestamp_utc FROM incidents").pl()
-
-
-@dataclass(frozen=True)
-class LateRecords:
-    """A cluster whose first interrupting failure comes long after its nodes entered service, by
-    more than its later rate makes plausible: the records probably start later than the service
-    (a ticket export of the last months beside a full inventory), so that time counts as
-    failure-free exposure and the rate is too low."""
-
-    cluster_id: str
-    service_start_utc: datetime
-    first_failure_utc: datetime
-    expected_failures: float  # in the quiet stretch, at the rate after it
-
-    def describe(self) -> str:
-        """What the CLI and the report say of it, with the fix."""
-        quiet_days = (self.first_failure_utc - self.service_start_utc).total_seconds() / 86400
-        return (
-            f"{self.cluster_id}: no failure recorded in its first {quiet_days:,.0f} days of service "
-            f"({self.service_start_utc:%Y-%m-%d} to {self.first_failure_utc:%Y-%m-%d}), where its rate after "
-            f"would expect {self.expected_failures:,.0f}: do the records start later than the inventory? "
-            "That time counts as failure-free exposure, so its rates are too low. Ingest the earlier "
-            "records, or start the inventory's in_service_from where the records begin"
-        )
-
-
-LATE_RECORDS_EXPECTED = 5.0
-"""A quiet stretch at the start with this many failures expected (Poisson: no failure in it has
-probability exp(-5) < 0.7%) is named: the records, not the fleet, are the likelier explanation."""
-
-# Per cluster with a real inventory: node-hours in service before its first interrupting failure
-# (the quiet stretch) and from it to the last one, which hold n - 1 gaps between failures; expected
-# in the stretch = (n - 1) * before / after, the rate between the first and last failure applied to
-# the stretch. At least two gaps: one says little about a rate.
-_LATE_RECORDS = """
-WITH failures AS (
-    SELECT cluster_id, min(timestamp_utc) AS first_utc, max(timestamp_utc) AS last_utc, count(*) AS n
-    FROM incidents WHERE interrupting GROUP BY cluster_id
-), service AS (
-    SELECT i.cluster_id, f.first_utc, f.last_utc, f.n, min(i.in_service_from_utc) OVER w AS start_utc,
-           greatest(epoch(least(coalesce(i.in_service_to_utc, f.first_utc), f.first_utc))
-                    - epoch(i.in_service_from_utc), 0) / 3600 AS before_hours,
-           greatest(epoch(least(coalesce(i.in_service_to_utc, f.last_utc), f.last_utc))
-                    - epoch(greatest(i.in_service_from_utc, f.first_utc)), 0) / 3600 AS after_hours
-    FROM inventory i JOIN failures f USING (cluster_id)
-    WHERE NOT i.estimated
-    WINDOW w AS (PARTITION BY i.cluster_id)
-)
-SELECT cluster_id, any_value(start_utc), any_value(first_utc),
-       (any_value(n) - 1) * sum(before_hours) / sum(after_hours) AS expected
-FROM service
-GROUP BY cluster_id
-HAVING any_value(n) >= 3 AND sum(after_hours) > 0
-   AND (any_value(n) - 1) * sum(before_hours) / sum(after_hours) >= $threshold
-ORDER BY cluster_id
-"""
-
-
-def late_records(con) -> tuple[LateRecords, ...]:
-    """The clusters whose records seem to start after their service (:class:`LateRecords`)."""
-    rows = con.sql(_LATE_RECORDS, params={"threshold": LATE_RECORDS_EXPECTED}).fetchall()
-    return tuple(LateRecords(*row) for row in rows)
 
 
 def attribute_keys(con) -> list[str]:

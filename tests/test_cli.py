@@ -332,6 +332,56 @@ def test_rates_before_any_service_is_one_line_and_late_records_are_a_warning(tmp
     assert rates.stdout.startswith("Fleet: ")
 
 
+def _left_out_fleet(tmp_path, inventory_node: str, until_ok: int) -> str:
+    """c1 with one node in service from Jan 1, written ``inventory_node`` in the inventory; 4
+    failures of ``gpu-1`` in the tickets, the first ``until_ok`` of them before Mar 1."""
+    (tmp_path / "inv.csv").write_text(
+        "cluster_id,node_id,instance_type,gpus_per_node,in_service_from\n"
+        f"c1,{inventory_node},p5,8,2026-01-01T00:00:00Z\n"
+    )
+    days = [f"2026-02-0{d}" for d in range(1, until_ok + 1)] + [
+        f"2026-03-0{d}" for d in range(1, 5 - until_ok)
+    ]
+    (tmp_path / "t.csv").write_text(
+        "timestamp,cluster_id,node_id,category\n" + "".join(f"{d}T00:00:00Z,c1,gpu-1,Xid 79\n" for d in days)
+    )
+    db = str(tmp_path / "w.duckdb")
+    assert invoke("ingest", str(tmp_path / "inv.csv"), str(tmp_path / "t.csv"), "--db", db).exit_code == 0
+    return db
+
+
+def test_most_failures_left_out_is_said_before_the_numbers_with_the_respelled_nodes(tmp_path) -> None:
+    """Every failure is on a node the inventory spells GPU-1.ib.example.net: rates would say "no
+    failures"; the first line says they are all left out and why, in text, JSON (stderr), fit and
+    the report."""
+    db = _left_out_fleet(tmp_path, "GPU-1.ib.example.net", until_ok=4)
+    rates = invoke("rates", "--db", db)
+    first, second = rates.stdout.splitlines()[:2]
+    assert first.startswith("Warning: 4 of 4 failures (100%) are left out of every rate and fit")
+    assert "'gpu-1' is 'GPU-1.ib.example.net' there" in first and second.startswith("Fleet: no failures")
+    as_json = invoke("rates", "--db", db, "--json")
+    assert json.loads(as_json.stdout)[0]["failures"] == 0
+    assert "warning: 4 of 4 failures (100%) are left out" in as_json.stderr
+    assert invoke("fit", "--db", db).stdout.startswith("Warning: 4 of 4 failures (100%)")
+    out = tmp_path / "r.html"
+    assert invoke("report", "--db", db, "--out", str(out)).exit_code == 0
+    assert "Most failures are not in these numbers: 4 of 4 failures" in out.read_text()
+
+
+@pytest.mark.parametrize(("until_ok", "warned"), [(2, True), (3, False)])
+def test_the_left_out_warning_starts_at_half_of_the_failures(tmp_path, until_ok, warned) -> None:
+    """--until Feb 28 leaves out the March failures: 2 of 4 is already half (warned, with no
+    spelling to name), 1 of 4 is a note on stderr only."""
+    db = _left_out_fleet(tmp_path, "gpu-1", until_ok=until_ok)
+    rates = invoke("rates", "--db", db, "--until", "2026-02-28")
+    assert rates.exit_code == 0
+    assert rates.stdout.startswith("Warning:") is warned and rates.stdout.count("Warning:") == warned
+    if warned:
+        assert rates.stdout.startswith("Warning: 2 of 4 failures (50%) are left out of every rate and fit")
+    assert "spelling" not in rates.output
+    assert f"note: {4 - until_ok} failure" in rates.stderr
+
+
 def test_the_per_gpu_hour_rate_counts_only_failures_of_nodes_with_gpus(tmp_path) -> None:
     """A cluster with a GPU node and a CPU (login) node: the instance-hour rate counts both nodes'
     failures over both nodes' hours; the GPU-hour rate the GPU node's over its GPU-hours."""

@@ -376,9 +376,11 @@ def test_a_configured_column_map_serves_the_tickets_and_leaves_the_inventory_alo
         assert warehouse.table(con, "events").height == fleet.incidents.height
 
 
-def test_a_run_warns_of_records_that_start_long_after_the_service(tmp_path):
+@pytest.mark.parametrize("hostname", ["gpu-{h}", "GPU-{h}.eu1.example.net"])
+def test_a_run_warns_of_records_that_start_long_after_the_service(tmp_path, hostname):
     """Day-first tickets of March beside a JSON inventory from February under two column names
-    (the tickets' Host, the inventory's hostname): read, and the quiet February named."""
+    (the tickets' Host, the inventory's hostname): read, and the quiet February named. When the
+    inventory spells the hosts another way, the run's log names that too."""
     exports = tmp_path / "exports"
     exports.mkdir()
     (exports / "tickets.csv").write_text(
@@ -386,7 +388,7 @@ def test_a_run_warns_of_records_that_start_long_after_the_service(tmp_path):
         + "".join(f"0{d}.03.2026 0{h}:00;gpu-{h};Xid 79;eu1\n" for d in (1, 2, 3) for h in (1, 2))
     )
     inventory = [
-        {"hostname": f"gpu-{h}", "Site": "eu1", "type": "p5", "gpus": 8, "since": "01.02.2026 00:00"}
+        {"hostname": hostname.format(h=h), "Site": "eu1", "type": "p5", "gpus": 8, "since": "01.02.2026 00:00"}
         for h in (1, 2)
     ]
     (exports / "inventory.json").write_text(json.dumps(inventory))
@@ -412,6 +414,8 @@ def test_a_run_warns_of_records_that_start_long_after_the_service(tmp_path):
     result = run(config_path)
     assert result.exit_code == 0, result.output
     assert "WARNING ingest     eu1: no failure recorded in its first 28 days of service" in result.output
+    respelled = "2 nodes of the data are in the inventory under another spelling ('gpu-1' is 'GPU-1.eu1"
+    assert (respelled in result.output) is (hostname != "gpu-{h}")
     with warehouse.connect(tmp_path / "w.duckdb", read_only=True) as con:
         assert (warehouse.table(con, "events").height, warehouse.table(con, "inventory").height) == (6, 2)
 

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import polars as pl
 
-from pipeline import models, transform, warehouse
+from pipeline import models, record_checks, transform, warehouse
 
 FAILURE_COLUMNS = (
     "cluster_id",
@@ -82,6 +82,27 @@ def left_out_note(left_out: pl.DataFrame) -> str | None:
         f"{total:,} failure{'s' if total != 1 else ''} left out of rates and fits (no exposure behind "
         f"them): {'; '.join(parts)}"
     )
+
+
+def left_out_warning(con, left_out: pl.DataFrame, counted: int) -> str | None:
+    """A warning for the top of every output, or None: when at least as many failures are left
+    out as counted, the statistics stand on the smaller part of the data (an inventory that misses
+    the data's nodes, a window that ends early), and a rate of 0 would read as a healthy fleet.
+    It names the nodes the inventory holds under another spelling when nodes without a service
+    interval are the cause (:func:`pipeline.record_checks.respelled_nodes`, read only then: a scan
+    of every incident). ``left_out`` from :func:`pipeline.transform.failures_left_out`."""
+    left = int(left_out["failures"].sum())
+    if not left or left < counted:
+        return None
+    reasons = "; ".join(f"{n:,} {r}" for r, n in left_out.select("reason", "failures").iter_rows() if n)
+    text = (
+        f"{left:,} of {left + counted:,} failures ({left / (left + counted):.0%}) are left out of every "
+        f"rate and fit ({reasons})"
+    )
+    unmatched = left_out.filter(pl.col("reason") == transform.LEFT_OUT_REASONS[1])["failures"].sum()
+    if unmatched and (respelled := record_checks.respelled_nodes(con)):
+        text += f". {respelled.describe()}"
+    return text
 
 
 def cluster_mtbf(rates_by_cluster: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:

@@ -9,10 +9,11 @@ from datetime import datetime
 import numpy as np
 import polars as pl
 
-from pipeline import models, transform, warehouse
+from pipeline import models, record_checks, transform, warehouse
 from pipeline.analysis.failures import (
     LEMON_FDR,
     cluster_mtbf,
+    left_out_warning,
     node_evidence,
     rate_exposure,
     read_failures,
@@ -58,7 +59,9 @@ class FleetAnalysis:
     (:func:`pipeline.transform.failures_left_out`: after the window end, node without a service
     interval, node out of service); :func:`left_out_note` says it in one line. ``late_records``
     names the clusters whose records seem to start after their service
-    (:func:`pipeline.warehouse.late_records`: that time then counts as failure-free exposure).
+    (:func:`pipeline.record_checks.late_records`: that time then counts as failure-free exposure).
+    ``left_out_warning`` (or None) says when at least as many failures are left out as counted
+    (:func:`left_out_warning`); every output shows it first.
     A fleet with no failures in service yet (``has_failures`` False) has exposure, rates (0
     failures, with the one-sided ``rate_upper_bound``) and trend rows but nothing to fit:
     ``node_fits`` is empty and ``best_family``, ``kaplan_meier``, ``nelson_aalen`` are None. So is
@@ -126,7 +129,8 @@ class FleetAnalysis:
     job_recoveries: pl.DataFrame
     badput: pl.DataFrame
     job_backtest: JobBacktestResult | None = None
-    late_records: tuple[warehouse.LateRecords, ...] = ()
+    late_records: tuple[record_checks.LateRecords, ...] = ()
+    left_out_warning: str | None = None
 
     @property
     def fleet_rate(self) -> models.PoissonRate:
@@ -217,6 +221,7 @@ def analyze(
 
     by_cluster = rates(["cluster_id"])
     overall = rates([])
+    left_out = transform.failures_left_out(failures, at_risk, end, in_service=in_service)
 
     # the same match on the calendar intervals, for gaps and trend tests
     calendar = (
@@ -313,7 +318,7 @@ def analyze(
         lemons=lemons,
         dispersion_test=dispersion_check,
         interval_method=dispersion_check.method(interval),
-        failures_left_out=transform.failures_left_out(failures, at_risk, end, in_service=in_service),
+        failures_left_out=left_out,
         outages=outages,
         rate_exposure=at_risk,
         exposure_basis=exposure_basis,
@@ -321,5 +326,6 @@ def analyze(
         job_backtest=backtest,
         job_recoveries=recoveries,
         badput=job_badput(con, failures, recoveries),
-        late_records=warehouse.late_records(con),
+        late_records=record_checks.late_records(con),
+        left_out_warning=left_out_warning(con, left_out, int(overall["failures"].sum())),
     )

@@ -305,6 +305,8 @@ def _echo_inventory_check(check: ingest_mod.InventoryCheck, *, err: bool = False
             "their incidents have no exposure and are left out of rates",
             err=err,
         )
+        if check.respelled:
+            click.echo(f"warning: {safe_text(check.respelled.describe())}", err=err)
 
 
 def _expand(patterns) -> list[Path]:

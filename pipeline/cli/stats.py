@@ -8,7 +8,7 @@ import click
 import polars as pl
 
 from pipeline import analysis as analysis_mod
-from pipeline import transform, warehouse
+from pipeline import record_checks, transform, warehouse
 from pipeline.analysis.counts import FailureCounts
 from pipeline.cli.common import (
     db_option,
@@ -206,7 +206,8 @@ def rates(
         )
     frame = frame.with_columns(exposure_estimated=pl.lit(transform.exposure_estimated(inventory)))
     _echo_left_out(left_out)
-    for late in warehouse.late_records(con):
+    _echo_warning(analysis_mod.left_out_warning(con, left_out, int(overall["failures"].sum())), as_json)
+    for late in record_checks.late_records(con):
         click.echo(f"warning: {safe_text(late.describe())}", err=True)
     if view == "rates" and not frame["failures"].sum():
         click.echo(_no_failures_line(overall), err=True)
@@ -266,6 +267,13 @@ def _echo_left_out(left_out: pl.DataFrame) -> None:
     """The failures no statistic counts, by reason, on stderr (stdout stays the table or JSON)."""
     if note := analysis_mod.left_out_note(left_out):
         click.echo(f"note: {note}", err=True)
+
+
+def _echo_warning(warning: str | None, as_json: bool) -> None:
+    """A warning that changes what the numbers mean goes before them: the first line of the text
+    output (JSON: stderr, so stdout stays parseable)."""
+    if warning:
+        click.echo(f"{'warning' if as_json else 'Warning'}: {safe_text(warning)}.", err=as_json)
 
 
 def _no_failures_line(overall: pl.DataFrame) -> str:
@@ -360,6 +368,7 @@ def fit(db: Path, observed_until, first_gap: str, interruption_window: float, as
         interruption_window_minutes=interruption_window or None,
     )
     _echo_left_out(result.failures_left_out)
+    _echo_warning(result.left_out_warning, as_json)
     if as_json:
         echo_json(fit_payload(result))
         return

@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import warehouse
+from pipeline import record_checks, warehouse
 from pipeline.categories import CategoryMap
 from pipeline.ingest import lake, taxonomy
 from pipeline.ingest.canonical import (
@@ -462,7 +462,8 @@ class InventoryCheck:
     inventory_rows: int
     estimated_rows: int
     nodes_not_in_inventory: tuple[str, ...]
-    late_records: tuple[warehouse.LateRecords, ...] = ()
+    late_records: tuple[record_checks.LateRecords, ...] = ()
+    respelled: record_checks.RespelledNodes = record_checks.RespelledNodes(())
 
     @property
     def exposure_estimated(self) -> bool:
@@ -472,7 +473,8 @@ class InventoryCheck:
 def inventory_check(con) -> InventoryCheck:
     """Inventory rows (real and estimated), the nodes with incidents or jobs but no inventory row
     (their incidents have no exposure, so rates leave them out), and the clusters whose records
-    seem to start after their service (:func:`pipeline.warehouse.late_records`)."""
+    seem to start after their service and the nodes the inventory holds under another spelling
+    (:mod:`pipeline.record_checks`)."""
     real, estimated = con.sql(
         "SELECT count(*) FILTER (WHERE NOT estimated), count(*) FILTER (WHERE estimated) FROM inventory"
     ).fetchall()[0]
@@ -481,7 +483,10 @@ def inventory_check(con) -> InventoryCheck:
         " SELECT unnest(nodes) FROM jobs) seen"
         " WHERE node_id NOT IN (SELECT node_id FROM inventory) ORDER BY node_id"
     ).fetchall()
-    return InventoryCheck(real, estimated, tuple(m[0] for m in missing), warehouse.late_records(con))
+    respelled = record_checks.respelled_nodes(con) if missing and real else record_checks.RespelledNodes(())
+    return InventoryCheck(
+        real, estimated, tuple(m[0] for m in missing), record_checks.late_records(con), respelled
+    )
 
 
 def parse_bus_order(text: str) -> tuple[str, ...]:

@@ -327,9 +327,12 @@ ESTIMATED_EXPOSURE = (
 
 
 def _banner(analysis: FleetAnalysis) -> str:
-    if not analysis.exposure_estimated:
-        return ""
-    return f"<div class='banner' role='alert'>{html.escape(ESTIMATED_EXPOSURE)}</div>"
+    """What changes the meaning of every number below, before them: estimated exposure, and most
+    failures left out (:func:`pipeline.analysis.left_out_warning`)."""
+    warnings = [ESTIMATED_EXPOSURE] if analysis.exposure_estimated else []
+    if analysis.left_out_warning:
+        warnings.append(f"Most failures are not in these numbers: {analysis.left_out_warning}.")
+    return "".join(f"<div class='banner' role='alert'>{html.escape(w)}</div>" for w in warnings)
 
 
 def _headline(analysis: FleetAnalysis, projection: JobOutlook | None) -> str:

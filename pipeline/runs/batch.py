@@ -232,6 +232,16 @@ def _ingest(con, cfg: RunConfig, record: RunRecord, progress: bool) -> dict[str,
                 )
                 for note in summary.notes:
                     log("ingest", note, path=str(item.path))
-    for late in warehouse.late_records(con):
+    check = ingest.inventory_check(con)
+    for late in check.late_records:
         log("ingest", late.describe(), logging.WARNING, cluster=late.cluster_id)
+    if check.inventory_rows and check.nodes_not_in_inventory:
+        log(
+            "ingest",
+            f"{len(check.nodes_not_in_inventory):,} node(s) in the data are not in the inventory: their "
+            "incidents have no exposure and are left out of rates",
+            logging.WARNING,
+        )
+    if check.respelled:
+        log("ingest", check.respelled.describe(), logging.WARNING)
     return counts

@@ -127,3 +127,55 @@ def test_cli_warns_of_records_that_start_late(tmp_path):
         result.output
     )
     assert "would expect 100: do the records start later than the inventory?" in result.output
+
+
+INCIDENTS = "timestamp,cluster_id,node_id,category\n"
+
+# node names as the data writes them, as the inventory does, and which pairs are named respelled
+RESPELLINGS = [
+    (["gpu-001"], ["GPU-001"], [("gpu-001", "GPU-001")]),  # letter case
+    (["gpu-001"], ["gpu-001.ib.example.net"], [("gpu-001", "gpu-001.ib.example.net")]),  # domain
+    (["gpu-001.cluster.local"], ["GPU-001"], [("gpu-001.cluster.local", "GPU-001")]),  # both, other way
+    (["gpu-001"], ["gpu-001"], []),  # the same name: matched, nothing to say
+    (["gpu-001"], ["gpu-002.example.net"], []),  # another node
+    (["gpu-001"], ["gpu-001.a.example.net", "gpu-001.b.example.net"], []),  # two candidates: no guess
+    (["10.0.0.9"], ["10.0.0.1"], []),  # an address has no host name to compare: never matched
+    (["10.0.0.9"], ["10.0.0.1", "10.0.0.2"], []),
+]
+
+
+@pytest.mark.parametrize(("data", "inventory", "expected"), RESPELLINGS)
+def test_nodes_the_inventory_holds_under_another_spelling_are_named(con, write, data, inventory, expected):
+    rows = "".join(f"c1,{node},p5,8,2026-03-01T00:00:00Z,\n" for node in inventory)
+    failures = "".join(f"2026-03-02T00:00:00Z,c1,{node},Xid 79\n" for node in data)
+    ingest_files(
+        con,
+        [write("inv.csv", INVENTORY.splitlines(True)[0] + rows), write("t.csv", INCIDENTS + failures)],
+    )
+    check = inventory_check(con)
+    assert check.respelled.pairs == tuple(expected)
+    assert bool(check.respelled) == bool(expected)
+    if expected:
+        assert f"'{expected[0][0]}' is '{expected[0][1]}' there" in check.respelled.describe()
+
+
+def test_job_nodes_count_and_an_estimated_inventory_is_never_a_spelling(con, write):
+    sacct = "JobID|State|Start|End|NodeList\n7|COMPLETED|2026-03-01T00:00:00|2026-03-03T00:00:00|node-[2-3]\n"
+    inventory = INVENTORY.splitlines(True)[0] + "c1,NODE-2.example.net,p5,8,2026-03-01T00:00:00Z,\n"
+    ingest_files(con, [write("inv.csv", inventory), write("sacct.txt", sacct)], ReaderOptions(cluster="c1"))
+    assert inventory_check(con).respelled.pairs == (("node-2", "NODE-2.example.net"),)
+
+    con.execute("DELETE FROM inventory")
+    ingest_files(con, [], estimate_exposure=8)
+    assert not inventory_check(con).respelled
+
+
+def test_cli_ingest_names_the_respelled_nodes(tmp_path):
+    (tmp_path / "inv.csv").write_text(INVENTORY.replace("node-1", "NODE-1.ib.example.net"))
+    (tmp_path / "t.csv").write_text(INCIDENTS + "2026-03-02T00:00:00Z,c1,node-1,Xid 79\n")
+    result = CliRunner().invoke(
+        main, ["ingest", str(tmp_path / "inv.csv"), str(tmp_path / "t.csv"), "--db", str(tmp_path / "w.db")]
+    )
+    assert result.exit_code == 0
+    assert "1 node(s) in the data are not in the inventory (node-1)" in result.output
+    assert "1 node of the data is in the inventory under another spelling ('node-1' is" in result.output
