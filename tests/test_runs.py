@@ -388,7 +388,8 @@ def test_a_run_warns_of_records_that_start_long_after_the_service(tmp_path, host
         + "".join(f"0{d}.03.2026 0{h}:00;gpu-{h};Xid 79;eu1\n" for d in (1, 2, 3) for h in (1, 2))
     )
     inventory = [
-        {"hostname": hostname.format(h=h), "Site": "eu1", "type": "p5", "gpus": 8, "since": "01.02.2026 00:00"}
+        {"hostname": hostname.format(h=h), "Site": "eu1", "type": "p5", "gpus": 8}
+        | {"since": "01.02.2026 00:00"}
         for h in (1, 2)
     ]
     (exports / "inventory.json").write_text(json.dumps(inventory))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import glob
 import gzip
 import io
+import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -163,9 +164,10 @@ def _read_error(path: Path, fmt: str, exc: Exception) -> InputError:
 
 def _source(
     path: Path, fmt: str, column_map: Mapping[str, str | Sequence[str]]
-) -> tuple[pl.LazyFrame, str, list[str], list[str]]:
+) -> tuple[pl.LazyFrame, str, list[str], list[str], dict[str, str]]:
     """The file's columns as strings under canonical names, null columns for absent optional ones
-    and the line in ``_ROW``; its kind; its own columns (renamed); the columns that are not used."""
+    and the line in ``_ROW``; its kind; its own columns (renamed); the columns that are not used;
+    the columns taken for canonical ones by their words (:func:`_by_header_words`)."""
     try:
         scan = _scan(path, fmt)
         columns = [c for c in scan.collect_schema().names() if c != _ROW]
@@ -175,6 +177,8 @@ def _source(
         raise _read_error(path, fmt, exc) from exc
     pairs = map_pairs(column_map)
     renamed = _applicable_map(pairs, columns, path)
+    worded = _by_header_words(columns, {canon for canon, _ in pairs})
+    renamed |= worded
     missing = {canon: sources for canon, sources in column_map.items() if canon not in renamed.values()}
     absent = [src for canon, src in pairs if canon in missing]
     advice = _absent_columns(absent, columns) if absent else ""
@@ -191,7 +195,7 @@ def _source(
         *(pl.col(c).cast(pl.String) for c in columns),
         *(pl.lit(None, pl.String).alias(c) for c in known if c not in columns),
     )
-    return frame, kind, columns, [c for c in columns if c not in known]
+    return frame, kind, columns, [c for c in columns if c not in known], worded
 
 
 def map_pairs(column_map: Mapping[str, str | Sequence[str]]) -> list[tuple[str, str]]:
@@ -221,6 +225,30 @@ def _applicable_map(pairs: Sequence[tuple[str, str]], columns: Sequence[str], pa
             f"{path}: --map {canon}: the file has columns {names} for it; drop the --map entry or one column"
         )
     return {names[0]: canon for canon, names in present.items()}
+
+
+_CANONICAL = tuple(dict.fromkeys(c for names in _COLUMNS.values() for c in names))
+
+
+def _header_words(name: str) -> str:
+    """``' Node ID '``, ``Node-Id``, ``NODE_ID`` -> ``node_id``."""
+    return "_".join(re.split(r"[\s_-]+", name.strip().lower())).strip("_")
+
+
+def _by_header_words(columns: Sequence[str], mapped: set[str]) -> dict[str, str]:
+    """Source column -> canonical name, for the canonical columns a file writes in other case or
+    with spaces or hyphens (``Timestamp``, `` Cluster ID ``, ``node-id``: spreadsheets and BI tools
+    write headers for people). Only where the file lacks the exact name, ``--map`` gives none, and
+    one column alone has those words: two candidates stay as they are (then the file is refused or
+    the column kept as an attribute, as before)."""
+    found: dict[str, str] = {}
+    for canon in _CANONICAL:
+        if canon in columns or canon in mapped:
+            continue
+        candidates = [c for c in columns if c not in _CANONICAL and _header_words(c) == canon]
+        if len(candidates) == 1:
+            found[candidates[0]] = canon
+    return found
 
 
 def _absent_columns(absent: Sequence[str], columns: Sequence[str]) -> str:
@@ -460,9 +488,12 @@ def ingest_canonical(
     With a ``category_map`` the new events are stored classified (else :mod:`.taxonomy` does it).
     ``time_format``: the strptime format of times that are not ISO 8601 (``--time-format``)."""
     check_decompressed_size(path, max_decompressed_bytes)  # Polars decompresses a .gz whole, in memory
-    frame, kind, columns, extra = _source(path, fmt, column_map)
+    frame, kind, columns, extra, worded = _source(path, fmt, column_map)
     known = _COLUMNS[kind]
     summary = FileSummary(str(path), kind, fmt, ignored_columns=extra)
+    if worded:
+        names = ", ".join(f"{src!r} as {canon}" for src, canon in worded.items())
+        summary.notes.append(f"columns read by their words: {names}")
     file_id = summary.file_id = register_file(con, path, sha, kind, fmt)
     classes = _Classes(category_map)
     if kind == "incidents":

@@ -219,6 +219,71 @@ def test_inventory_later_file_closes_an_open_interval(con, write, sql):
     assert sql("SELECT count(*), max(in_service_to_utc) IS NOT NULL FROM inventory") == [(1, True)]
 
 
+T = "2026-03-02T04:26:29Z"
+
+
+@pytest.mark.parametrize(
+    ("header", "row", "mapping", "note", "attributes"),
+    [
+        # headers written for people: case, spaces, hyphens, padding
+        (
+            "Timestamp,Cluster ID,node-id, CATEGORY ,Ticket",
+            f"{T},c1,n1,Xid 79,T-1",
+            {},
+            "'Timestamp' as timestamp, 'Cluster ID' as cluster_id, 'node-id' as node_id, "
+            "' CATEGORY ' as category",
+            ["Ticket"],
+        ),
+        (
+            "timestamp,cluster_id,Node_ID,category,GPU Index",
+            f"{T},c1,n1,Xid 79,3",
+            {},
+            "'Node_ID' as node_id, 'GPU Index' as gpu_index",
+            [],
+        ),
+        # the exact name wins; the other spelling stays an attribute
+        ("timestamp,cluster_id,node_id,Node ID,category", f"{T},c1,n1,n9,Xid 79", {}, None, ["Node ID"]),
+        # --map decides for its column; the words decide the rest
+        (
+            "Created,Cluster,Host,Node ID,category",
+            f"{T},c1,n1,n9,Xid 79",
+            {"timestamp": "Created", "cluster_id": "Cluster", "node_id": "Host"},
+            None,
+            ["Node ID"],
+        ),
+        (
+            "Cluster_ID,Node_ID,Instance Type,GPUs per node,In Service From",
+            f"c1,n1,p5,8,{T}",
+            {"gpus_per_node": "GPUs per node"},
+            "'Cluster_ID' as cluster_id, 'Node_ID' as node_id, 'Instance Type' as instance_type, "
+            "'In Service From' as in_service_from",
+            None,
+        ),
+    ],
+)
+def test_canonical_columns_are_found_by_their_words(con, write, sql, header, row, mapping, note, attributes):
+    [s] = ingest_files(con, [write("t.csv", f"{header}\n{row}\n")], ReaderOptions(column_map=mapping))
+    assert (s.kind, s.rows_ingested, s.rows_rejected) == (
+        "incidents" if attributes is not None else "inventory",
+        1,
+        0,
+    )
+    worded = [n for n in s.notes if n.startswith("columns read by their words")]
+    assert worded == ([f"columns read by their words: {note}"] if note else [])
+    if attributes is None:
+        assert sql("SELECT cluster_id, node_id, gpus_per_node FROM inventory") == [("c1", "n1", 8)]
+        return
+    assert sql("SELECT cluster_id, node_id, category FROM events") == [("c1", "n1", "Xid 79")]
+    assert s.attribute_columns == attributes
+
+
+def test_two_columns_with_the_same_words_are_not_guessed(con, write):
+    with pytest.raises(InputError, match="not an incidents file .missing .'node_id'.."):
+        ingest_files(
+            con, [write("t.csv", "timestamp,cluster_id,Node ID,node-id,category\nx,c1,n1,n2,Xid 79\n")]
+        )
+
+
 @pytest.mark.parametrize(
     ("pairs", "message"),
     [
