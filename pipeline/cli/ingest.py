@@ -158,7 +158,11 @@ def limit_options(command):
     type=click.IntRange(1970, 2999),
     help="Year of the first line of year-less syslog files (default: from each file's modification time).",
 )
-@click.option("--cluster", help="cluster_id for logs that do not name one (default: from the inventory).")
+@click.option(
+    "--cluster",
+    help="cluster_id for logs that do not name one (default: from the inventory), and of tables "
+    "(tickets, inventory) with no cluster_id column: one cluster's exports.",
+)
 @click.option("--node", help="node_id for log lines without a hostname (dmesg -T output, training logs).")
 @click.option(
     "--job",

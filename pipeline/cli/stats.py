@@ -246,7 +246,7 @@ def rate_verdict(fleet: dict, exposure_basis: str) -> str:
     mtbf = format_value("mtbf_hours", 1 / fleet["rate_per_node_hour"])
     return (
         f"Fleet: {rate} failures per instance-hour (95% CI {low} to {high}), MTBF of one instance "
-        f"{mtbf} h: {fleet['failures']:,} failures in {hours}."
+        f"{mtbf} h: {fleet['failures']:,} failure{'s' if fleet['failures'] != 1 else ''} in {hours}."
     )
 
 

@@ -247,6 +247,7 @@ def read_file(
             max_decompressed_bytes=options.max_decompressed_bytes,
             category_map=category_map,
             time_format=options.time_format,
+            cluster=options.cluster,
         )
         if progress:
             progress(path.stat().st_size)

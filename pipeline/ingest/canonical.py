@@ -163,11 +163,12 @@ def _read_error(path: Path, fmt: str, exc: Exception) -> InputError:
 
 
 def _source(
-    path: Path, fmt: str, column_map: Mapping[str, str | Sequence[str]]
+    path: Path, fmt: str, column_map: Mapping[str, str | Sequence[str]], cluster: str | None = None
 ) -> tuple[pl.LazyFrame, str, list[str], list[str], dict[str, str]]:
     """The file's columns as strings under canonical names, null columns for absent optional ones
     and the line in ``_ROW``; its kind; its own columns (renamed); the columns that are not used;
-    the columns taken for canonical ones by their words (:func:`_by_header_words`)."""
+    the columns taken for canonical ones by their words (:func:`_by_header_words`). A file with no
+    cluster_id column is of ``cluster`` (``--cluster``: one cluster's tickets and inventory)."""
     try:
         scan = _scan(path, fmt)
         columns = [c for c in scan.collect_schema().names() if c != _ROW]
@@ -182,7 +183,9 @@ def _source(
     missing = {canon: sources for canon, sources in column_map.items() if canon not in renamed.values()}
     absent = [src for canon, src in pairs if canon in missing]
     advice = _absent_columns(absent, columns) if absent else ""
-    kind = _detect_kind([renamed.get(c, c) for c in columns], path, advice)
+    named = [renamed.get(c, c) for c in columns]
+    given = {"cluster_id": cluster} if cluster is not None and "cluster_id" not in named else {}
+    kind = _detect_kind([*named, *given], path, advice)
     unmatched = [
         src for canon, src in pairs if canon in missing and canon in _COLUMNS[kind] and canon not in columns
     ]
@@ -193,7 +196,7 @@ def _source(
     frame = scan.rename(renamed).select(
         pl.col(_ROW).cast(pl.Int64),
         *(pl.col(c).cast(pl.String) for c in columns),
-        *(pl.lit(None, pl.String).alias(c) for c in known if c not in columns),
+        *(pl.lit(given.get(c), pl.String).alias(c) for c in known if c not in columns),
     )
     return frame, kind, columns, [c for c in columns if c not in known], worded
 
@@ -262,9 +265,13 @@ def _detect_kind(columns: Sequence[str], path: Path, map_advice: str) -> str:
         return "inventory"
     need_inc = [c for c in INCIDENT_COLUMNS if c not in columns]
     need_inv = [c for c in INVENTORY_COLUMNS if c not in columns]
+    one_cluster = (
+        ", or --cluster NAME for a file of one cluster" if "cluster_id" in need_inc + need_inv else ""
+    )
     raise InputError(
         f"{path}: not an incidents file (missing {need_inc}) nor an inventory file (missing {need_inv}); "
         + (map_advice or "rename columns with --map CANONICAL=SOURCE, e.g. --map node_id=hostname")
+        + one_cluster
     )
 
 
@@ -483,12 +490,14 @@ def ingest_canonical(
     batch_rows: int = BATCH_ROWS,
     category_map: CategoryMap | None = None,
     time_format: str | None = None,
+    cluster: str | None = None,
 ) -> FileSummary:
     """One canonical incidents or inventory file; the caller holds the transaction and time zone.
     With a ``category_map`` the new events are stored classified (else :mod:`.taxonomy` does it).
-    ``time_format``: the strptime format of times that are not ISO 8601 (``--time-format``)."""
+    ``time_format``: the strptime format of times that are not ISO 8601 (``--time-format``);
+    ``cluster``: the cluster of a file with no cluster_id column (``--cluster``)."""
     check_decompressed_size(path, max_decompressed_bytes)  # Polars decompresses a .gz whole, in memory
-    frame, kind, columns, extra, worded = _source(path, fmt, column_map)
+    frame, kind, columns, extra, worded = _source(path, fmt, column_map, cluster)
     known = _COLUMNS[kind]
     summary = FileSummary(str(path), kind, fmt, ignored_columns=extra)
     if worded:

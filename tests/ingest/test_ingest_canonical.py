@@ -277,6 +277,25 @@ def test_canonical_columns_are_found_by_their_words(con, write, sql, header, row
     assert s.attribute_columns == attributes
 
 
+def test_a_file_without_cluster_id_is_of_the_cluster_given(con, write, sql):
+    """One cluster's tickets and inventory have no cluster_id column: --cluster names it; a file
+    with the column keeps its own; without --cluster the refusal names the flag."""
+    inventory = write("inv.csv", "node_id,instance_type,gpus_per_node,in_service_from\nn1,p5,8,2026-01-01\n")
+    tickets = write("t.csv", "timestamp,node_id,category\n2026-03-02T04:26:29Z,n1,Xid 79\n")
+    own = write("own.csv", "timestamp,cluster_id,node_id,category\n2026-03-03T04:26:29Z,c9,n1,Xid 79\n")
+    with pytest.raises(InputError, match=r"inv.csv: .*missing \['cluster_id'\]\); .*or --cluster NAME"):
+        ingest_files(con, [inventory])
+    summaries = ingest_files(con, [inventory, tickets, own], ReaderOptions(cluster="c1"))
+    assert [(s.kind, s.rows_ingested) for s in summaries] == [
+        ("inventory", 1),
+        ("incidents", 1),
+        ("incidents", 1),
+    ]
+    assert sql("SELECT cluster_id, node_id FROM inventory") == [("c1", "n1")]
+    assert sql("SELECT cluster_id FROM events ORDER BY timestamp_utc") == [("c1",), ("c9",)]
+    assert sql("SELECT count(*) FROM rejects") == [(0,)]
+
+
 def test_two_columns_with_the_same_words_are_not_guessed(con, write):
     with pytest.raises(InputError, match="not an incidents file .missing .'node_id'.."):
         ingest_files(
