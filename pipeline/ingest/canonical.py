@@ -22,6 +22,7 @@ import io
 import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -312,7 +313,7 @@ def _stream(
 # The range goes out as text: Python has no datetime for years past 9999.
 _BATCH_FACTS = """
 SELECT CAST(timezone('UTC', min(ts)) AS VARCHAR), CAST(timezone('UTC', max(ts)) AS VARCHAR),
-       count(*) > count(DISTINCT hash(event_key))
+       count(*) > count(DISTINCT hash(event_key)), count(resolved_at) > 0
 FROM staged
 """
 _STORED_IN_RANGE = """
@@ -341,15 +342,59 @@ _NOT_STORED = """
 """
 
 
-def _insert_new_events(con, staged: pa.Table, classes: pl.DataFrame, file_id: int) -> None:
-    """Store the staged batch's new events (see :data:`_INSERT_EVENTS`); SQL reads ``staged`` and
-    ``classes`` by name."""
-    lo, hi, repeated = con.sql(_BATCH_FACTS).fetchall()[0]
+# A ticket exported open and exported again once resolved: the later row is the same event (the
+# key leaves resolved_at out) and closes the stored one, which the incremental rebuild then
+# revisits (changed_file_id). Of several closing rows the first line's time closes it; a stored
+# closing time is never changed (re-ingesting an older export changes nothing), and rows that
+# give another are counted in a note.
+_CLOSE_STORED = """
+UPDATE events SET resolved_at_utc = c.resolved_utc, changed_file_id = $file_id
+FROM (SELECT event_key, arg_min(timezone('UTC', resolved_at), line) AS resolved_utc
+      FROM staged WHERE reason IS NULL AND resolved_at IS NOT NULL GROUP BY event_key) c
+WHERE events.event_key = c.event_key AND events.resolved_at_utc IS NULL
+  AND events.timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
+"""
+_OTHER_CLOSING_TIME = """
+SELECT count(*) FROM staged s JOIN events e
+  ON e.event_key = s.event_key AND e.timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
+WHERE s.reason IS NULL AND e.resolved_at_utc <> timezone('UTC', s.resolved_at)
+"""
+
+
+@dataclass
+class _Closings:
+    """What a file's rows did to stored open events: closed them, or gave another closing time."""
+
+    closed: int = 0
+    other_time: int = 0
+
+    def notes(self) -> list[str]:
+        notes = []
+        if self.closed:
+            notes.append(f"{self.closed} stored open incident(s) closed by this file's resolved_at")
+        if self.other_time:
+            notes.append(
+                f"{self.other_time} row(s) give another resolved_at for an incident already closed:"
+                " the stored time is kept (a file ingested earlier closed it)"
+            )
+        return notes
+
+
+def _insert_new_events(
+    con, staged: pa.Table, classes: pl.DataFrame, file_id: int, closings: _Closings
+) -> None:
+    """Store the staged batch's new events (see :data:`_INSERT_EVENTS`) and close stored open ones
+    (:data:`_CLOSE_STORED`); SQL reads ``staged`` and ``classes`` by name."""
+    lo, hi, repeated, resolves = con.sql(_BATCH_FACTS).fetchall()[0]
     if lo is None:  # no valid row
         return
     stored = count(con, _STORED_IN_RANGE, {"lo": lo, "hi": hi})
     sql = _INSERT_EVENTS + (_FIRST_IN_BATCH if repeated else "") + (_NOT_STORED if stored else "")
     con.execute(sql, {"file_id": file_id} | ({"lo": lo, "hi": hi} if stored else {}))
+    if resolves and (stored or repeated):
+        window = {"lo": lo, "hi": hi}
+        closings.closed += con.execute(_CLOSE_STORED, window | {"file_id": file_id}).fetchone()[0]
+        closings.other_time += con.execute(_OTHER_CLOSING_TIME, window).fetchone()[0]
 
 
 _KEEP_INVENTORY = """
@@ -505,6 +550,7 @@ def ingest_canonical(
         summary.notes.append(f"columns read by their words: {names}")
     file_id = summary.file_id = register_file(con, path, sha, kind, fmt)
     classes = _Classes(category_map)
+    closings = _Closings()
     if kind == "incidents":
         summary.attribute_columns, summary.ignored_columns = extra, []
     stage = stage_sql(kind, time_format=time_format is not None)
@@ -512,7 +558,7 @@ def ingest_canonical(
 
     def keep(staged: pa.Table) -> None:
         if kind == "incidents":
-            _insert_new_events(con, staged, classes.add(staged), file_id)
+            _insert_new_events(con, staged, classes.add(staged), file_id, closings)
         else:
             con.execute(_KEEP_INVENTORY)
 
@@ -544,8 +590,9 @@ def ingest_canonical(
         summary.rows_read = _stream(frame, path, fmt, batch_rows, take)
         writer.wait()
     if kind == "incidents":
-        summary.rows_ingested = count(con, "SELECT count(*) FROM events") - events_before
-        summary.notes.extend(classes.notes(con, file_id))
+        new_events = count(con, "SELECT count(*) FROM events") - events_before
+        summary.rows_ingested = new_events + closings.closed  # a closing row is taken in, as in slurm_events
+        summary.notes.extend(classes.notes(con, file_id) + closings.notes())
     else:
         con.execute(UPSERT_INVENTORY, {"file_id": file_id})
         summary.rows_ingested = count(con, "SELECT count(*) FROM inventory WHERE file_id = ?", [file_id])

@@ -17,10 +17,11 @@ the rows keep their ``cluster_id`` as written.
 
 Reading a lake (:func:`ingest_lake`) takes the inputs whose sha256 is not in ``ingested_files`` yet, in
 the order they were listed for extraction, each in its own transaction, by the rules of the reader
-that parsed it: an event whose content key is stored is a duplicate (a Slurm node event closes a
-stored open one, as :mod:`.slurm_events` does), jobs and inventory rows replace the stored ones by
-the statements of :mod:`.sacct` and :mod:`.canonical`. Lines: read = ingested + duplicate +
-rejected + ignored, where duplicate = accepted - ingested; rejects keep their original file and line.
+that parsed it: an event whose content key is stored is a duplicate (a Slurm node event or a
+ticket row with its resolved_at closes a stored open one, as :mod:`.slurm_events` and
+:mod:`.canonical` do), jobs and inventory rows replace the stored ones by the statements of
+:mod:`.sacct` and :mod:`.canonical`. Lines: read = ingested + duplicate + rejected + ignored,
+where duplicate = accepted - ingested; rejects keep their original file and line.
 """
 
 from __future__ import annotations
@@ -177,7 +178,8 @@ def _ingest_entry(con, lake: Path, entry: dict) -> FileSummary:
     )
     files = {table: [str(lake / part) for part in entry["parts"].get(table, [])] for table in TABLES}
     if files["events"]:
-        con.execute(_EVENT_STATUS, {"files": files["events"], "resolves": fmt == SLURM_EVENTS})
+        resolves = fmt == SLURM_EVENTS or fmt in TABLE_FORMATS  # their later exports close open events
+        con.execute(_EVENT_STATUS, {"files": files["events"], "resolves": resolves})
         summary.rows_ingested = count(
             con, "SELECT count(DISTINCT line) FROM lake_status WHERE status IS NOT NULL"
         )

@@ -72,6 +72,23 @@ def test_lake_ingest_gives_exactly_what_direct_ingest_gives(fleet, tmp_path):
     assert all(frame.height for frame in tables(tmp_path / "lake.duckdb").values())
 
 
+def test_a_later_ticket_export_closes_the_open_one_through_the_lake_as_directly(tmp_path):
+    header = "timestamp,cluster_id,node_id,category,resolved_at\n"
+    ticket = "2026-03-02T04:26:29Z,c1,n1,Xid 79,"
+    files = [tmp_path / "open.csv", tmp_path / "closed.csv"]
+    files[0].write_text(f"{header}{ticket}\n")
+    files[1].write_text(f"{header}{ticket}2026-03-02T08:00:00Z\n")
+    direct = direct_ingest(files, tmp_path / "direct.duckdb")
+    extract_files([str(f) for f in files], tmp_path / "lake", options=OPTIONS, workers=1)
+    from_lake = lake_ingest(tmp_path / "lake", tmp_path / "lake.duckdb")
+    assert [counts(s)[1:] for s in from_lake] == [counts(s)[1:] for s in direct] == [(1, 1, 0, 0, 0)] * 2
+    lake_tables, direct_tables = tables(tmp_path / "lake.duckdb"), tables(tmp_path / "direct.duckdb")
+    for name in ("events", "incidents"):
+        assert lake_tables[name].equals(direct_tables[name]), name
+        resolved = lake_tables[name]["resolved_at_utc"].cast(pl.String).to_list()
+        assert resolved == ["2026-03-02 08:00:00.000000"]
+
+
 def test_rerunning_extract_and_ingest_changes_nothing(fleet, tmp_path):
     lake, db = tmp_path / "lake", tmp_path / "w.duckdb"
     extract_files([str(f) for f in fleet], lake, options=OPTIONS, workers=2)
