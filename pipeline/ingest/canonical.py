@@ -7,7 +7,7 @@ batch; ``con.register`` would hold every batch until the file's transaction comm
 incident's content key is (time, cluster, node, category, GPU, message), the category compared
 in lower case (as it was stored before categories were free text): a row already stored, by
 an earlier file or an earlier batch of this one, is a duplicate (checked only where one can be:
-see :data:`_BATCH_FACTS`). The category is stored as written (trimmed) with its class from
+see :mod:`.canonical_store`). The category is stored as written (trimmed) with its class from
 :mod:`.taxonomy` (joined as the rows are stored when the category map is given, else classified
 after the file); columns beyond the canonical ones are kept as JSON ``attributes``. Inventory
 rows are keyed by (cluster, node, in_service_from); a later file may close an interval an
@@ -22,7 +22,6 @@ import io
 import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +31,7 @@ import pyarrow.compute as pc
 
 from pipeline import warehouse
 from pipeline.categories import CategoryMap
-from pipeline.ingest import taxonomy
+from pipeline.ingest import canonical_store, taxonomy
 from pipeline.ingest.canonical_checks import stage_sql
 from pipeline.ingest.common import (
     FileSummary,
@@ -303,100 +302,6 @@ def _stream(
     return rows
 
 
-# A batch's new events: its valid rows, less those whose event key an earlier row has (an earlier
-# file, an earlier batch of this file, a smaller line of this batch). The two checks cost as much
-# as the insert itself, so each runs only when it can find something (_BATCH_FACTS): the batch's
-# first row per key only when two of its keys share a 64-bit hash, the stored rows only when some
-# lie within the batch's time range (the same key means the same time), read by that range so
-# DuckDB skips the row groups outside it. A first ingest of a file in time order needs neither.
-# The facts take in the rejected rows too (half the cost): that can only make a check run.
-# The range goes out as text: Python has no datetime for years past 9999.
-_BATCH_FACTS = """
-SELECT CAST(timezone('UTC', min(ts)) AS VARCHAR), CAST(timezone('UTC', max(ts)) AS VARCHAR),
-       count(*) > count(DISTINCT hash(event_key)), count(resolved_at) > 0
-FROM staged
-"""
-_STORED_IN_RANGE = """
-SELECT count(*) > 0
-FROM (SELECT 1 FROM events WHERE timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
-      LIMIT 1)
-"""
-# ``classes``: the taxonomy's verdict on the file's categories (taxonomy.classes_frame; no rows when
-# the rows are left for taxonomy.classify_new_events), set as that step would (no source flag).
-_INSERT_EVENTS = """
-INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category, interrupting,
-                    gpu_index, job_id, message, resolved_at_utc, source_format, attributes, failure_class)
-SELECT event_key, $file_id, line, timezone('UTC', ts), cluster_id, node_id, category,
-       coalesce(c.user_interrupting, c.interrupting), gpu_index, job_id, message,
-       timezone('UTC', resolved_at), 'canonical', attributes, c.failure_class
-FROM staged s LEFT JOIN classes c USING (category)
-WHERE reason IS NULL
-"""
-_FIRST_IN_BATCH = """
-  AND (event_key, line) IN (SELECT event_key, min(line) FROM staged WHERE reason IS NULL GROUP BY event_key)
-"""
-_NOT_STORED = """
-  AND NOT EXISTS (SELECT 1 FROM events e
-                  WHERE e.timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
-                    AND e.event_key = s.event_key AND e.timestamp_utc = timezone('UTC', s.ts))
-"""
-
-
-# A ticket exported open and exported again once resolved: the later row is the same event (the
-# key leaves resolved_at out) and closes the stored one, which the incremental rebuild then
-# revisits (changed_file_id). Of several closing rows the first line's time closes it; a stored
-# closing time is never changed (re-ingesting an older export changes nothing), and rows that
-# give another are counted in a note.
-_CLOSE_STORED = """
-UPDATE events SET resolved_at_utc = c.resolved_utc, changed_file_id = $file_id
-FROM (SELECT event_key, arg_min(timezone('UTC', resolved_at), line) AS resolved_utc
-      FROM staged WHERE reason IS NULL AND resolved_at IS NOT NULL GROUP BY event_key) c
-WHERE events.event_key = c.event_key AND events.resolved_at_utc IS NULL
-  AND events.timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
-"""
-_OTHER_CLOSING_TIME = """
-SELECT count(*) FROM staged s JOIN events e
-  ON e.event_key = s.event_key AND e.timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
-WHERE s.reason IS NULL AND e.resolved_at_utc <> timezone('UTC', s.resolved_at)
-"""
-
-
-@dataclass
-class _Closings:
-    """What a file's rows did to stored open events: closed them, or gave another closing time."""
-
-    closed: int = 0
-    other_time: int = 0
-
-    def notes(self) -> list[str]:
-        notes = []
-        if self.closed:
-            notes.append(f"{self.closed} stored open incident(s) closed by this file's resolved_at")
-        if self.other_time:
-            notes.append(
-                f"{self.other_time} row(s) give another resolved_at for an incident already closed:"
-                " the stored time is kept (a file ingested earlier closed it)"
-            )
-        return notes
-
-
-def _insert_new_events(
-    con, staged: pa.Table, classes: pl.DataFrame, file_id: int, closings: _Closings
-) -> None:
-    """Store the staged batch's new events (see :data:`_INSERT_EVENTS`) and close stored open ones
-    (:data:`_CLOSE_STORED`); SQL reads ``staged`` and ``classes`` by name."""
-    lo, hi, repeated, resolves = con.sql(_BATCH_FACTS).fetchall()[0]
-    if lo is None:  # no valid row
-        return
-    stored = count(con, _STORED_IN_RANGE, {"lo": lo, "hi": hi})
-    sql = _INSERT_EVENTS + (_FIRST_IN_BATCH if repeated else "") + (_NOT_STORED if stored else "")
-    con.execute(sql, {"file_id": file_id} | ({"lo": lo, "hi": hi} if stored else {}))
-    if resolves and (stored or repeated):
-        window = {"lo": lo, "hi": hi}
-        closings.closed += con.execute(_CLOSE_STORED, window | {"file_id": file_id}).fetchone()[0]
-        closings.other_time += con.execute(_OTHER_CLOSING_TIME, window).fetchone()[0]
-
-
 _KEEP_INVENTORY = """
 INSERT INTO fresh
 SELECT cluster_id, node_id, instance_type, gpus_per_node, timezone('UTC', from_ts),
@@ -550,7 +455,7 @@ def ingest_canonical(
         summary.notes.append(f"columns read by their words: {names}")
     file_id = summary.file_id = register_file(con, path, sha, kind, fmt)
     classes = _Classes(category_map)
-    closings = _Closings()
+    closings = canonical_store.Closings()
     if kind == "incidents":
         summary.attribute_columns, summary.ignored_columns = extra, []
     stage = stage_sql(kind, time_format=time_format is not None)
@@ -558,7 +463,7 @@ def ingest_canonical(
 
     def keep(staged: pa.Table) -> None:
         if kind == "incidents":
-            _insert_new_events(con, staged, classes.add(staged), file_id, closings)
+            canonical_store.insert_new_events(con, staged, classes.add(staged), file_id, closings)
         else:
             con.execute(_KEEP_INVENTORY)
 

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from pipeline import warehouse
-from pipeline.ingest import canonical, ingest_files
+from pipeline.ingest import canonical, canonical_store, ingest_files
 
 ROW_GROUP = 122_880  # DuckDB's default row group size
 
@@ -51,13 +51,13 @@ def test_batches_are_appended_on_one_thread_into_whole_row_groups(tmp_path, monk
     path = _incidents(tmp_path / "incidents.csv", 2 * ROW_GROUP + 7)
     con = warehouse.connect(tmp_path / "w.duckdb")
     con.execute("SET threads = 2")
-    insert, threads = canonical._insert_new_events, []
+    insert, threads = canonical_store.insert_new_events, []
 
-    def noting_threads(con, staged, classes, file_id):
+    def noting_threads(con, *args):
         threads.append(con.sql("SELECT current_setting('threads')").fetchall()[0][0])
-        insert(con, staged, classes, file_id)
+        insert(con, *args)
 
-    monkeypatch.setattr(canonical, "_insert_new_events", noting_threads)
+    monkeypatch.setattr(canonical_store, "insert_new_events", noting_threads)
     with warehouse.transaction(con):
         summary = canonical.ingest_canonical(con, path, sha="a", fmt="csv", column_map={}, batch_rows=100_000)
     assert summary.rows_ingested == 2 * ROW_GROUP + 7 and threads == [1, 1, 1]
@@ -73,15 +73,15 @@ def test_a_store_step_that_fails_on_its_worker_rolls_the_file_back(tmp_path, mon
     """The third batch's insert fails on the worker thread: the error comes out of the ingest as it
     is, after the worker is done with the connection, and the file's transaction leaves nothing."""
     path = _incidents(tmp_path / "incidents.csv", 10_000)
-    insert, calls = canonical._insert_new_events, []
+    insert, calls = canonical_store.insert_new_events, []
 
-    def failing(con, staged, classes, file_id):
-        calls.append(file_id)
+    def failing(*args):
+        calls.append(args)
         if len(calls) == 3:
             raise error
-        insert(con, staged, classes, file_id)
+        insert(*args)
 
-    monkeypatch.setattr(canonical, "_insert_new_events", failing)
+    monkeypatch.setattr(canonical_store, "insert_new_events", failing)
     monkeypatch.setitem(canonical.ingest_canonical.__kwdefaults__, "batch_rows", 1_000)
     con = warehouse.connect(tmp_path / "w.duckdb")
     threads = con.sql("SELECT current_setting('threads')").fetchall()
@@ -92,7 +92,7 @@ def test_a_store_step_that_fails_on_its_worker_rolls_the_file_back(tmp_path, mon
         "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM ingested_files)"
     ).fetchall() == [(0, 0)]
     assert con.sql("SELECT current_setting('threads')").fetchall() == threads
-    monkeypatch.setattr(canonical, "_insert_new_events", insert)
+    monkeypatch.setattr(canonical_store, "insert_new_events", insert)
     [summary] = ingest_files(con, [path])  # the connection still works; the file is stored whole
     assert summary.rows_ingested == 10_000
     con.close()

@@ -1,0 +1,108 @@
+"""How a staged batch of canonical incidents is stored: its new events, deduplicated against the
+earlier batches and the stored rows by content key (see :mod:`.canonical_checks`), and the stored
+open events it closes (a ticket exported while open, then again once resolved).
+
+Kept apart from :mod:`.canonical` (which reads, validates and accounts for the file) because this
+is the part that must stay exactly right for re-ingests and exactly cheap for first ingests.
+SQL reads the batch (``staged``) and the file's categories (``classes``) by their Python names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+import pyarrow as pa
+
+from pipeline.ingest.common import count
+
+# A batch's new events: its valid rows, less those whose event key an earlier row has (an earlier
+# file, an earlier batch of this file, a smaller line of this batch). The two checks cost as much
+# as the insert itself, so each runs only when it can find something (_BATCH_FACTS): the batch's
+# first row per key only when two of its keys share a 64-bit hash, the stored rows only when some
+# lie within the batch's time range (the same key means the same time), read by that range so
+# DuckDB skips the row groups outside it. A first ingest of a file in time order needs neither.
+# The facts take in the rejected rows too (half the cost): that can only make a check run.
+# The range goes out as text: Python has no datetime for years past 9999.
+_BATCH_FACTS = """
+SELECT CAST(timezone('UTC', min(ts)) AS VARCHAR), CAST(timezone('UTC', max(ts)) AS VARCHAR),
+       count(*) > count(DISTINCT hash(event_key)), count(resolved_at) > 0
+FROM staged
+"""
+_STORED_IN_RANGE = """
+SELECT count(*) > 0
+FROM (SELECT 1 FROM events WHERE timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
+      LIMIT 1)
+"""
+# ``classes``: the taxonomy's verdict on the file's categories (taxonomy.classes_frame; no rows when
+# the rows are left for taxonomy.classify_new_events), set as that step would (no source flag).
+_INSERT_EVENTS = """
+INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category, interrupting,
+                    gpu_index, job_id, message, resolved_at_utc, source_format, attributes, failure_class)
+SELECT event_key, $file_id, line, timezone('UTC', ts), cluster_id, node_id, category,
+       coalesce(c.user_interrupting, c.interrupting), gpu_index, job_id, message,
+       timezone('UTC', resolved_at), 'canonical', attributes, c.failure_class
+FROM staged s LEFT JOIN classes c USING (category)
+WHERE reason IS NULL
+"""
+_FIRST_IN_BATCH = """
+  AND (event_key, line) IN (SELECT event_key, min(line) FROM staged WHERE reason IS NULL GROUP BY event_key)
+"""
+_NOT_STORED = """
+  AND NOT EXISTS (SELECT 1 FROM events e
+                  WHERE e.timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
+                    AND e.event_key = s.event_key AND e.timestamp_utc = timezone('UTC', s.ts))
+"""
+
+
+# A ticket exported open and exported again once resolved: the later row is the same event (the
+# key leaves resolved_at out) and closes the stored one, which the incremental rebuild then
+# revisits (changed_file_id). Of several closing rows the first line's time closes it; a stored
+# closing time is never changed (re-ingesting an older export changes nothing), and rows that
+# give another are counted in a note.
+_CLOSE_STORED = """
+UPDATE events SET resolved_at_utc = c.resolved_utc, changed_file_id = $file_id
+FROM (SELECT event_key, arg_min(timezone('UTC', resolved_at), line) AS resolved_utc
+      FROM staged WHERE reason IS NULL AND resolved_at IS NOT NULL GROUP BY event_key) c
+WHERE events.event_key = c.event_key AND events.resolved_at_utc IS NULL
+  AND events.timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
+"""
+_OTHER_CLOSING_TIME = """
+SELECT count(*) FROM staged s JOIN events e
+  ON e.event_key = s.event_key AND e.timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
+WHERE s.reason IS NULL AND e.resolved_at_utc <> timezone('UTC', s.resolved_at)
+"""
+
+
+@dataclass
+class Closings:
+    """What a file's rows did to stored open events: closed them, or gave another closing time."""
+
+    closed: int = 0
+    other_time: int = 0
+
+    def notes(self) -> list[str]:
+        notes = []
+        if self.closed:
+            notes.append(f"{self.closed} stored open incident(s) closed by this file's resolved_at")
+        if self.other_time:
+            notes.append(
+                f"{self.other_time} row(s) give another resolved_at for an incident already closed:"
+                " the stored time is kept (a file ingested earlier closed it)"
+            )
+        return notes
+
+
+def insert_new_events(con, staged: pa.Table, classes: pl.DataFrame, file_id: int, closings: Closings) -> None:
+    """Store the staged batch's new events (see :data:`_INSERT_EVENTS`) and close stored open ones
+    (:data:`_CLOSE_STORED`); SQL reads ``staged`` and ``classes`` by name."""
+    lo, hi, repeated, resolves = con.sql(_BATCH_FACTS).fetchall()[0]
+    if lo is None:  # no valid row
+        return
+    stored = count(con, _STORED_IN_RANGE, {"lo": lo, "hi": hi})
+    sql = _INSERT_EVENTS + (_FIRST_IN_BATCH if repeated else "") + (_NOT_STORED if stored else "")
+    con.execute(sql, {"file_id": file_id} | ({"lo": lo, "hi": hi} if stored else {}))
+    if resolves and (stored or repeated):
+        window = {"lo": lo, "hi": hi}
+        closings.closed += con.execute(_CLOSE_STORED, window | {"file_id": file_id}).fetchone()[0]
+        closings.other_time += con.execute(_OTHER_CLOSING_TIME, window).fetchone()[0]
