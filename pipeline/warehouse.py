@@ -48,6 +48,9 @@ runs            one row per ``failcast run`` (see :mod:`pipeline.runs`): run_id,
                 seconds and row counts), ``input_files`` (path, new/grown/unchanged, row counts),
                 ``versions`` (failcast, Python, libraries), ``config`` (the merged run config); the
                 report written and the error of a failed run.
+migrations      one row per one-time change of stored data (name, when, what it changed), so it
+                runs once per warehouse: ``canonical_key_utc`` (see
+                :func:`pipeline.ingest.canonical_store.rekey_stored_incidents`).
 """
 
 from __future__ import annotations
@@ -160,6 +163,11 @@ CREATE TABLE IF NOT EXISTS rejects (
     raw            VARCHAR,
     reason         VARCHAR NOT NULL,
     rejected_at_utc TIMESTAMP NOT NULL
+);
+CREATE TABLE IF NOT EXISTS migrations (
+    name           VARCHAR NOT NULL,
+    applied_at_utc TIMESTAMP NOT NULL,
+    detail         VARCHAR
 );
 CREATE TABLE IF NOT EXISTS runs (
     run_id         VARCHAR PRIMARY KEY,

@@ -89,6 +89,12 @@ ALLOWED_SQL_INTERPOLATIONS = {
         "time_sql(\"nullif(trim(in_service_to), '')\", time_format=time_format)",
     ): ("SQL of a column; the format itself is bound as $time_format"),
     ("pipeline/ingest/canonical_checks.py", "not_a_time"): "one of two literal reasons (_NOT_A_TIME)",
+    ("pipeline/ingest/canonical_checks.py", "incident_key_sql('make_timestamp(epoch_us(ts))')"): (
+        "the content key's SQL over a literal expression"
+    ),
+    ("pipeline/ingest/canonical_store.py", "incident_key_sql('timestamp_utc')"): (
+        "the content key's SQL over a literal column"
+    ),
     ("pipeline/ingest/canonical_checks.py", "_ABSENT"): "a literal list of no-value markers",
     (
         "pipeline/ingest/canonical_checks.py",

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from pipeline import record_checks, warehouse
 from pipeline.categories import CategoryMap
-from pipeline.ingest import lake, taxonomy
+from pipeline.ingest import canonical_store, lake, taxonomy
 from pipeline.ingest.canonical import (
     INCIDENT_COLUMNS,
     INCIDENT_OPTIONAL,
@@ -415,6 +415,7 @@ def ingest_files(
     if options.fmt is not None and options.fmt not in FORMATS:
         raise InputError(f"unknown format {options.fmt!r}; use one of {', '.join(FORMATS)}")
     category_map = category_map or CategoryMap()
+    canonical_store.rekey_stored_incidents(con)  # once per warehouse, before any new key meets the stored
     summaries: list[FileSummary] = []
     try:
         with SpanWorkers() as workers:  # the threads parsing large kernel logs, for every file

@@ -1,6 +1,7 @@
 """How a staged batch of canonical incidents is stored: its new events, deduplicated against the
 earlier batches and the stored rows by content key (see :mod:`.canonical_checks`), and the stored
-open events it closes (a ticket exported while open, then again once resolved).
+open events it closes (a ticket exported while open, then again once resolved); and the one-time
+migration of keys stored while the key still depended on the session's time zone.
 
 Kept apart from :mod:`.canonical` (which reads, validates and accounts for the file) because this
 is the part that must stay exactly right for re-ingests and exactly cheap for first ingests.
@@ -14,7 +15,9 @@ from dataclasses import dataclass
 import polars as pl
 import pyarrow as pa
 
-from pipeline.ingest.common import count
+from pipeline import warehouse
+from pipeline.ingest.canonical_checks import incident_key_sql
+from pipeline.ingest.common import count, now_utc
 
 # A batch's new events: its valid rows, less those whose event key an earlier row has (an earlier
 # file, an earlier batch of this file, a smaller line of this batch). The two checks cost as much
@@ -106,3 +109,65 @@ def insert_new_events(con, staged: pa.Table, classes: pl.DataFrame, file_id: int
         window = {"lo": lo, "hi": hi}
         closings.closed += con.execute(_CLOSE_STORED, window | {"file_id": file_id}).fetchone()[0]
         closings.other_time += con.execute(_OTHER_CLOSING_TIME, window).fetchone()[0]
+
+
+REKEY = "canonical_key_utc"
+# Stored canonical events whose key is not the one :func:`incident_key_sql` gives their stored
+# columns (time in UTC, cluster, node, category as written, GPU, message): they were ingested
+# under a session time zone other than UTC.
+_REKEYED = f"""
+CREATE OR REPLACE TEMP TABLE rekeyed AS
+SELECT row_id, new_key
+FROM (SELECT rowid AS row_id, event_key, {incident_key_sql("timestamp_utc")} AS new_key
+      FROM events WHERE source_format = 'canonical')
+WHERE event_key <> new_key
+"""  # noqa: S608 - incident_key_sql() of fixed columns
+# The same row ingested under two time zones is two events with one key now: the first (file,
+# line) stays and the later copies go. As if they had been ingested with this key: the first copy
+# with an end closes the kept event when it had none (and stays counted as ingested, as a closing
+# row is); each other copy moves its file's count from ingested to duplicate, so read = ingested +
+# duplicate + rejected + ignored still holds.
+_MERGE_COPIES = """
+UPDATE events SET event_key = r.new_key FROM rekeyed r WHERE events.rowid = r.row_id;
+CREATE OR REPLACE TEMP TABLE copies AS
+SELECT row_id, file_id, event_key, resolved_at_utc,
+       kept_resolved IS NULL AND resolved_at_utc IS NOT NULL
+       AND row_number() OVER (PARTITION BY event_key, resolved_at_utc IS NULL ORDER BY file_id, line) = 1
+       AS closes
+FROM (SELECT rowid AS row_id, file_id, line, event_key, resolved_at_utc,
+             first_value(resolved_at_utc) OVER key_order AS kept_resolved,
+             row_number() OVER key_order AS n
+      FROM events
+      WHERE source_format = 'canonical' AND event_key IN (SELECT new_key FROM rekeyed)
+      WINDOW key_order AS (PARTITION BY event_key ORDER BY file_id, line))
+WHERE n > 1;
+UPDATE events SET resolved_at_utc = c.resolved_at_utc, changed_file_id = c.file_id
+FROM copies c
+WHERE c.closes AND events.event_key = c.event_key AND events.rowid NOT IN (SELECT row_id FROM copies);
+DELETE FROM events WHERE rowid IN (SELECT row_id FROM copies);
+UPDATE ingested_files SET rows_ingested = rows_ingested - c.n, rows_duplicate = rows_duplicate + c.n
+FROM (SELECT file_id, count(*) FILTER (WHERE NOT closes) AS n FROM copies GROUP BY file_id) c
+WHERE ingested_files.file_id = c.file_id;
+DELETE FROM incidents_built;
+"""
+
+
+def rekey_stored_incidents(con) -> str | None:
+    """Once per warehouse (recorded in ``migrations``): give the stored canonical events the key
+    that does not depend on the time zone, merge the copies that this reveals and have the next
+    rebuild of incidents run in full (ties within an incident are broken by key). Returns what it
+    changed, also kept as the migration's ``detail`` (None when it had run already)."""
+    if count(con, "SELECT count(*) FROM migrations WHERE name = ?", [REKEY]):
+        return None
+    with warehouse.transaction(con):
+        con.execute(_REKEYED)
+        rekeyed = count(con, "SELECT count(*) FROM rekeyed")
+        copies = 0
+        if rekeyed:
+            con.execute(_MERGE_COPIES)
+            copies = count(con, "SELECT count(*) FROM copies")
+            con.execute("DROP TABLE copies")
+        con.execute("DROP TABLE rekeyed")
+        detail = f"{rekeyed} canonical event key(s) redone in UTC, {copies} copy(ies) merged"
+        con.execute("INSERT INTO migrations VALUES (?, ?, ?)", [REKEY, now_utc(), detail])
+    return detail

@@ -13,7 +13,6 @@ import polars as pl
 import pytest
 
 from pipeline import warehouse
-from pipeline.categories import CategoryMap
 from pipeline.ingest import (
     InputError,
     ReaderOptions,
@@ -478,7 +477,6 @@ _PEAK_RSS_CHILD = """
 import sys
 from pathlib import Path
 from pipeline import warehouse
-from pipeline.categories import CategoryMap
 from pipeline.ingest.canonical import ingest_canonical
 con = warehouse.connect(Path(sys.argv[1]))
 with warehouse.transaction(con):
@@ -651,63 +649,3 @@ def test_no_value_written_as_exports_write_it_is_empty_not_rejected(con, write, 
     assert sql("SELECT in_service_to_utc FROM inventory") == [(None,)]
     assert sql("SELECT gpu_index, resolved_at_utc FROM events") == [(None, None)]
     assert sql("SELECT line, reason FROM rejects") == [(3, "gpu_index x is not a non-negative integer")]
-
-
-TICKETS = "timestamp,cluster_id,node_id,category,resolved_at\n"
-OPEN = "2026-03-02T04:26:29Z,c1,n1,Xid 79,\n"
-CLOSED = "2026-03-02T04:26:29Z,c1,n1,Xid 79,2026-03-02T08:00:00Z\n"
-REOPENED = "2026-03-02T04:26:29Z,c1,n1,Xid 79,2026-03-02T09:00:00Z\n"  # another closing time
-OTHER = "2026-03-05T04:26:29Z,c1,n2,Xid 79,\n"
-CLOSES_ONE = "1 stored open incident(s) closed by this file's resolved_at"
-ANOTHER_TIME = "1 row(s) give another resolved_at for an incident already closed"
-MAP = CategoryMap()
-
-
-# (rows of each export, hour n1's ticket is resolved at, (read, ingested, duplicate) and notes per export)
-@pytest.mark.parametrize(
-    ("exports", "resolved", "counts", "notes"),
-    [
-        pytest.param([OPEN, CLOSED + OTHER], 8, [(1, 1, 0), (2, 2, 0)], [[], [CLOSES_ONE]], id="closed"),
-        pytest.param([CLOSED, OPEN], 8, [(1, 1, 0), (1, 0, 1)], [[], []], id="older-export-after"),
-        pytest.param([OPEN, OPEN + OTHER], None, [(1, 1, 0), (2, 1, 1)], [[], []], id="still-open"),
-        pytest.param(
-            [OPEN, CLOSED, REOPENED],
-            8,
-            [(1, 1, 0), (1, 1, 0), (1, 0, 1)],
-            [[], [CLOSES_ONE], [ANOTHER_TIME]],
-            id="another-time-later",
-        ),
-        pytest.param([OPEN + CLOSED], 8, [(2, 2, 0)], [[CLOSES_ONE]], id="one-file"),
-        pytest.param(
-            [OPEN + REOPENED + CLOSED], 9, [(3, 2, 1)], [[CLOSES_ONE, ANOTHER_TIME]], id="one-file-first-line"
-        ),
-    ],
-)
-@pytest.mark.parametrize("batch_rows", [1, BATCH_ROWS])
-def test_a_later_export_closes_the_open_ticket_it_repeats(
-    tmp_path, exports, resolved, counts, notes, batch_rows
-):
-    """Tickets are exported while open and again once resolved: the later row is the same event
-    (duplicate by key) yet its resolved_at closes the stored one, in events and in the incident the
-    incremental rebuild keeps; a stored closing time is never changed, and the accounting adds up."""
-    con = warehouse.connect(tmp_path / "w.duckdb")
-    for i, rows in enumerate(exports):
-        path = tmp_path / f"export{i}.csv"
-        path.write_text(TICKETS + rows)
-        with warehouse.transaction(con):
-            s = ingest_canonical(
-                con, path, sha=path.name, fmt="csv", column_map={}, batch_rows=batch_rows, category_map=MAP
-            )
-            warehouse.rebuild_incidents(con)
-        assert (s.rows_read, s.rows_ingested, s.rows_duplicate) == counts[i]
-        assert s.rows_read == s.rows_ingested + s.rows_duplicate + s.rows_rejected
-        assert [n.split(":")[0] for n in s.notes if "resolved_at" in n] == [n.split(":")[0] for n in notes[i]]
-    want = None if resolved is None else f"2026-03-02 0{resolved}:00:00"
-    query = "SELECT CAST(resolved_at_utc AS VARCHAR) FROM {} WHERE node_id = 'n1'"
-    assert con.sql(query.format("events")).fetchall() == [(want,)]
-    assert con.sql(query.format("incidents")).fetchall() == [(want,)]
-    incremental = con.sql("SELECT * FROM incidents ORDER BY ALL").fetchall()
-    with warehouse.transaction(con):
-        warehouse.rebuild_incidents(con, full=True)
-    assert con.sql("SELECT * FROM incidents ORDER BY ALL").fetchall() == incremental
-    con.close()
