@@ -177,7 +177,7 @@ def _source(
     except Exception as exc:  # polars raises many types; the user needs the file and the reason
         raise _read_error(path, fmt, exc) from exc
     pairs = map_pairs(column_map)
-    renamed = _applicable_map(pairs, columns, path)
+    renamed = _applicable_map(pairs, columns, path) | _unnamed(columns)
     worded = _by_header_words(columns, {canon for canon, _ in pairs})
     renamed |= worded
     missing = {canon: sources for canon, sources in column_map.items() if canon not in renamed.values()}
@@ -199,6 +199,18 @@ def _source(
         *(pl.lit(given.get(c), pl.String).alias(c) for c in known if c not in columns),
     )
     return frame, kind, columns, [c for c in columns if c not in known], worded
+
+
+# Polars' names for header cells with no name (a spreadsheet's trailing commas): "", then
+# "_duplicated_0", "_duplicated_1" ...
+_NO_NAME = re.compile(r"\s*|_duplicated_\d+")
+
+
+def _unnamed(columns: Sequence[str]) -> dict[str, str]:
+    """Header cells with no name, named by their position (``column_5``) so that their values,
+    if any, are attributes a user can name in ``--by``, not a key ``""``."""
+    names = {c: f"column_{i}" for i, c in enumerate(columns, 1) if _NO_NAME.fullmatch(c)}
+    return {c: name for c, name in names.items() if name not in columns}
 
 
 def map_pairs(column_map: Mapping[str, str | Sequence[str]]) -> list[tuple[str, str]]:

@@ -649,3 +649,12 @@ def test_no_value_written_as_exports_write_it_is_empty_not_rejected(con, write, 
     assert sql("SELECT in_service_to_utc FROM inventory") == [(None,)]
     assert sql("SELECT gpu_index, resolved_at_utc FROM events") == [(None, None)]
     assert sql("SELECT line, reason FROM rejects") == [(3, "gpu_index x is not a non-negative integer")]
+
+
+def test_header_cells_without_a_name_are_named_by_their_position(con, write, sql):
+    """A spreadsheet's export ends every line with commas: the unnamed columns are attributes
+    column_5 and column_6 (a value under them stays), not a key "" and "_duplicated_0"."""
+    text = "timestamp,cluster_id,node_id,category,,\r\n2026-03-02T04:26:29Z,c1,n1,Xid 79,rack 7,\r\n"
+    [s] = ingest_files(con, [write("t.csv", text)])
+    assert (s.rows_ingested, s.attribute_columns) == (1, ["column_5", "column_6"])
+    assert sql("SELECT attributes->>'column_5' FROM events") == [("rack 7",)]
