@@ -327,9 +327,18 @@ def test_rates_before_any_service_is_one_line_and_late_records_are_a_warning(tmp
     assert early.exit_code == 2 and len(early.output.strip().splitlines()) == 1
     assert "no node was in service before the window's end (2025-06-01 00:00 UTC)" in early.output
     assert "Warning" not in early.output  # no division by zero exposure reached NumPy
+    late = "warning: c1: no failure recorded in its first 59 days"
     rates = invoke("rates", "--db", db)
-    assert rates.exit_code == 0 and "warning: c1: no failure recorded in its first 59 days" in rates.stderr
+    assert rates.exit_code == 0 and late in rates.stderr
     assert rates.stdout.startswith("Fleet: ")
+    # the fits and a projection from the fleet's own rate are as wrong as the rates: they say so too
+    fit = invoke("fit", "--db", db, "--json")
+    assert fit.exit_code == 0 and late in fit.stderr and json.loads(fit.stdout)
+    spec = ["--instances", "8", "--gpu-hours", "1000", "--price-per-gpu-hour", "2"]
+    job = invoke("project", "--db", db, *spec)
+    assert job.exit_code == 0 and late in job.stderr and late not in job.stdout
+    given = invoke("project", "--db", str(tmp_path / "none.duckdb"), *spec, "--failure-rate", "0.05")
+    assert given.exit_code == 0 and "warning" not in given.stderr  # no fleet numbers used: nothing to warn of
 
 
 def _left_out_fleet(tmp_path, inventory_node: str, until_ok: int) -> str:

@@ -80,6 +80,13 @@ def safe_text(text: str) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
+def echo_late_records(late_records, *, err: bool = True) -> None:
+    """Warn of clusters whose records start long after their service (record_checks.LateRecords):
+    every rate, fit and projection from them counts that time as failure-free."""
+    for late in late_records:
+        click.echo(f"warning: {safe_text(late.describe())}", err=err)
+
+
 def safe_lines(text: str) -> str:
     """:func:`safe_text` line by line, keeping the line breaks (tables printed as text)."""
     return "\n".join(safe_text(line) for line in text.split("\n"))

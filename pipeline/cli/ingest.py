@@ -13,6 +13,7 @@ from pipeline import warehouse
 from pipeline.cli.common import (
     db_option,
     echo_json,
+    echo_late_records,
     fail,
     json_option,
     main,
@@ -286,8 +287,7 @@ def ingest(
 
 
 def _echo_inventory_check(check: ingest_mod.InventoryCheck, *, err: bool = False) -> None:
-    for late in check.late_records:
-        click.echo(f"warning: {safe_text(late.describe())}", err=err)
+    echo_late_records(check.late_records, err=err)
     if check.exposure_estimated:
         click.echo(
             f"WARNING: EXPOSURE IS ESTIMATED: no inventory was ingested, so {check.estimated_rows} nodes "

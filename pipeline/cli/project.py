@@ -11,10 +11,12 @@ from pipeline import warehouse
 from pipeline.cli.common import (
     db_option,
     echo_json,
+    echo_late_records,
     json_option,
     main,
     records,
     recovery_option,
+    safe_text,
 )
 from pipeline.projection import cannot_finish
 
@@ -142,6 +144,10 @@ def project(
         else analysis_mod.spares_for_job(repair, spec.instances, spec.failure.rate_per_instance_hour)
     )
     result = proj.project(spec, monte_carlo_runs=monte_carlo_runs, seed=seed, modes=modes or None)
+    for fleet in fleets:  # what the fleet's own numbers leave out or count wrongly, before them
+        if fleet.left_out_warning:
+            click.echo(f"warning: {safe_text(fleet.left_out_warning)}.", err=True)
+        echo_late_records(fleet.late_records)
     if as_json:
         payload = result.to_dict()
         payload["sweep_cluster_size"] = records(proj.sweep_cluster_size(spec))

@@ -13,6 +13,7 @@ from pipeline.analysis.counts import FailureCounts
 from pipeline.cli.common import (
     db_option,
     echo_json,
+    echo_late_records,
     json_option,
     main,
     records,
@@ -207,8 +208,7 @@ def rates(
     frame = frame.with_columns(exposure_estimated=pl.lit(transform.exposure_estimated(inventory)))
     _echo_left_out(left_out)
     _echo_warning(analysis_mod.left_out_warning(con, left_out, int(overall["failures"].sum())), as_json)
-    for late in record_checks.late_records(con):
-        click.echo(f"warning: {safe_text(late.describe())}", err=True)
+    echo_late_records(record_checks.late_records(con))
     if view == "rates" and not frame["failures"].sum():
         click.echo(_no_failures_line(overall), err=True)
     if as_json:
@@ -369,6 +369,7 @@ def fit(db: Path, observed_until, first_gap: str, interruption_window: float, as
     )
     _echo_left_out(result.failures_left_out)
     _echo_warning(result.left_out_warning, as_json)
+    echo_late_records(result.late_records)
     if as_json:
         echo_json(fit_payload(result))
         return
