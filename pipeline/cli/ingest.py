@@ -140,7 +140,8 @@ def limit_options(command):
     "mapping",
     multiple=True,
     metavar="CANONICAL=SOURCE",
-    help="Read a differently named column, e.g. --map node_id=hostname (repeatable).",
+    help="Read a differently named column, e.g. --map node_id=hostname (repeatable; files that name one"
+    " column differently: --map node_id=hostname --map node_id=host).",
 )
 @click.option(
     "--category-map",

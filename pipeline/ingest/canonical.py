@@ -267,7 +267,10 @@ def _by_header_words(columns: Sequence[str], mapped: set[str]) -> dict[str, str]
 
 
 def _absent_columns(absent: Sequence[str], columns: Sequence[str]) -> str:
-    return f"--map names column(s) {list(absent)} that the file does not have (it has {list(columns)})"
+    hint = ""
+    if any("," in src for src in absent):  # --map node_id=Hostname,host
+        hint = "; a column with several names takes one --map each: --map node_id=a --map node_id=b"
+    return f"--map names column(s) {list(absent)} that the file does not have (it has {list(columns)}){hint}"
 
 
 def _detect_kind(columns: Sequence[str], path: Path, map_advice: str) -> str:

@@ -160,6 +160,12 @@ TICKET_MAP = ["timestamp=opened", "node_id=host", "category=problem", "gpu_index
             ["node_id=hostname"],
             "has columns ['host', 'hostname']",
         ),
+        # several names in one entry: the error says to give one --map each
+        (
+            {"inventory.csv": INVENTORY.replace("node_id", "hostname")},
+            ["node_id=hostname,host"],
+            "a column with several names takes one --map each: --map node_id=a --map node_id=b",
+        ),
     ],
 )
 def test_one_column_map_serves_every_file_of_an_ingest(con, write, sql, files, extra_map, error):
