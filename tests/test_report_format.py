@@ -42,6 +42,7 @@ def test_headers_are_words_with_units(column, label):
         ("mtbf_hours", 2.0244, "2.02"),
         ("expected_days", 223.86, "224"),
         ("mttr_hours", 0.08333, "0.0833"),
+        ("repair_hours_p50", 2.2166, "2.22"),  # a quantile of a duration reads like one
         ("statistic", 33.59, "33.59"),  # not a duration: 4 digits
         ("cost_usd", 49517559.4, "$49,517,559"),
         ("goodput", 0.591, "59.1%"),

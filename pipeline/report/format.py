@@ -175,7 +175,8 @@ def format_value(column: str, value) -> str:
         return f"{value:.3g}"
     if abs(value) >= 1000:
         return f"{value:,.0f}"
-    if column.endswith(("_hours", "_days")):  # durations: 15.2 h, 0.0833 h; more digits are noise
+    if column.endswith(("_hours", "_days")) or "_hours_" in column:  # 15.2 h, 0.0833 h, repair_hours_p50
+        # alike: more digits are noise
         return _significant(value, 3)
     return _significant(value, 4 if abs(value) >= 1 else 3)
 
