@@ -327,11 +327,13 @@ ESTIMATED_EXPOSURE = (
 
 
 def _banner(analysis: FleetAnalysis) -> str:
-    """What changes the meaning of every number below, before them: estimated exposure, and most
-    failures left out (:func:`pipeline.analysis.left_out_warning`)."""
+    """What changes the meaning of every number below, before them: estimated exposure, most
+    failures left out (:func:`pipeline.analysis.left_out_warning`) and records that start long
+    after the service (:func:`pipeline.record_checks.late_records`: rates too low, fits skewed)."""
     warnings = [ESTIMATED_EXPOSURE] if analysis.exposure_estimated else []
     if analysis.left_out_warning:
         warnings.append(f"Most failures are not in these numbers: {analysis.left_out_warning}.")
+    warnings += [f"Warning: {late.describe()}." for late in analysis.late_records]
     return "".join(f"<div class='banner' role='alert'>{html.escape(w)}</div>" for w in warnings)
 
 
@@ -352,9 +354,6 @@ def _headline(analysis: FleetAnalysis, projection: JobOutlook | None) -> str:
     parts = [f"<div class='cards'>{cards}</div>"]
     if note := left_out_note(analysis.failures_left_out):
         parts.append(f"<p class='note'>{html.escape(note)}.</p>")
-    parts += [
-        f"<p class='note'>Warning: {html.escape(late.describe())}.</p>" for late in analysis.late_records
-    ]
     parts.append(f"<h3>MTBF per cluster size</h3>{table_html(mtbf)}")
     if projection is None:
         parts.append(
