@@ -200,7 +200,7 @@ class ParametricTBF:
         if self.family != "weibull":
             return None, None
         low, high = self.confidence_interval_["rho_"]
-        shape = f"Weibull shape {self.shape_:.3f} (95% CI {low:.3f}-{high:.3f})"
+        shape = f"Weibull shape {self.shape_:.3g} (95% CI {low:.3g}-{high:.3g})"  # 0.861, 50.7: 3 digits
         if high < 1:
             return True, f"infant mortality: {shape} < 1, the hazard falls with time since the last failure"
         if low > 1:
