@@ -62,18 +62,23 @@ _NOT_STORED = """
 # key leaves resolved_at out) and closes the stored one, which the incremental rebuild then
 # revisits (changed_file_id). Of several closing rows the first line's time closes it; a stored
 # closing time is never changed (re-ingesting an older export changes nothing), and rows that
-# give another are counted in a note.
+# give another are counted in a note. A daily export of every ticket repeats all of them: one
+# join of its rows with an end against the stored events finds both counts, and the UPDATE (and
+# a second count, as it changes what "another" means) runs only when something is open.
+_CLOSING_ROWS = """
+SELECT count(*) FILTER (WHERE e.resolved_at_utc IS NULL),
+       count(*) FILTER (WHERE e.resolved_at_utc <> s.resolved_utc)
+FROM (SELECT event_key, make_timestamp(epoch_us(resolved_at)) AS resolved_utc
+      FROM staged WHERE reason IS NULL AND resolved_at IS NOT NULL) s
+JOIN events e
+  ON e.event_key = s.event_key AND e.timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
+"""
 _CLOSE_STORED = """
 UPDATE events SET resolved_at_utc = c.resolved_utc, changed_file_id = $file_id
-FROM (SELECT event_key, arg_min(timezone('UTC', resolved_at), line) AS resolved_utc
+FROM (SELECT event_key, arg_min(make_timestamp(epoch_us(resolved_at)), line) AS resolved_utc
       FROM staged WHERE reason IS NULL AND resolved_at IS NOT NULL GROUP BY event_key) c
 WHERE events.event_key = c.event_key AND events.resolved_at_utc IS NULL
   AND events.timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
-"""
-_OTHER_CLOSING_TIME = """
-SELECT count(*) FROM staged s JOIN events e
-  ON e.event_key = s.event_key AND e.timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
-WHERE s.reason IS NULL AND e.resolved_at_utc <> timezone('UTC', s.resolved_at)
 """
 
 
@@ -107,8 +112,11 @@ def insert_new_events(con, staged: pa.Table, classes: pl.DataFrame, file_id: int
     con.execute(sql, {"file_id": file_id} | ({"lo": lo, "hi": hi} if stored else {}))
     if resolves and (stored or repeated):
         window = {"lo": lo, "hi": hi}
-        closings.closed += con.execute(_CLOSE_STORED, window | {"file_id": file_id}).fetchone()[0]
-        closings.other_time += con.execute(_OTHER_CLOSING_TIME, window).fetchone()[0]
+        open_rows, other_time = con.execute(_CLOSING_ROWS, window).fetchone()
+        if open_rows:
+            closings.closed += con.execute(_CLOSE_STORED, window | {"file_id": file_id}).fetchone()[0]
+            other_time = con.execute(_CLOSING_ROWS, window).fetchone()[1]
+        closings.other_time += other_time
 
 
 REKEY = "canonical_key_utc"
