@@ -122,12 +122,15 @@ def insert_new_events(con, staged: pa.Table, classes: pl.DataFrame, file_id: int
 REKEY = "canonical_key_utc"
 # Stored canonical events whose key is not the one :func:`incident_key_sql` gives their stored
 # columns (time in UTC, cluster, node, category as written, GPU, message): they were ingested
-# under a session time zone other than UTC.
+# under a session time zone other than UTC. Only rows of incidents files: a warehouse from before
+# ``source_format`` existed has its kernel-log events labelled canonical by the column's default.
 _REKEYED = f"""
 CREATE OR REPLACE TEMP TABLE rekeyed AS
 SELECT row_id, new_key
 FROM (SELECT rowid AS row_id, event_key, {incident_key_sql("timestamp_utc")} AS new_key
-      FROM events WHERE source_format = 'canonical')
+      FROM events
+      WHERE source_format = 'canonical'
+        AND file_id IN (SELECT file_id FROM ingested_files WHERE kind = 'incidents'))
 WHERE event_key <> new_key
 """  # noqa: S608 - incident_key_sql() of fixed columns
 # The same row ingested under two time zones is two events with one key now: the first (file,

@@ -147,3 +147,15 @@ def test_keys_stored_under_another_zone_are_redone_once_and_their_copies_merged(
     assert clean.sql("SELECT detail FROM migrations").fetchall() == [
         ("0 canonical event key(s) redone in UTC, 0 copy(ies) merged",)
     ]
+
+
+def test_the_re_keying_leaves_other_readers_events_alone(con, write):
+    """A warehouse from before source_format existed labels its kernel-log events canonical (the
+    column's default): their key is another reader's, and redoing it would store the log again."""
+    log = "2026-03-02T04:26:29+0000 node-017 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=python\n"
+    ingest_files(con, [write("kern.log", log)], ReaderOptions(cluster="c1"))
+    con.execute("UPDATE events SET source_format = 'canonical'")
+    con.execute("DELETE FROM migrations")
+    keys = con.sql("SELECT event_key FROM events").fetchall()
+    assert canonical_store.rekey_stored_incidents(con).startswith("0 canonical event key(s) redone")
+    assert con.sql("SELECT event_key FROM events").fetchall() == keys
