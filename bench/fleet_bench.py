@@ -382,11 +382,11 @@ def _exposure(con):
     return analysis.read_failures(con), transform.exposure_intervals(inventory, end)
 
 
-def rates(paths, db: Path) -> dict:
-    """``failcast rates --db DB`` run in this process through the command line's own entry point:
-    the stage's clock starts before ``pipeline`` is imported, so it is what a user waits for
-    minus the interpreter's start and NumPy and Polars (loaded by this script; ``process_s`` has
-    them). Its first line, the fleet verdict, goes into the JSON."""
+def _command(args: list[str]) -> str:
+    """``failcast ARGS`` run in this process through the command line's own entry point, its
+    output discarded but its first line returned: the stage's clock starts before ``pipeline`` is
+    imported, so it is what a user waits for minus the interpreter's start and NumPy and Polars
+    (loaded by this script; ``process_s`` has them)."""
     import contextlib
     import io
 
@@ -394,8 +394,32 @@ def rates(paths, db: Path) -> dict:
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        failcast(["rates", "--db", str(db)], standalone_mode=False)
-    return {"verdict": out.getvalue().splitlines()[0]}
+        failcast(args, standalone_mode=False)
+    return out.getvalue().partition("\n")[0]
+
+
+def rates(paths, db: Path) -> dict:
+    """``failcast rates --db DB``; its first line, the fleet verdict, goes into the JSON."""
+    return {"verdict": _command(["rates", "--db", str(db)])}
+
+
+def lemons(paths, db: Path) -> dict:
+    """``failcast lemons --db DB``; its first line (nodes tested, lemons found) goes into the JSON."""
+    return {"verdict": _command(["lemons", "--db", str(db)])}
+
+
+def analyze(paths, db: Path) -> dict:
+    """``analysis.analyze`` on the warehouse, its imports included (the clock starts before
+    ``pipeline`` is imported): what ``failcast fit``, the report and ``failcast run`` compute
+    before they print or draw anything."""
+    from pipeline import analysis, warehouse
+
+    result = analysis.analyze(warehouse.connect(db, read_only=True))
+    return {
+        "failures": int(result.rates_overall["failures"].sum()),
+        "interruptions": result.interruptions.height,
+        "best_family": result.best_family,
+    }
 
 
 def fits(paths, db: Path) -> dict:
@@ -506,6 +530,8 @@ STAGES = {
     "ingest_canonical": ingest_canonical,
     "ingest_incremental": ingest_incremental,
     "rates": rates,
+    "lemons": lemons,
+    "analyze": analyze,
     "rebuild": rebuild,
     "floor_log_small": floor_log_small,
     "ingest_log_small": ingest_log_small,
@@ -629,6 +655,19 @@ def table(r: dict, sizes: dict) -> str:
             "rates",
             r["rates"]["peak_rss_mb"],
             floor,
+        ),
+        row(
+            "failcast lemons (the command in-process, its imports included)",
+            "lemons",
+            r["lemons"]["peak_rss_mb"],
+            floor,
+        ),
+        row(
+            "analysis.analyze (what fit, the report and run compute; imports included)",
+            "analyze",
+            r["analyze"]["peak_rss_mb"],
+            floor,
+            note=f"{r['analyze']['interruptions']:,} interruptions",
         ),
         row(
             "**failcast ingest + rates**",

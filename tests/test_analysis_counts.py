@@ -269,3 +269,76 @@ def test_no_failures_and_no_incidents(tmp_path):
         counts.rates(["level"])
     counts.close()
     con.close()
+
+
+def test_lemons_counted_in_duckdb_are_the_polars_test(fleet_con):
+    """failcast lemons: the node rates on calendar exposure, one cluster's (--cluster), counted in
+    DuckDB, give the lemon test of the rows (node_evidence)."""
+    inventory = warehouse.table(fleet_con, "inventory")
+    end = transform.observation_end(warehouse.latest_incident(fleet_con), inventory)
+    exposure = transform.exposure_intervals(inventory, end)
+    for part in (exposure, exposure.filter(pl.col("cluster_id") == exposure["cluster_id"].max())):
+        _, expected, _ = analysis.node_evidence(analysis.read_failures(fleet_con), part)
+        counts = FailureCounts(fleet_con, part, end, basis="calendar")
+        got, _ = analysis.lemon_evidence(counts.rates(["cluster_id", "node_id"]))
+        counts.close()
+        # bit for bit: the node-hours are summed as failure_rates sums them (transform.exposure_sums)
+        assert_frame_equal(got.table_, expected.table_, check_exact=True)
+        assert got.dispersion_ == expected.dispersion_
+
+
+# one node "n" in service from 0 h (to the hours given, or open), failures at the hours given;
+# what each rule gives: failures counted, left out (after the window end, out of service), and
+# the failures by calendar month (T0 is 2026-03-02: 720 h is 2026-04-01 00:00)
+BOUNDARIES = {
+    "zero failures": ([(0, None)], [], 0, (0, 0), {}),
+    "one failure inside": ([(0, None)], [10], 1, (0, 0), {"2026-03": 1}),
+    "at the interval's end": ([(0, 100)], [100], 1, (0, 0), {"2026-03": 1}),
+    "just after the interval's end": ([(0, 100)], [100.001], 0, (0, 1), {}),
+    "at the interval's start": ([(0, 100)], [0], 1, (0, 0), {"2026-03": 1}),
+    "between adjacent intervals: once, in the first": (
+        [(0, 100), (100, None)],
+        [100],
+        1,
+        (0, 0),
+        {"2026-03": 1},
+    ),
+    "at the window end": ([(0, None)], [800], 1, (0, 0), {"2026-04": 1}),
+    "after the window end": ([(0, None)], [800.5], 0, (1, 0), {}),
+    "at a month boundary that ends its interval": ([(0, 720), (720, None)], [720], 1, (0, 0), {"2026-03": 1}),
+    "at a month boundary inside an interval": ([(0, None)], [720], 1, (0, 0), {"2026-04": 1}),
+}
+
+
+@pytest.mark.parametrize("basis", ["calendar", "uptime"])
+@pytest.mark.parametrize("case", list(BOUNDARIES))
+def test_one_node_boundaries(tmp_path, case, basis):
+    """Table-driven boundaries on one node: the DuckDB counts against the hand-worked answer and
+    the Polars transforms (no outage has a recorded end, so uptime is the calendar here)."""
+    intervals, hours, counted, (after, outside), by_month = BOUNDARIES[case]
+    con = _warehouse(
+        tmp_path / "one.duckdb",
+        _incidents([(h, "a", "n", "xid", "gpu", True, None) for h in hours]),
+        _inventory([("a", "n", "p5", 8, start, stop) for start, stop in intervals]),
+    )
+    end = at(800)
+    inventory = warehouse.table(con, "inventory")
+    service = [(start, 800 if stop is None else stop) for start, stop in intervals]
+    failures, at_risk, in_service = _polars(con, end, 30.0, basis)
+    expected = {
+        "node": transform.failure_rates(failures, at_risk, by=["node_id"], in_service=in_service),
+        "month": transform.failure_rates(failures, at_risk, by=[], period="month", in_service=in_service),
+    }
+    left_expected = transform.failures_left_out(failures, at_risk, end, in_service=in_service)
+    counts = FailureCounts(con, transform.exposure_intervals(inventory, end), end, basis=basis)
+    node, month = counts.rates(["node_id"]), counts.rates([], period="month")
+    assert node["failures"].to_list() == [counted]
+    assert node["exposure_node_hours"].item() == pytest.approx(sum(b - a for a, b in service))
+    got_months = {f"{p:%Y-%m}": n for p, n in month.select("period", "failures").iter_rows() if n}
+    assert got_months == by_month
+    assert counts.left_out()["failures"].to_list() == [after, 0, outside]
+    assert_frame_equal(node, expected["node"], check_exact=False, rel_tol=1e-12)
+    assert_frame_equal(month, expected["month"], check_exact=False, rel_tol=1e-12)
+    assert_frame_equal(counts.left_out(), left_expected)
+    counts.close()
+    con.close()

@@ -367,3 +367,29 @@ def test_vectorised_beta_binomial_tail_is_scipys_bit_for_bit():
     tail = models.lemons.betabinom_tail(k, n, a, b, where)
     assert np.array_equal(tail, np.where(where, betabinom.sf(k - 1, n, a, b), 1.0))
     assert (tail[where] < 1).any() and (tail[~where] == 1).all()
+
+
+@pytest.mark.parametrize("window", [None, "0"])
+def test_lemons_cli_counts_as_the_rows_do(sample_warehouse, window):
+    """failcast lemons counts its node rates in DuckDB (calendar exposure, pipeline/analysis/counts.py)
+    and, with --interruption-window 0, from the incident rows: either way the lemon test of
+    node_evidence on the rows, bit for bit, with and without --cluster."""
+    import json
+
+    from pipeline import warehouse
+
+    con = warehouse.connect(sample_warehouse, read_only=True)
+    inventory = warehouse.table(con, "inventory")
+    end = transform.observation_end(warehouse.latest_incident(con), inventory)
+    exposure = transform.exposure_intervals(inventory, end)
+    failures = analysis.read_failures(con, window_minutes=None if window else 30.0)
+    con.close()
+    first = exposure["cluster_id"].min()
+    for clusters in ([], [first]):
+        part = exposure.filter(pl.col("cluster_id").is_in(clusters)) if clusters else exposure
+        _, test, _ = analysis.node_evidence(failures, part, lemon_fdr=0.2)
+        args = ["--cluster", first] * bool(clusters) + ["--interruption-window", window] * bool(window)
+        payload = json.loads(_run("lemons", "--db", str(sample_warehouse), "--json", "--fdr", "0.2", *args))
+        assert payload["nodes_tested"] == test.table_.height
+        assert payload["dispersion"] == test.dispersion_
+        assert [r["node_id"] for r in payload["lemons"]] == test.lemons_["node_id"].to_list()

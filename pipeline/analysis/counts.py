@@ -24,6 +24,13 @@ compares both on fleets with every edge case):
 5. counts by group, node-hours by group (split at calendar periods for ``--period``) and the
    left-out counts by reason (:func:`pipeline.transform.failures_left_out`).
 
+``failcast lemons`` counts its node rates here too, on calendar intervals, whose node-hours are
+summed by the transforms' own :func:`pipeline.transform.exposure_sums` (DuckDB's sums, added in
+another order, moved the sample's lemon p-values by 2e-7). ``analyze`` does not count here: it
+needs the failure rows (gaps, outages, trend tests), and once they are in Polars its joins and
+group-bys take less CPU than handing the rows to DuckDB (bench/RESULTS.md, "Issue 18, lemons and
+analyze (h18v)").
+
 Why: at 10 M incidents (3.4 M interrupting) the row frames of steps 1-4 held 3.5 GB in Polars;
 DuckDB keeps them within its memory cap (spilling past it) and sorts the string keys faster.
 bench/RESULTS.md, "Issue 18, rates in DuckDB (h18s)", has the numbers. Intermediate results are
@@ -274,6 +281,8 @@ class FailureCounts:
             raise ValueError("window_minutes must not be negative")
         self.con = con
         self.observed_until = observed_until
+        # "calendar": the pieces are exposure's own rows, summed by Polars (see _exposure_sums)
+        self._calendar = exposure if basis == "calendar" else None
         window = timedelta(minutes=window_minutes)
         con.execute(_NODES)
         query = _FAULTS.format(query=warehouse.incidents_query(con, row=True))
@@ -324,19 +333,10 @@ class FailureCounts:
         exposure_keys = [k for k in by if k in transform.EXPOSURE_KEYS]
         incident_keys = [k for k in by if k not in transform.EXPOSURE_KEYS]
         counted = [f"{_KEYS[k]} AS {k}, " for k in [*exposure_keys, *incident_keys]]
-        summed = [f"{_KEYS[k]} AS {k}, " for k in exposure_keys]
-        pieces, params = "_fc_pieces", {}
+        sums = self._exposure_sums(exposure_keys, period)
         if period:
             counted.append(_FAILURE_PERIOD)
-            summed.append("p.period, ")
-            pieces, params = _PERIOD_PIECES, {"unit": period, "step": _PERIOD_STEPS[period]}
             exposure_keys = [*exposure_keys, "period"]
-        sums = self.con.sql(
-            _EXPOSURE_SUMS.format(
-                columns="".join(summed), pieces=pieces, group=" GROUP BY ALL" * bool(summed)
-            ),
-            params=params or None,
-        ).pl()
         counts = self.con.sql(
             _COUNTS.format(
                 columns="".join(counted),
@@ -351,6 +351,22 @@ class FailureCounts:
         return transform.rates_from_counts(
             sums, counts, exposure_keys, values, confidence=confidence, dispersion=dispersion
         )
+
+    def _exposure_sums(self, keys: list[str], period: str | None) -> pl.DataFrame:
+        """Node-hours and GPU-hours of the pieces by ``keys`` (and ``period``). Calendar pieces are
+        the given intervals: summed by failure_rates' own code, in the same order (the lemon test
+        turns a last-bit difference in a node's hours into 1e-7 in its p-values); uptime pieces
+        exist only in DuckDB and are summed there."""
+        if self._calendar is not None:
+            return transform.exposure_sums(self._calendar, keys, period=period)
+        summed = [f"{_KEYS[k]} AS {k}, " for k in keys]
+        pieces, params = "_fc_pieces", None
+        if period:
+            summed.append("p.period, ")
+            pieces, params = _PERIOD_PIECES, {"unit": period, "step": _PERIOD_STEPS[period]}
+        group = " GROUP BY ALL" * bool(summed)
+        query = _EXPOSURE_SUMS.format(columns="".join(summed), pieces=pieces, group=group)
+        return self.con.sql(query, params=params).pl()
 
     def left_out(self) -> pl.DataFrame:
         """:func:`pipeline.transform.failures_left_out` of these failures: one row per reason."""

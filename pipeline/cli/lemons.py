@@ -10,6 +10,7 @@ import polars as pl
 
 from pipeline import analysis as analysis_mod
 from pipeline import transform, warehouse
+from pipeline.analysis.counts import FailureCounts
 from pipeline.cli.common import db_option, echo_json, json_option, main, records, safe_lines, until_option
 from pipeline.cli.stats import fdr_option, interruption_window_option
 from pipeline.ingest.hostlist import compress, host_order
@@ -50,14 +51,20 @@ def lemons(
     con = warehouse.connect(db, read_only=True)
     inventory = warehouse.table(con, "inventory")
     end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
-    failures = analysis_mod.read_failures(con, window_minutes=interruption_window or None)
     exposure = transform.exposure_intervals(inventory, end)
     if clusters:
         unknown = sorted(set(clusters) - set(exposure["cluster_id"]))
         if unknown:
             raise ValueError(f"no cluster {', '.join(unknown)} in the inventory within the window")
         exposure = exposure.filter(pl.col("cluster_id").is_in(list(clusters)))
-    _, test, _ = analysis_mod.node_evidence(failures, exposure, lemon_fdr=fdr)
+    if interruption_window:
+        # counted inside DuckDB, no failure rows in Python (pipeline/analysis/counts.py)
+        counts = FailureCounts(con, exposure, end, window_minutes=interruption_window, basis="calendar")
+        test, _ = analysis_mod.lemon_evidence(counts.rates(["cluster_id", "node_id"]), lemon_fdr=fdr)
+        counts.close()
+    else:
+        failures = analysis_mod.read_failures(con, window_minutes=None)
+        _, test, _ = analysis_mod.node_evidence(failures, exposure, lemon_fdr=fdr)
     if output == "hostlist":
         for expression in hostlists(test.lemons_).values():
             click.echo(safe_lines(expression))

@@ -293,15 +293,14 @@ def failure_rates(
     if period is not None and period not in PERIODS:
         raise ValueError(f"unknown period {period!r}; use one of {', '.join(PERIODS)}")
     exposure_keys = [k for k in by if k in EXPOSURE_KEYS]
-    base_exposure = exposure
+    sums = exposure_sums(exposure, exposure_keys, period=period)
     if period:
-        exposure = _periodic_exposure(exposure, PERIODS[period])
         exposure_keys.append("period")
     keys = [*exposure_keys, *incident_keys]
 
     counted = incidents.filter(pl.col("interrupting")) if interrupting_only else incidents
     if in_service is None:
-        events = failures_in_service(counted, base_exposure, with_interval=bool(period))
+        events = failures_in_service(counted, exposure, with_interval=bool(period))
     else:
         events = in_service.filter(pl.col("interrupting")) if interrupting_only else in_service
         events = events if period else events.drop("start_utc", "end_utc")
@@ -311,23 +310,37 @@ def failure_rates(
         at = pl.when(t == pl.col("end_utc")).then(t - timedelta(microseconds=1)).otherwise(t)
         events = events.with_columns(period=at.dt.truncate(PERIODS[period]))
 
-    exposure_sums = exposure.group_by(exposure_keys or pl.lit(0).alias("_all")).agg(
-        exposure_node_hours=pl.col("node_hours").sum(),
-        exposure_gpu_hours=pl.col("gpu_hours").sum(),
-    )
     on_gpus = (pl.col("gpus_per_node") > 0).sum() if "gpus_per_node" in events.columns else pl.len()
     counts = events.group_by(keys or pl.lit(0).alias("_all")).agg(
         failures=pl.len(), gpu_node_failures=on_gpus
     )
     values = counted.select(incident_keys).unique() if incident_keys else None
     return rates_from_counts(
-        exposure_sums.drop("_all", strict=False),
+        sums,
         counts.drop("_all", strict=False),
         exposure_keys,
         values,
         confidence=confidence,
         dispersion=dispersion,
     )
+
+
+def exposure_sums(exposure: pl.DataFrame, keys: Sequence[str], *, period: str | None = None) -> pl.DataFrame:
+    """``exposure_node_hours`` and ``exposure_gpu_hours`` of ``exposure`` per group of ``keys``
+    (exposure keys; ``period`` adds a calendar ``period`` column, each interval split at period
+    boundaries): what :func:`failure_rates` divides by. Apart so that counts made in DuckDB
+    (:class:`pipeline.analysis.counts.FailureCounts` on calendar intervals) divide by the same
+    sums, added in the same order: the lemon test turns a last-bit difference in a node's hours
+    into 1e-7 in its p-values."""
+    keys = list(keys)
+    if period:
+        exposure = _periodic_exposure(exposure, PERIODS[period])
+        keys.append("period")
+    sums = exposure.group_by(keys or pl.lit(0).alias("_all")).agg(
+        exposure_node_hours=pl.col("node_hours").sum(),
+        exposure_gpu_hours=pl.col("gpu_hours").sum(),
+    )
+    return sums.drop("_all", strict=False)
 
 
 def rates_from_counts(
