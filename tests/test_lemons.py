@@ -296,10 +296,15 @@ def test_lemons_cli_and_report_use_the_analysis(sample_warehouse):
     con = warehouse.connect(sample_warehouse, read_only=True)
     result = analysis.analyze(con, lemon_fdr=0.2)
     con.close()
+    assert result.outages["end_utc"].is_not_null().any()  # uptime is not calendar time here
     payload = json.loads(_run("lemons", "--db", str(sample_warehouse), "--json", "--fdr", "0.2"))
     flagged = result.lemons.lemons_
     assert [r["node_id"] for r in payload["lemons"]] == flagged["node_id"].to_list()
     assert payload["nodes_tested"] == result.rates_by_node.height
+    # the same hours at risk as the report's (uptime by default): the same dispersion and p-values
+    assert payload["exposure_basis"] == result.exposure_basis == "uptime"
+    assert payload["dispersion"] == pytest.approx(result.lemons.dispersion_, rel=1e-6)
+    assert [r["p_value"] for r in payload["lemons"]] == pytest.approx(flagged["p_value"].to_list(), rel=1e-6)
     drained = _run("lemons", "--db", str(sample_warehouse), "--format", "hostlist", "--fdr", "0.2")
     assert sorted(h for line in drained.split() for h in expand(line)) == sorted(flagged["node_id"])
     section = next(s for s in fleet_sections(result) if s.slug == "lemon-nodes")
@@ -371,7 +376,7 @@ def test_vectorised_beta_binomial_tail_is_scipys_bit_for_bit():
 
 @pytest.mark.parametrize("window", [None, "0"])
 def test_lemons_cli_counts_as_the_rows_do(sample_warehouse, window):
-    """failcast lemons counts its node rates in DuckDB (calendar exposure, pipeline/analysis/counts.py)
+    """failcast lemons counts its node rates in DuckDB (here calendar exposure, analysis/counts.py)
     and, with --interruption-window 0, from the incident rows: either way the lemon test of
     node_evidence on the rows, bit for bit, with and without --cluster."""
     import json
@@ -389,6 +394,7 @@ def test_lemons_cli_counts_as_the_rows_do(sample_warehouse, window):
         part = exposure.filter(pl.col("cluster_id").is_in(clusters)) if clusters else exposure
         _, test, _ = analysis.node_evidence(failures, part, lemon_fdr=0.2)
         args = ["--cluster", first] * bool(clusters) + ["--interruption-window", window] * bool(window)
+        args += ["--exposure", "calendar"]  # uptime: test_lemons_cli_and_report_use_the_analysis
         payload = json.loads(_run("lemons", "--db", str(sample_warehouse), "--json", "--fdr", "0.2", *args))
         assert payload["nodes_tested"] == test.table_.height
         assert payload["dispersion"] == test.dispersion_

@@ -12,7 +12,7 @@ from pipeline import analysis as analysis_mod
 from pipeline import transform, warehouse
 from pipeline.analysis.counts import FailureCounts
 from pipeline.cli.common import db_option, echo_json, json_option, main, records, safe_lines, until_option
-from pipeline.cli.stats import fdr_option, interruption_window_option
+from pipeline.cli.stats import exposure_option, fdr_option, interruption_window_option
 from pipeline.ingest.hostlist import compress, host_order
 from pipeline.report.format import text_table
 from pipeline.report.lemons import lemon_note, lemon_table
@@ -31,6 +31,7 @@ def hostlists(lemons: pl.DataFrame) -> dict[str, str]:
 @until_option
 @fdr_option
 @interruption_window_option
+@exposure_option
 @click.option("--cluster", "clusters", multiple=True, help="Only these clusters (repeatable).")
 @click.option(
     "--format",
@@ -43,11 +44,20 @@ def hostlists(lemons: pl.DataFrame) -> dict[str, str]:
 )
 @json_option
 def lemons(
-    db: Path, observed_until, fdr: float, interruption_window: float, clusters, output, as_json
+    db: Path,
+    observed_until,
+    fdr: float,
+    interruption_window: float,
+    exposure_basis: str,
+    clusters,
+    output,
+    as_json,
 ) -> None:
     """Lemon nodes: each node's test against the rest of its cluster, allowing for failures that
     cluster in time (dispersion of the unremarkable nodes), false discoveries controlled across
-    nodes (Benjamini–Hochberg), and the cluster rates without them."""
+    nodes (Benjamini–Hochberg), and the cluster rates without them. Hours at risk as in failcast
+    rates and the report (uptime by default, --exposure), so the nodes drained are the ones the
+    report names."""
     con = warehouse.connect(db, read_only=True)
     inventory = warehouse.table(con, "inventory")
     end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
@@ -59,12 +69,13 @@ def lemons(
         exposure = exposure.filter(pl.col("cluster_id").is_in(list(clusters)))
     if interruption_window:
         # counted inside DuckDB, no failure rows in Python (pipeline/analysis/counts.py)
-        counts = FailureCounts(con, exposure, end, window_minutes=interruption_window, basis="calendar")
+        counts = FailureCounts(con, exposure, end, window_minutes=interruption_window, basis=exposure_basis)
         test, _ = analysis_mod.lemon_evidence(counts.rates(["cluster_id", "node_id"]), lemon_fdr=fdr)
         counts.close()
     else:
         failures = analysis_mod.read_failures(con, window_minutes=None)
-        _, test, _ = analysis_mod.node_evidence(failures, exposure, lemon_fdr=fdr)
+        at_risk, _ = analysis_mod.rate_exposure(failures, inventory, exposure, end, exposure_basis)
+        _, test, _ = analysis_mod.node_evidence(failures, at_risk, lemon_fdr=fdr)
     if output == "hostlist":
         for expression in hostlists(test.lemons_).values():
             click.echo(safe_lines(expression))
@@ -73,6 +84,7 @@ def lemons(
             {
                 "observed_until": end,
                 "fdr": fdr,
+                "exposure_basis": exposure_basis,
                 "nodes_tested": test.table_.height,
                 "dispersion": test.dispersion_,
                 "exposure_estimated": transform.exposure_estimated(inventory),
