@@ -74,6 +74,7 @@ ALLOWED_SQL_INTERPOLATIONS = {
     ("pipeline/ingest/cloud_events.py", "time_sql('start_text')"): "SQL of a literal column name",
     ("pipeline/ingest/cloud_events.py", "time_sql('end_text')"): "SQL of a literal column name",
     ("pipeline/ingest/cloud_events.py", "time_sql('ts_text')"): "SQL of a literal column name",
+    ("pipeline/ingest/hyperpod_hma.py", "time_sql('time_text')"): "SQL of a literal column name",
     ("pipeline/ingest/canonical_checks.py", "time_sql('trim(timestamp)', time_format=time_format)"): (
         "SQL of a column; the format itself is bound as $time_format"
     ),

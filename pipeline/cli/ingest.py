@@ -56,6 +56,10 @@ Formats (auto-detected from the name or the first lines, or --format); any may b
               {"InstanceStatuses": [{"InstanceId": "i-0abc", "Events": [{"Code": "system-reboot", ...
   gce-audit   gcloud logging read (system_event audit log) --format=json: compute.instances.hostError
               (planned=false), terminateOnHostMaintenance / migrateOnHostMaintenance (planned=true)
+  hyperpod-hma  SageMaker HyperPod health-monitoring agent detections from CloudWatch: aws logs
+              filter-log-events --output json, a Logs Insights CSV (@timestamp,@logStream,@message) or
+              the console's lines (<@timestamp> {"level":...,"details: ":{...}} : need --node); node =
+              instance id of SagemakerHealthMonitoringAgent/<group>/<instance-id>, category = reason
   training-log  PyTorch job logs: NCCL watchdog timeouts, torchelastic worker-group failures and
               rendezvous completions (restarts) give measured detection and restart times, e.g.
               [rank1]:[E810 03:04:11.061727749 ProcessGroupNCCL.cpp:683] [Rank 1] Watchdog caught ...
@@ -165,7 +169,10 @@ def limit_options(command):
     help="cluster_id for logs that do not name one (default: from the inventory), and of tables "
     "(tickets, inventory) with no cluster_id column: one cluster's exports.",
 )
-@click.option("--node", help="node_id for log lines without a hostname (dmesg -T output, training logs).")
+@click.option(
+    "--node",
+    help="node_id for log lines without a hostname (dmesg -T output, training logs, HyperPod HMA lines).",
+)
 @click.option(
     "--job",
     help="job_id of a training log (default: the file name without .log/.gz); its Slurm JobID links it "

@@ -7,9 +7,10 @@ codes mapped by :mod:`.xid`); Slurm ``sacct`` parsable output (:mod:`.sacct`), n
 (:mod:`.slurmctld`); Kubernetes events and node conditions ``kubernetes`` (``kubectl get events -A
 -o json``, ``kubectl get nodes -o json``, :mod:`.kubernetes`); cloud maintenance and host-error events
 ``ec2-status`` (``aws ec2 describe-instance-status``) and ``gce-audit`` (Compute Engine system-event audit
-log entries), :mod:`.cloud_events`; PyTorch job logs ``training-log`` (NCCL watchdog, torchelastic
-restarts: :mod:`.training_log`); a log lake written by ``failcast extract`` (a directory,
-:mod:`.lake`); public data sets ``lanl``, ``titan``, ``bgl`` (named only,
+log entries), :mod:`.cloud_events`; SageMaker HyperPod health-monitoring agent detections
+``hyperpod-hma`` (CloudWatch exports, :mod:`.hyperpod_hma`); PyTorch job logs ``training-log`` (NCCL
+watchdog, torchelastic restarts: :mod:`.training_log`); a log lake written by ``failcast extract``
+(a directory, :mod:`.lake`); public data sets ``lanl``, ``titan``, ``bgl`` (named only,
 :mod:`pipeline.datasets.load`). Any may be ``.gz``.
 
 Rules that every reader follows:
@@ -55,6 +56,9 @@ from pipeline.ingest.canonical import (
 from pipeline.ingest.cloud_events import FORMATS as CLOUD_FORMATS
 from pipeline.ingest.cloud_events import ingest_cloud_events
 from pipeline.ingest.common import FileSummary, InputError, check_time_format, checked_timezone, sha256_of
+from pipeline.ingest.hyperpod_hma import FORMAT as HMA_FORMAT
+from pipeline.ingest.hyperpod_hma import SNIFF as HMA_SNIFF
+from pipeline.ingest.hyperpod_hma import ingest_hyperpod_hma
 from pipeline.ingest.json_array import is_json_document
 from pipeline.ingest.kernel_log import SpanWorkers, ingest_kernel_log, parallel_parts
 from pipeline.ingest.kubernetes import ingest_kubernetes
@@ -78,6 +82,7 @@ LOG_READERS = {
     "slurmctld": (ingest_slurmctld, ("cluster", "year")),
     "kubernetes": (ingest_kubernetes, ("cluster",)),
     "training-log": (ingest_training_log, ("cluster", "node", "job", "year")),
+    HMA_FORMAT: (ingest_hyperpod_hma, ("cluster", "node")),
 }
 FORMATS = (*TABLE_FORMATS, *LOG_READERS, *CLOUD_FORMATS, *DATASET_FORMATS)
 
@@ -157,8 +162,11 @@ def detect_format(path: Path) -> str:
     """From the name (.csv/.tsv, .jsonl/.ndjson/.json, .parquet), else from the first 64 KiB. JSON
     (first character ``{`` or ``[``) that holds Kubernetes Events or Nodes is ``kubernetes``, EC2 or
     GCE cloud events when its keys say so, whatever the file's name; other JSON is ``json`` (one
-    document: an array of records, or an object holding one) or ``jsonl`` (a record per line)."""
+    document: an array of records, or an object holding one) or ``jsonl`` (a record per line).
+    A file (CSV too) naming HyperPod's ``HealthMonitoringAgentDetectionEvent`` is ``hyperpod-hma``."""
     name = path.name.lower().removesuffix(".gz")
+    if not name.endswith(".parquet") and HMA_SNIFF.search(head_text(path)):
+        return HMA_FORMAT
     if not name.endswith((".csv", ".tsv", ".parquet")):
         head = head_text(path).removeprefix(BOM)
         if head.lstrip().startswith("{") and _KUBERNETES.search(head) and _KUBERNETES_API.search(head):

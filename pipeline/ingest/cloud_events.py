@@ -100,7 +100,7 @@ _SCHEMA = {
 _Record = dict
 
 
-def _documents(text: str) -> Iterator[tuple[int, int, object, str | None]]:
+def json_values(text: str) -> Iterator[tuple[int, int, object, str | None]]:
     """(start, end, value, error) of each top-level JSON value (on an error: the text skipped, from
     the broken value to where reading resumes); an array's elements come one by one,
     so the records before a truncation are kept. After an error, reading resumes at the next line
@@ -182,7 +182,7 @@ def _ec2_records(value: object) -> Iterator[tuple[int, int | None, _Record]]:
             yield i, j, _ec2_event(instance, event)
 
 
-def _item_starts(text: str, start: int, end: int, key: str, count: int) -> list[int] | None:
+def item_starts(text: str, start: int, end: int, key: str, count: int) -> list[int] | None:
     """Where each element of the array under ``key`` of the (valid) JSON object in
     ``text[start:end]`` starts, or None when they cannot be told (not ``count`` elements found).
     A quote inside a JSON string is escaped, so ``"key":`` cannot match inside a value."""
@@ -256,7 +256,7 @@ def _gce_record(entry: object) -> _Record:
 def _records(text: str, fmt: str) -> Iterator[tuple[int, _Record]]:
     """(offset, record) of every record of the file, in order: a record's offset is where its
     JSON object starts (an EC2 event's own object), so rejects name its line."""
-    for start, end, value, error in _documents(text):
+    for start, end, value, error in json_values(text):
         if error is not None:
             yield start, _Record(problem=error, raw=str(value)[:_RAW_CHARS])
         elif fmt == "gce-audit":
@@ -269,7 +269,7 @@ def _ec2_located(text: str, start: int, end: int, value: object) -> Iterator[tup
     statuses = value.get("InstanceStatuses") if isinstance(value, dict) else None
     status_starts = [start]
     if isinstance(statuses, list):
-        status_starts = _item_starts(text, start, end, "InstanceStatuses", len(statuses)) or [start] * len(
+        status_starts = item_starts(text, start, end, "InstanceStatuses", len(statuses)) or [start] * len(
             statuses
         )
     event_starts: dict[int, list[int] | None] = {}
@@ -279,7 +279,7 @@ def _ec2_located(text: str, start: int, end: int, value: object) -> Iterator[tup
             if i not in event_starts:
                 status = statuses[i] if isinstance(statuses, list) else value
                 after = status_starts[i + 1] if i + 1 < len(status_starts) else end
-                event_starts[i] = _item_starts(text, at, after, "Events", len(status["Events"]))
+                event_starts[i] = item_starts(text, at, after, "Events", len(status["Events"]))
             at = event_starts[i][j] if event_starts[i] else at
         yield at, record
 

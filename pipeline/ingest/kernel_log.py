@@ -72,10 +72,6 @@ _CTIME = (
     r"(?<ct_hms>\d{2}:\d{2}:\d{2})\s+(?<ct_year>\d{4})\]\s*(?<ct_rest>.*)$"
 )
 _MONOTONIC = r"^\[\s*\d+\.\d+\]"
-_XID = (
-    r"(?<sxid>S?)Xid \((?:PCI:)?(?<pci>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9A-Fa-f])?\):"
-    r"\s*(?<code>\d+)"
-)
 _KERNEL_PREFIX = r"^(?:kernel:\s*)?(?:\[\s*\d+\.\d+\]\s*)?"
 
 SPAN_BYTES = 32 << 20
@@ -125,7 +121,7 @@ def _parse_xid_lines(rel: pl.DataFrame, node: str | None, bus_order: Mapping[str
         pl.col("text").str.extract_groups(_ISO).alias("iso"),
         pl.col("text").str.extract_groups(_BSD).alias("bsd"),
         pl.col("text").str.extract_groups(_CTIME).alias("ct"),
-        pl.col("text").str.extract_groups(_XID).alias("x"),
+        pl.col("text").str.extract_groups(xid_catalog.XID_LINE).alias("x"),
     ).unnest("iso", "bsd", "ct", "x")
     form = (
         pl.when(pl.col("iso_ts").is_not_null())

@@ -54,7 +54,7 @@ import polars as pl
 
 from pipeline.ingest.common import FileSummary, InputError, account_lines, count, register_file, registered
 from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, head_text, is_gzip, read_lines
-from pipeline.ingest.taxonomy import xid_in_text
+from pipeline.ingest.taxonomy import category_with_xid
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
 FORMAT = "kubernetes"
@@ -109,16 +109,6 @@ def _raw(item: object) -> str:
     return text if len(text) <= RAW_CHARS else text[:RAW_CHARS] + "…"
 
 
-def _category(reason: str, message: str) -> tuple[str, int | None]:
-    """The reason, with `` Xid N`` added when only the message names the code."""
-    in_reason, in_message = xid_in_text(reason), xid_in_text(message)
-    if in_reason:
-        return reason, in_reason[1]
-    if in_message:
-        return f"{reason} {in_message[0]} {in_message[1]}", in_message[1]
-    return reason, None
-
-
 def _event(item: dict, line: int, out: _Parsed) -> str | None:
     """Rows of one Event; returns the reject reason, or None."""
     new_api = (
@@ -154,7 +144,7 @@ def _event(item: dict, line: int, out: _Parsed) -> str | None:
         out.closers.append((line, last or first, node, f"event:{NOT_READY}"))
         return None
     message = _text(item.get("note" if new_api else "message"))
-    category, xid = _category(reason, message)
+    category, xid = category_with_xid(reason, message)
     seen = series.get("count") or item.get("deprecatedCount" if new_api else "count") or 1
     out.new.append((line, first, node, category, message, xid, None))
     if isinstance(seen, int) and seen > 1 and last is not None and last > first:
@@ -193,7 +183,7 @@ def _node(item: dict, line: int, out: _Parsed) -> str | None:
         closers.append((line, since, node, f"condition:{kind}"))
         if problem:
             message = f"{kind}={status}: {_text(condition.get('message'))}".rstrip(": ")
-            category, xid = _category(_text(condition.get("reason")) or kind, message)
+            category, xid = category_with_xid(_text(condition.get("reason")) or kind, message)
             rows.append((line, since, node, category, message, xid, kind))
     out.new.extend(rows)
     out.closers.extend(closers)

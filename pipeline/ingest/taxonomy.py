@@ -233,3 +233,17 @@ def parse_category_map(pairs: Iterable[str]) -> CategoryMap:
         if flag:
             flags[normal_form(source)] = flag == "interrupting"
     return CategoryMap(classes, flags)
+
+
+def category_with_xid(reason: str, message: str) -> tuple[str, int | None]:
+    """A reader's category and Xid code: the source's reason, with `` Xid N`` added when only the
+    message names the code (``GpuError`` and "Xid 79 on GPU 3" give ``GpuError Xid 79``), so
+    :func:`classify` finds the code in the category and the Xid catalog classes it. The message is
+    read as :func:`xid_in_text` reads it: a caller holding the driver's own line, whose PCI id
+    stands between the word and the code, passes its code in that form (``Xid 79``)."""
+    in_reason, in_message = xid_in_text(reason), xid_in_text(message)
+    if in_reason:
+        return reason, in_reason[1]
+    if in_message:
+        return f"{reason} {in_message[0]} {in_message[1]}", in_message[1]
+    return reason, None

@@ -86,6 +86,14 @@ XID_CATALOG: dict[int, XidInfo] = {
     155: XidInfo("NVLink link down", C.NVLINK, "RESET_GPU"),
 }
 
+XID_LINE = (
+    r"(?P<sxid>S?)Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9A-Fa-f])?\):"
+    r"\s*(?P<code>\d+)"
+)
+"""The driver's Xid (or NVSwitch SXid) text: PCI id (``PCI:`` prefix optional, as on old drivers) and code.
+One pattern for Polars and Python's ``re`` (named groups ``sxid``, ``pci``, ``code``): kernel logs and
+the Xid lines other tools quote (HyperPod's health agent) are parsed alike."""
+
 SXID_CATEGORY = C.NVLINK
 SXID_ACTION = "CHECK_FABRIC"
 UNKNOWN_ACTION = "CONTACT_SUPPORT"

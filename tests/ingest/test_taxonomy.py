@@ -13,7 +13,7 @@ from pipeline.categories import SYNONYMS, CategoryMap, FailureCategory, normal_f
 from pipeline.cli import main
 from pipeline.config import ConfigError, load_config
 from pipeline.ingest import ReaderOptions, ingest_files, parse_category_map
-from pipeline.ingest.taxonomy import classify
+from pipeline.ingest.taxonomy import category_with_xid, classify
 
 C = FailureCategory
 
@@ -390,3 +390,19 @@ def test_a_warehouse_from_before_classes_keeps_working(tmp_path):
         ("application", "application", False),
         ("gpu_memory", "gpu_memory", True),
     ]
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "expected"),
+    [
+        ("GpuError", "Xid 48 on GPU 3", ("GpuError Xid 48", 48)),
+        ("NVSwitchFault", "SXid 12028 non-fatal", ("NVSwitchFault SXid 12028", 12028)),
+        ("NvidiaXID79Error", "Xid 48", ("NvidiaXID79Error", 79)),  # the reason's code wins
+        ("KernelOops", "BUG: unable to handle page fault", ("KernelOops", None)),
+        # the driver's line is not read here (the PCI id stands between word and code): readers
+        # that quote it (hyperpod_hma) pass its code as "Xid N"
+        ("XidHardwareFailure", "NVRM: Xid (PCI:0000:b9:00): 79, pid=1", ("XidHardwareFailure", None)),
+    ],
+)
+def test_category_with_xid(reason, message, expected):
+    assert category_with_xid(reason, message) == expected
