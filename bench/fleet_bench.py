@@ -329,10 +329,10 @@ def ingest_incremental(paths, db: Path) -> dict:
     return {"ingest_s": wall, "ingest_cpu_s": cpu, "rows": s.rows_ingested, "duplicates": s.rows_duplicate}
 
 
-def rebuild(paths, db: Path) -> dict:
-    """The incident rebuild alone, as a first ingest runs it: on a copy of ingest_canonical's
-    warehouse (run that stage first) whose incidents are deleted and checkpointed away, then a
-    full ``rebuild_incidents`` and its commit, each timed (wall and CPU of this process)."""
+def _rebuild_alone(source: Path) -> dict:
+    """The incident rebuild alone, as a first ingest runs it: on a copy of ``source`` whose
+    incidents are deleted and checkpointed away, a full ``rebuild_incidents`` and its commit, each
+    timed (wall and CPU of this process)."""
     import resource
 
     from pipeline import warehouse
@@ -341,9 +341,9 @@ def rebuild(paths, db: Path) -> dict:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return usage.ru_utime + usage.ru_stime
 
-    copy = db.with_name("rebuild.duckdb")
+    copy = source.with_name("rebuild.duckdb")
     _fresh(copy)
-    shutil.copyfile(db, copy)
+    shutil.copyfile(source, copy)
     con = warehouse.connect(copy)
     con.execute("DELETE FROM incidents; DELETE FROM incidents_built; CHECKPOINT")
     con.execute("BEGIN TRANSACTION")
@@ -358,6 +358,43 @@ def rebuild(paths, db: Path) -> dict:
     con.close()
     _fresh(copy)
     return facts
+
+
+def rebuild(paths, db: Path) -> dict:
+    """The rebuild of ingest_canonical's warehouse (run that stage first)."""
+    return _rebuild_alone(db)
+
+
+STORM_REPEATS_MIN = (1, 2)
+ON_REQUEST = ("storm", "rebuild_storm")  # run only when named in --only
+
+
+def storm(paths, db: Path) -> dict:
+    """An Xid-storm warehouse (``storm.duckdb``, next to ingest_canonical's, which it copies): every
+    event repeated ``STORM_REPEATS_MIN`` minutes later (new content keys), so nearly every incident
+    holds three events; incidents left empty for ``rebuild_storm``. Its own stage, so that the
+    rebuild's child does not carry this insert's memory in its peak RSS."""
+    from pipeline import warehouse
+
+    out = db.with_name("storm.duckdb")
+    _fresh(out)
+    shutil.copyfile(db, out)
+    con = warehouse.connect(out)
+    con.execute(
+        "INSERT INTO events SELECT e.* REPLACE (md5(e.event_key || '+' || m) AS event_key,"
+        " e.timestamp_utc + to_minutes(m) AS timestamp_utc)"
+        " FROM events e, (SELECT unnest($minutes::BIGINT[]) AS m)",
+        {"minutes": list(STORM_REPEATS_MIN)},
+    )
+    con.execute("DELETE FROM incidents; DELETE FROM incidents_built; CHECKPOINT")
+    events = con.sql("SELECT count(*) FROM events").fetchall()[0][0]
+    con.close()
+    return {"events": events}
+
+
+def rebuild_storm(paths, db: Path) -> dict:
+    """The rebuild of the storm warehouse (run ``storm`` first)."""
+    return _rebuild_alone(db.with_name("storm.duckdb"))
 
 
 def _ingest_log(path: Path, db: Path) -> dict:
@@ -533,6 +570,8 @@ STAGES = {
     "lemons": lemons,
     "analyze": analyze,
     "rebuild": rebuild,
+    "storm": storm,
+    "rebuild_storm": rebuild_storm,
     "floor_log_small": floor_log_small,
     "ingest_log_small": ingest_log_small,
     "floor_log": floor_log,
@@ -764,9 +803,10 @@ def main() -> None:
         + ", ".join(f"{p.name} {p.stat().st_size / 1e6:.0f} MB" for p in paths.values()),
         file=sys.stderr,
     )
-    if "ingest_incremental" in (args.only or STAGES):
+    stages = args.only or [s for s in STAGES if s not in ON_REQUEST]
+    if "ingest_incremental" in stages:
         increment(paths)
-    results = {s: measure(s, args) for s in (args.only or STAGES)}
+    results = {s: measure(s, args) for s in stages}
     (args.workdir / f"results-{args.scale}.json").write_text(json.dumps(results, indent=1))
     if not args.only:
         print(table(results, sizes))

@@ -216,9 +216,13 @@ records count the fault; counting the job's view too would count it twice)."""
 # pci_bus_id the smallest of the incident's (several only when one gpu_index was reported with
 # different PCI ids). bench/RESULTS.md, "Issue 18, incident rebuild (h18b)": per million events
 # of a canonical file 2.4 -> 1.3 CPU-s, of which writing the incident rows takes ~0.65 and their
-# md5 ids ~0.25; when nearly every event shares its incident (Xid storms) 2.7 -> 3.6 CPU-s.
-_INSERT_INCIDENTS = """
-INSERT INTO incidents BY NAME
+# md5 ids ~0.25. When nearly every event shares its incident (Xid storms) the shortcut does not
+# pay: the hash window and the semi- and anti-joins on the shared row ids come on top of the
+# exact collapse. So the path is chosen first from a cheap statistic: the share of shared events
+# among the events of a fixed sample of nodes (1 in 32 by hash); from STORM_SHARE on, every event
+# goes through the exact collapse alone (both paths give the same rows; "Issue 18, incident
+# rebuild on Xid storms (h18x)").
+_RESOLVED = """
 WITH listed AS (
     SELECT node_id, min(cluster_id) AS cluster_id
     FROM inventory
@@ -233,24 +237,28 @@ WITH listed AS (
            e.failure_class, e.attributes
     FROM events e LEFT JOIN listed l ON l.node_id = e.node_id
     WHERE {nodes} AND e.source_format IS DISTINCT FROM $job_symptoms
-), shared AS MATERIALIZED (
-    SELECT row_id
-    FROM (
-        SELECT row_id,
-               -- NULL (no previous / next event) or another fault or more than the window apart
-               coalesce(fault <> lag(fault) OVER w OR t - lag(t) OVER w > $window_us, true)
-               AND coalesce(fault <> lead(fault) OVER w OR lead(t) OVER w - t > $window_us, true)
-                   AS alone
-        FROM (SELECT row_id, t, {fault_hash} AS fault FROM resolved)
-        WINDOW w AS (ORDER BY fault, t)
-    )
-    WHERE NOT alone
-), runs AS (
+)"""
+_ALONE = """
+SELECT row_id,
+       -- NULL (no previous / next event) or another fault or more than the window apart
+       coalesce(fault <> lag(fault) OVER w OR t - lag(t) OVER w > $window_us, true)
+       AND coalesce(fault <> lead(fault) OVER w OR lead(t) OVER w - t > $window_us, true) AS alone
+FROM (SELECT row_id, t, {fault_hash} AS fault FROM resolved WHERE {sample})
+WINDOW w AS (ORDER BY fault, t)
+"""
+_LONE = """
+    SELECT cluster_id, node_id, category, gpu_key, interrupting, gpu_index,
+           timestamp_utc, timestamp_utc AS last_event_utc, resolved_at_utc, 1 AS events,
+           job_id, message, pci_bus_id, xid, failure_class, attributes
+    FROM resolved
+    WHERE row_id NOT IN (SELECT row_id FROM shared)
+    UNION ALL"""
+_COLLAPSE = """, runs AS (
     SELECT row_id, cluster_id, node_id, category, gpu_key,
            coalesce(t - lag(t) OVER w > $window_us, true) AS starts_incident,
            first_value(row_id) OVER w AS fault_id, row_number() OVER w AS position
     FROM resolved
-    WHERE row_id IN (SELECT row_id FROM shared)
+    {shared_only}
     WINDOW w AS (PARTITION BY cluster_id, node_id, category, gpu_key ORDER BY t, event_key)
 ), numbered AS (
     SELECT *, count(*) FILTER (WHERE starts_incident)
@@ -267,13 +275,7 @@ WITH listed AS (
            any_value(e.failure_class) AS failure_class, arg_min(e.attributes, n.position) AS attributes
     FROM numbered n JOIN events e ON e.rowid = n.row_id
     GROUP BY n.fault_id, n.incident_seq
-), collapsed AS (
-    SELECT cluster_id, node_id, category, gpu_key, interrupting, gpu_index,
-           timestamp_utc, timestamp_utc AS last_event_utc, resolved_at_utc, 1 AS events,
-           job_id, message, pci_bus_id, xid, failure_class, attributes
-    FROM resolved
-    WHERE row_id NOT IN (SELECT row_id FROM shared)
-    UNION ALL
+), collapsed AS ({lone}
     SELECT * FROM grouped
 )
 SELECT CAST(md5_number(concat_ws(chr(31), cluster_id, node_id, category, coalesce(gpu_key, ''),
@@ -283,6 +285,40 @@ FROM collapsed
 """
 _REBUILT_NODES = "e.node_id IN (SELECT node_id FROM rebuild_nodes)"
 _FAULT_HASH = "hash(cluster_id, node_id, category, gpu_key)"  # tests replace it with a colliding one
+_SAMPLE = "hash(node_id) % 32 = 0"  # the nodes whose events estimate the share of shared events
+STORM_SHARE = 0.5
+"""Share of shared events (in the sample of nodes) from which the rebuild collapses every event
+exactly instead of finding the lone ones first (tests set 0 or 2 to force either path)."""
+
+
+_SHARED_CTE = ", shared AS MATERIALIZED (SELECT row_id FROM ({alone}) WHERE NOT alone)"
+_INSERT_INCIDENTS = "INSERT INTO incidents BY NAME {resolved}{shared}{collapse}"
+_SHARE_QUERY = "{resolved} SELECT avg(CAST(NOT alone AS INTEGER)) FROM ({alone})"
+
+
+def _insert_incidents(nodes: str, *, shortcut: bool) -> str:
+    """The rebuild's INSERT for the events of ``nodes`` (a condition on ``e``): with ``shortcut``,
+    lone events are found by the hash window and written straight from their rows, and only the
+    shared ones go through the exact collapse; without it, every event does."""
+    shared = _SHARED_CTE.format(alone=_ALONE) if shortcut else ""
+    query = _INSERT_INCIDENTS.format(resolved=_RESOLVED, shared=shared, collapse=_COLLAPSE)
+    return query.format(
+        nodes=nodes,
+        fault_hash=_FAULT_HASH,
+        sample="true",
+        shared_only="WHERE row_id IN (SELECT row_id FROM shared)" if shortcut else "",
+        lone=_LONE if shortcut else "",
+    )
+
+
+def _shared_share(con, nodes: str, params: dict) -> float | None:
+    """The share of events with a neighbour of the same fault hash within the window, among the
+    events of a fixed sample of nodes (None without any): the cheap statistic that chooses the
+    rebuild's path."""
+    query = _SHARE_QUERY.format(resolved=_RESOLVED, alone=_ALONE)
+    query = query.format(nodes=nodes, fault_hash=_FAULT_HASH, sample=_SAMPLE)
+    return con.execute(query, params).fetchall()[0][0]
+
 
 # Nodes that can have changed since the last build: those with events from newer files, and every
 # node with an event of unknown cluster (its cluster comes from the inventory, which may have
@@ -443,12 +479,15 @@ def rebuild_incidents(
         "job_symptoms": JOB_SYMPTOMS_FORMAT,
     }
     if full:
+        nodes = "true"
         con.execute("DELETE FROM incidents")
-        con.execute(_INSERT_INCIDENTS.format(nodes="true", fault_hash=_FAULT_HASH), params)
     else:
+        nodes = _REBUILT_NODES
         con.execute(_REBUILD_NODES, {"through_file_id": built[0][1], "unknown": UNKNOWN_CLUSTER})
         con.execute("DELETE FROM incidents WHERE node_id IN (SELECT node_id FROM rebuild_nodes)")
-        con.execute(_INSERT_INCIDENTS.format(nodes=_REBUILT_NODES, fault_hash=_FAULT_HASH), params)
+    share = _shared_share(con, nodes, params)
+    con.execute(_insert_incidents(nodes, shortcut=(share or 0) < STORM_SHARE), params)
+    if not full:
         con.execute("DROP TABLE rebuild_nodes")
     con.execute("DELETE FROM incidents_built")
     con.execute(

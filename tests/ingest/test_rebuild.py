@@ -170,15 +170,23 @@ def reference_incident(fault: tuple, run: list[tuple]) -> tuple:
 # The rebuild finds the events that share an incident through a 64-bit hash of their fault; hashes
 # that collide (all faults one hash, or faults of different nodes sharing one) must not change the result.
 COLLIDING = ("0", "hash(node_id) % 3")
+# The rebuild takes one of two paths by the share of shared events in a sample of nodes: lone events
+# first (ordinary fleets), or every event through the exact collapse (Xid storms). Both must give
+# the rule's incidents: 0 forces the exact collapse, 2 the lone-first path, None lets the sample choose.
+PATHS = (None, 0.0, 2.0)
 
 
-CASES = [(seed, None) for seed in range(12)] + [(seed, h) for seed in range(4) for h in COLLIDING]
+CASES = [(seed, None, share) for seed in range(12) for share in PATHS] + [
+    (seed, h, share) for seed in range(4) for h in COLLIDING for share in PATHS
+]
 
 
-@pytest.mark.parametrize(("seed", "fault_hash"), CASES)
-def test_rebuild_follows_the_collapse_rule_on_random_events(con, monkeypatch, seed, fault_hash):
+@pytest.mark.parametrize(("seed", "fault_hash", "storm_share"), CASES)
+def test_rebuild_follows_the_collapse_rule_on_random_events(con, monkeypatch, seed, fault_hash, storm_share):
     if fault_hash is not None:
         monkeypatch.setattr(warehouse, "_FAULT_HASH", fault_hash)
+    if storm_share is not None:
+        monkeypatch.setattr(warehouse, "STORM_SHARE", storm_share)
     rng = random.Random(seed)
     window_seconds = rng.choice([300.0, 600.0, 3600.0])
     events: list[tuple] = []
@@ -221,3 +229,22 @@ def test_rebuild_of_the_sample_and_a_storm_follows_the_collapse_rule(con, write)
     found = con.sql("SELECT * EXCLUDE (failure_class, attributes) FROM incidents ORDER BY ALL").fetchall()
     assert found == sorted(expected)
     assert sum(row[9] > 1 for row in found) >= 12  # the storms are incidents of several events
+
+
+def test_the_path_follows_the_share_of_shared_events(con, write, monkeypatch):
+    """The sampled share of events with a neighbour of their fault within the window picks the path:
+    lone events first on an ordinary fleet, the exact collapse alone on an Xid storm."""
+    lone = "".join(f"2026-03-01T00:00:00Z,c1,n{n},gpu_memory\n" for n in range(320))
+    storm = "".join(f"2026-03-02T00:0{m}:00Z,c1,n{n},xid_79\n" for n in range(320) for m in (0, 1, 2))
+    chosen = []
+    real = warehouse._insert_incidents
+    monkeypatch.setattr(
+        warehouse,
+        "_insert_incidents",
+        lambda nodes, shortcut: chosen.append(shortcut) or real(nodes, shortcut=shortcut),
+    )
+    header = "timestamp,cluster_id,node_id,category\n"
+    ingest_files(con, [write("lone.csv", header + lone)])
+    ingest_files(con, [write("storm.csv", header + storm)])
+    assert chosen == [True, False]
+    assert con.sql("SELECT count(*), sum(events) FROM incidents").fetchall() == [(640, 1280)]
