@@ -336,6 +336,7 @@ def _rebuild_alone(source: Path) -> dict:
     import resource
 
     from pipeline import warehouse
+    from pipeline.rebuild import rebuild_incidents
 
     def cpu() -> float:
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -348,7 +349,7 @@ def _rebuild_alone(source: Path) -> dict:
     con.execute("DELETE FROM incidents; DELETE FROM incidents_built; CHECKPOINT")
     con.execute("BEGIN TRANSACTION")
     start, start_cpu = time.perf_counter(), cpu()
-    warehouse.rebuild_incidents(con)
+    rebuild_incidents(con)
     built, built_cpu = time.perf_counter(), cpu()
     con.execute("COMMIT")
     facts = {"rebuild_s": built - start, "rebuild_cpu_s": built_cpu - start_cpu}

@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import record_checks, warehouse
+from pipeline import rebuild, record_checks, warehouse
 from pipeline.categories import CategoryMap
 from pipeline.ingest import canonical_store, lake, taxonomy
 from pipeline.ingest.canonical import (
@@ -459,7 +459,7 @@ def refresh_incidents(con, *, window_seconds: float, category_map: CategoryMap |
     full after a reclassification, else only what changed). Call inside a transaction."""
     category_map = category_map or CategoryMap()
     changed = taxonomy.apply_category_map(con, category_map)
-    warehouse.rebuild_incidents(
+    rebuild.rebuild_incidents(
         con, window_seconds=window_seconds, category_map=category_map.fingerprint, full=changed
     )
 

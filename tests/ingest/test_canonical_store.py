@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import warehouse
+from pipeline import rebuild, warehouse
 from pipeline.categories import CategoryMap
 from pipeline.ingest import ReaderOptions, canonical_store, ingest_files
 from pipeline.ingest.canonical import BATCH_ROWS, ingest_canonical
@@ -56,7 +56,7 @@ def test_a_later_export_closes_the_open_ticket_it_repeats(
             s = ingest_canonical(
                 con, path, sha=path.name, fmt="csv", column_map={}, batch_rows=batch_rows, category_map=MAP
             )
-            warehouse.rebuild_incidents(con)
+            rebuild.rebuild_incidents(con)
         assert (s.rows_read, s.rows_ingested, s.rows_duplicate) == counts[i]
         assert s.rows_read == s.rows_ingested + s.rows_duplicate + s.rows_rejected
         assert [n.split(":")[0] for n in s.notes if "resolved_at" in n] == [n.split(":")[0] for n in notes[i]]
@@ -66,7 +66,7 @@ def test_a_later_export_closes_the_open_ticket_it_repeats(
     assert con.sql(query.format("incidents")).fetchall() == [(want,)]
     incremental = con.sql("SELECT * FROM incidents ORDER BY ALL").fetchall()
     with warehouse.transaction(con):
-        warehouse.rebuild_incidents(con, full=True)
+        rebuild.rebuild_incidents(con, full=True)
     assert con.sql("SELECT * FROM incidents ORDER BY ALL").fetchall() == incremental
     con.close()
 
@@ -135,7 +135,7 @@ def test_keys_stored_under_another_zone_are_redone_once_and_their_copies_merged(
         con.execute(f"UPDATE events SET event_key = {_OLD_KEY} WHERE file_id = 2")  # noqa: S608
         con.execute("SET TimeZone = 'UTC'")
         con.execute("DELETE FROM migrations")
-        warehouse.rebuild_incidents(con, full=True)
+        rebuild.rebuild_incidents(con, full=True)
     assert con.sql("SELECT count(*) FROM events WHERE node_id = 'n1'").fetchall() == [(2,)]
     [c] = ingest_files(con, [third], BERLIN)
     assert (c.rows_ingested, c.rows_duplicate) == (0, 2)

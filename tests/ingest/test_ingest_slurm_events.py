@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from pipeline import warehouse
+from pipeline import rebuild, warehouse
 from pipeline.ingest import ReaderOptions, detect_format, ingest_files
 
 # Header and row shapes: SchedMD/slurm src/sacctmgr/event_functions.c (default Format), common.c
@@ -190,7 +190,7 @@ def test_reingest_is_idempotent_and_a_later_export_closes_open_events(con, write
     assert sql(ended) == [("gpu-002", datetime(2024, 5, 4, 8)), ("gpu-003", datetime(2024, 5, 4, 8))]
     incidents = sql("SELECT * FROM incidents ORDER BY ALL")
     with warehouse.transaction(con):
-        warehouse.rebuild_incidents(con, full=True)
+        rebuild.rebuild_incidents(con, full=True)
     assert sql("SELECT * FROM incidents ORDER BY ALL") == incidents
 
 

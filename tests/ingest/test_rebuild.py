@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline import warehouse
+from pipeline import rebuild, warehouse
 from pipeline.ingest import ReaderOptions, ingest_files
 
 SAMPLE = Path(__file__).parents[2] / "data" / "sample"
@@ -26,7 +26,7 @@ def full_rebuild(con, window_seconds: float) -> pl.DataFrame:
     """The table a full rebuild gives, without keeping it (so the next step stays incremental)."""
     con.execute("BEGIN TRANSACTION")
     try:
-        warehouse.rebuild_incidents(con, window_seconds=window_seconds, full=True)
+        rebuild.rebuild_incidents(con, window_seconds=window_seconds, full=True)
         return snapshot(con)
     finally:
         con.execute("ROLLBACK")
@@ -90,7 +90,7 @@ def test_rebuild_is_full_when_the_window_changes(con, write):
     ingest_files(con, [write("a.csv", text)], window_seconds=600)
     assert con.sql("SELECT count(*) FROM incidents").fetchall() == [(1,)]
     with warehouse.transaction(con):
-        warehouse.rebuild_incidents(con, window_seconds=300)  # no new events: only the window changed
+        rebuild.rebuild_incidents(con, window_seconds=300)  # no new events: only the window changed
     assert con.sql("SELECT count(*) FROM incidents").fetchall() == [(3,)]
 
 
@@ -184,9 +184,9 @@ CASES = [(seed, None, share) for seed in range(12) for share in PATHS] + [
 @pytest.mark.parametrize(("seed", "fault_hash", "storm_share"), CASES)
 def test_rebuild_follows_the_collapse_rule_on_random_events(con, monkeypatch, seed, fault_hash, storm_share):
     if fault_hash is not None:
-        monkeypatch.setattr(warehouse, "_FAULT_HASH", fault_hash)
+        monkeypatch.setattr(rebuild, "_FAULT_HASH", fault_hash)
     if storm_share is not None:
-        monkeypatch.setattr(warehouse, "STORM_SHARE", storm_share)
+        monkeypatch.setattr(rebuild, "STORM_SHARE", storm_share)
     rng = random.Random(seed)
     window_seconds = rng.choice([300.0, 600.0, 3600.0])
     events: list[tuple] = []
@@ -205,7 +205,7 @@ def test_rebuild_follows_the_collapse_rule_on_random_events(con, monkeypatch, se
                 " failure_class) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'test', ?)",
                 [(*row, row[6]) for row in batch],
             )
-            warehouse.rebuild_incidents(con, window_seconds=window_seconds)  # incremental after the first
+            rebuild.rebuild_incidents(con, window_seconds=window_seconds)  # incremental after the first
         expected = reference_incidents(events, inventory, window_seconds)
         assert con.sql("SELECT * FROM incidents ORDER BY incident_id").fetchall() == expected, file_id
         assert full_rebuild(con, window_seconds).rows() == expected, file_id
@@ -237,9 +237,9 @@ def test_the_path_follows_the_share_of_shared_events(con, write, monkeypatch):
     lone = "".join(f"2026-03-01T00:00:00Z,c1,n{n},gpu_memory\n" for n in range(320))
     storm = "".join(f"2026-03-02T00:0{m}:00Z,c1,n{n},xid_79\n" for n in range(320) for m in (0, 1, 2))
     chosen = []
-    real = warehouse._insert_incidents
+    real = rebuild._insert_incidents
     monkeypatch.setattr(
-        warehouse,
+        rebuild,
         "_insert_incidents",
         lambda nodes, shortcut: chosen.append(shortcut) or real(nodes, shortcut=shortcut),
     )
