@@ -169,7 +169,9 @@ def _fleet_action_cards(analysis: FleetAnalysis, projection: JobOutlook | None) 
             )
         )
     if projection is not None and analysis.repair_times is not None and analysis.has_failures:
-        spares = spares_for_job(analysis.repair_times, projection.instances, analysis.fleet_rate.rate_)
+        spares = spares_for_job(
+            analysis.repair_times, projection.instances, analysis.rates_overall["rate_per_node_hour"][0]
+        )
         cards.append(
             (
                 f"Hot spares for {projection.instances:,} instances",
