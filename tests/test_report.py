@@ -344,7 +344,8 @@ def test_headline_quotes_fleet_rate_and_projection(hostile_analysis):
     low, high = (format_value("rate_ci_low", row[k]) for k in ("rate_ci_low", "rate_ci_high"))
     assert f"{low}–{high}" in cards[0][2]
     for m in outlook.modes.iter_rows(named=True):
-        assert any(f"{m['expected_days']:,.1f} days" in v and m["mode"] in k for k, v, _ in cards)
+        days = format_value("expected_days", m["expected_days"])  # as the projection table prints them
+        assert any(f"{days} days" in v and m["mode"] in k for k, v, _ in cards)
     assert any("saves" in k and "10.0 days" in v for k, v, _ in cards)
 
 
@@ -579,7 +580,7 @@ def test_both_size_laws_are_drawn_and_tabled(pages, rich_analysis):
     }
     assert laws == {charts.COUNT_LAW, charts.AFT_LAW}
     alpha = next(c for c in report.summary_cards(rich_analysis) if "exponent" in c[0])
-    assert f"Weibull AFT view {rich_analysis.size_regression.alpha_:.2f}" in alpha[2]
+    assert f"Weibull AFT view {rich_analysis.size_regression.alpha_:.3f}" in alpha[2]  # the note's digits
 
 
 def test_job_section_is_a_chart_with_jobs_and_a_note_without(pages, rich_analysis, hostile_analysis):
@@ -756,8 +757,8 @@ def test_biggest_cause_card_names_the_top_category_and_its_share(rich_analysis):
 @pytest.mark.parametrize(
     ("failures", "value", "note"),
     [
-        ((5, 1, 0), "gpu_memory", "5 of 6 interruptions (83%)"),
-        ((3, 3, 1), "gpu_memory, network", "a tie: gpu_memory, network, 3 of 7 interruptions (43%) each"),
+        ((5, 1, 0), "gpu_memory", "5 of 6 interruptions (83.3%)"),  # the root-cause table's share
+        ((3, 3, 1), "gpu_memory, network", "a tie: gpu_memory, network, 3 of 7 interruptions (42.9%) each"),
         ((2, 2, 2), "gpu_memory, network, software", "a tie: gpu_memory, network, software, 2 of 6"),
         ((1, 1, 1, 1), "4 causes tie", "a tie: gpu_memory, host, network, software, 1 of 4 interruptions"),
     ],

@@ -71,9 +71,10 @@ def interval_line(check: transform.DispersionTest, method: str) -> str:
         f"{f', {check.nodes_excluded} lemon nodes left out' if check.nodes_excluded else ''}"
     )
     if method == "overdispersed":
+        phi = check.dispersion(method)
         return (
-            f"95% intervals: quasi-Poisson (overdispersed, widened x{check.dispersion(method) ** 0.5:.2f} "
-            f"by the unremarkable nodes' phi); {test}"
+            f"95% intervals: quasi-Poisson (overdispersed, widened x{phi**0.5:.2f} = sqrt(phi), phi = "
+            f"{phi:.2f} the lemon test's dispersion of the unremarkable nodes); {test}"
         )
     return f"95% intervals: exact Poisson (Garwood); {test}"
 

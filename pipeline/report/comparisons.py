@@ -35,7 +35,7 @@ def job_interruption_chart(analysis: FleetAnalysis) -> alt.LayerChart:
         "ratio_to_node_model",
     )
     x = alt.X("nnodes_bucket:Q", scale=alt.Scale(type="log"), title="nodes per job (bucket)")
-    y_title = "interruptions per job-hour (95% CI); line: node rate × nodes"
+    y_title = f"interruptions per job-hour (95% CI, {interval_name('exact')}); line: node rate × nodes"
     base = alt.Chart(data).encode(x=x)
     return (
         base.mark_line(strokeDash=[6, 3], color="#555", point=alt.OverlayMarkDef(color="#555")).encode(

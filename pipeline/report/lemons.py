@@ -99,10 +99,10 @@ def interval_note(analysis: FleetAnalysis) -> str:
         + ")"
     )
     if analysis.interval_method == "overdispersed":
-        widened = check.dispersion("overdispersed") ** 0.5
+        phi = check.dispersion("overdispersed")
         return (
-            f"Intervals: quasi-Poisson 95% (overdispersed: widened ×{widened:.2f}"
-            f" over the exact Poisson interval, by the φ of the nodes that are not lemons), because failures "
-            f"are more variable than Poisson. {test}."
+            f"Intervals: quasi-Poisson 95% (overdispersed: widened ×{phi**0.5:.2f} = √φ over the exact "
+            f"Poisson interval, φ = {phi:.2f} the dispersion the lemon test allows for among the nodes "
+            f"that are not lemons), because failures are more variable than Poisson. {test}."
         )
     return f"Intervals: exact Poisson (Garwood) 95%. {test}."

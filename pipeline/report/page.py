@@ -125,14 +125,14 @@ def summary_cards(
     if projection is not None:
         for m in projection.modes.iter_rows(named=True):
             spread = (
-                f"P10–P90 {m['p10_days']:,.1f}–{m['p90_days']:,.1f} days, "
+                f"P10–P90 {_days(m['p10_days'])}–{_days(m['p90_days'])} days, "
                 if m["p10_days"] is not None
                 else ""
             )
             cards.append(
                 (
                     f"Projected job{at}, {m['mode']} recovery",
-                    f"{m['expected_days']:,.1f} days · ${m['cost_usd'] / 1e6:,.2f}M",
+                    f"{_days(m['expected_days'])} days · ${m['cost_usd'] / 1e6:,.2f}M",
                     f"{spread}goodput {m['goodput']:.1%}",
                 )
             )
@@ -140,11 +140,16 @@ def summary_cards(
             cards.append(
                 (
                     f"{s['mode'].capitalize()} recovery saves",
-                    f"{s['days']:,.1f} days · ${s['usd'] / 1e6:,.2f}M",
+                    f"{_days(s['days'])} days · ${s['usd'] / 1e6:,.2f}M",
                     f"{s['percent']:.1f}% of the {s['baseline']} training time",
                 )
             )
     return cards
+
+
+def _days(value: float) -> str:
+    """Days with the digits of the projection tables (``224``, ``10.0``)."""
+    return format_value("expected_days", value)
 
 
 LEMON_CARD_NODES = 5
@@ -193,7 +198,7 @@ def _cause_card(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
         return []
     most = int(causes["failures"].max())
     top = sorted(str(c) for c in causes.filter(pl.col("failures") == most)["failure_class"])
-    each = f"{most:,} of {total:,} interruptions ({most / total:.0%})"
+    each = f"{most:,} of {total:,} interruptions ({format_value('share', most / total)})"
     if len(top) == 1:
         return [("Biggest cause of interruptions", top[0], each)]
     value = ", ".join(top) if len(top) <= MAX_TIED_CAUSES else f"{len(top)} causes tie"
@@ -207,11 +212,12 @@ def _scaling_cards(analysis: FleetAnalysis, projection: JobOutlook | None) -> li
     s, aft = analysis.scaling, analysis.size_regression
     cards, law = [], {}
     if s is not None:
-        note = f"95% CI {s.alpha_confidence_interval_[0]:.2f}–{s.alpha_confidence_interval_[1]:.2f}"
+        # 3 decimals, as the scaling section's note and failcast fit print them
+        note = f"95% CI {s.alpha_confidence_interval_[0]:.3f}–{s.alpha_confidence_interval_[1]:.3f}"
         if aft is not None:
             low, high = aft.alpha_confidence_interval_
-            note += f"; Weibull AFT view {aft.alpha_:.2f} ({low:.2f}–{high:.2f})"
-        cards.append(("MTBF scaling exponent α", f"{s.alpha_:.2f}", f"{note} (1 = independent failures)"))
+            note += f"; Weibull AFT view {aft.alpha_:.3f} ({low:.3f}–{high:.3f})"
+        cards.append(("MTBF scaling exponent α", f"{s.alpha_:.3f}", f"{note} (1 = independent failures)"))
         projected = analysis.scaling_projection.filter(
             pl.col("instances").is_in([float(n) for n in PROJECTED_SIZES])
         )
@@ -265,7 +271,7 @@ def _trend_card(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
         return []
     moving = tested.filter(pl.col("crow_verdict") != "flat").sort("crow_p_value")
     detail = ", ".join(
-        f"{c} {v} (β {b:.2f})"
+        f"{c} {v} (β {format_value('crow_beta', b)})"
         for c, v, b in moving.head(TREND_CARD_CLUSTERS)
         .select("cluster_id", "crow_verdict", "crow_beta")
         .iter_rows()

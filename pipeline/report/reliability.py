@@ -98,8 +98,8 @@ def reliability_sections(analysis: FleetAnalysis) -> list:
                 weibull,
                 note="Points: Kaplan–Meier plotting positions of the gaps (midpoints, censored gaps "
                 f"counted), at most {MAX_POINTS} shown. Line: the fitted Weibull, "
-                f"shape {fit.shape_:.2f} (its slope). Points on the line mean the Weibull fits; a slope "
-                "below 1 is infant mortality, above 1 wear-out.",
+                f"shape {fit.shape_:.3g} (its slope; the summary's figure). Points on the line mean the "
+                "Weibull fits; a slope below 1 is infant mortality, above 1 wear-out.",
             )
         )
     mcf = transform.mean_cumulative_function(analysis.failures_counted, analysis.exposure)
