@@ -339,3 +339,12 @@ def test_cli_help_says_what_a_rate_interval_is_for():
     for command in ("rates", "report"):
         out = CliRunner().invoke(main, [command, "--help"]).stdout
         assert "freshly drawn fleet" in " ".join(out.split()), command
+
+
+def test_the_categories_behind_a_class_add_up_to_its_row(faults):
+    note = charts.recorded_categories_note(faults)
+    per_class = dict(charts.category_table(faults).select("failure_class", "failures").iter_rows())
+    named = re.findall(r"([^;:]+?) → (\w+) \(([\d,]+)\)", note)
+    assert named and {k for _, k, _ in named} == set(per_class)
+    for cls, failures in per_class.items():
+        assert sum(int(n.replace(",", "")) for _, k, n in named if k == cls) == failures
