@@ -348,3 +348,21 @@ def test_the_categories_behind_a_class_add_up_to_its_row(faults):
     assert named and {k for _, k, _ in named} == set(per_class)
     for cls, failures in per_class.items():
         assert sum(int(n.replace(",", "")) for _, k, n in named if k == cls) == failures
+
+
+def test_a_jobs_measured_rate_is_the_rate_tables(sample_warehouse):
+    """The job card's rate and interval (the projection's failure model) are the size bucket's row
+    of the rate table, by the same method, not an exact interval recomputed beside it."""
+    fleet = _analyze(sample_warehouse)
+    bucket = fleet.rates_by_size_bucket.filter(pl.col("failures") > 0).row(0, named=True)
+    model = analysis.failure_model_for(fleet, int(bucket["size_bucket"]))
+    assert (
+        model.rate_per_instance_hour,
+        model.rate_ci_low_per_instance_hour,
+        model.rate_ci_high_per_instance_hour,
+    ) == (
+        bucket["rate_per_node_hour"],
+        bucket["rate_ci_low"],
+        bucket["rate_ci_high"],
+    )
+    assert f"({fleet.interval_method} 95% interval)" in model.source
