@@ -183,21 +183,21 @@ def _staged(rows: pl.DataFrame, bus_order: Mapping[str, int]) -> pl.DataFrame:
     """Rows with the kernel store's columns. Dropped (ignored): entries whose message carries
     nothing, whatever else is wrong with them (an entry of another kind without a time is no
     concern); kept: the driver's messages, broken lines and the cut-off end of a truncated .gz."""
-    message = pl.col("message").fill_null("")
-    staged = rows.with_columns(
+    staged = xid_catalog.driver_messages(
+        rows.with_columns(pl.col("message").fill_null("")),
+        "message",
+        bus_order,
+        keep=pl.col("broken") | pl.col("truncated"),
+    ).with_columns(
         pl.lit(False).alias("bad_utf8"),
         pl.when(pl.col("problem").is_null() & pl.col("ts_text").is_not_null())
         .then(pl.lit("iso"))
         .alias("form"),
         pl.lit(0).alias("year_offset"),
-        *xid_catalog.message_columns(message, bus_order),
     )
-    keep = pl.col("kind").is_not_null() | pl.col("broken") | pl.col("truncated")
-    return (
-        staged.filter(keep)
-        .select([pl.col(c) if c in staged.columns else pl.lit(None).alias(c) for c in STAGED_SCHEMA])
-        .cast(STAGED_SCHEMA)
-    )
+    return staged.select(
+        [pl.col(c) if c in staged.columns else pl.lit(None).alias(c) for c in STAGED_SCHEMA]
+    ).cast(STAGED_SCHEMA)
 
 
 def ingest_journald_json(

@@ -97,7 +97,8 @@ def _parse_lines(rel: pl.DataFrame, node: str | None, bus_order: Mapping[str, in
     into the staged columns (:data:`.kernel_store.STAGED_SCHEMA`) by the line-form regexes; NVRM
     lines that carry nothing (``kind`` null) are dropped (ignored), a truncated .gz's last line is
     kept to be rejected."""
-    parts = rel.with_columns(
+    driver = xid_catalog.driver_messages(rel, "text", bus_order, keep=pl.col("truncated"))
+    parts = driver.with_columns(
         pl.col("text").str.extract_groups(_ISO).alias("iso"),
         pl.col("text").str.extract_groups(_BSD).alias("bsd"),
         pl.col("text").str.extract_groups(_CTIME).alias("ct"),
@@ -128,9 +129,9 @@ def _parse_lines(rel: pl.DataFrame, node: str | None, bus_order: Mapping[str, in
         pl.col("year_offset").cast(pl.Int32),
         pl.coalesce("iso_host", "bsd_host", pl.lit(node, pl.String)).alias("node_id"),
         rest.str.strip_chars().str.replace(_KERNEL_PREFIX, "").str.strip_chars().alias("message"),
-        *xid_catalog.message_columns(pl.col("text"), bus_order),
+        *(column for column in STAGED_SCHEMA if column in driver.columns and column not in rel.columns),
     )
-    return staged.filter(pl.col("kind").is_not_null() | pl.col("truncated")).cast(STAGED_SCHEMA)
+    return staged.select(list(STAGED_SCHEMA)).cast(STAGED_SCHEMA)
 
 
 @dataclass(frozen=True)

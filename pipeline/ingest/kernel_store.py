@@ -3,7 +3,7 @@
 The kernel-log reader (:mod:`.kernel_log`: syslog, ``journalctl`` text, ``dmesg -T``) and the
 journald JSON reader (:mod:`.journald`) parse their lines into Parquet files of the same columns
 (:data:`STAGED_SCHEMA`: one row per line that may carry a driver message, with its time parts,
-node, message and the driver's fields from :func:`pipeline.ingest.xid.message_columns`); this
+node, message and the driver's fields from :func:`pipeline.ingest.xid.driver_messages`); this
 module turns them into events in DuckDB, inside the file's transaction:
 
 * times: ISO text with or without an offset (naive: the session time zone), syslog's parts with

@@ -27,7 +27,7 @@ and 172 accompany an Xid 48 and share its class, so they fall in its incident).
 
 Xid 154 ("GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)") states the
 recovery an earlier Xid needs; its class comes from that action, not from the code
-(:func:`message_columns`): ``None`` is no recovery (class other, not interrupting); any other
+(:func:`driver_messages`): ``None`` is no recovery (class other, not interrupting); any other
 action (reset, reboot, drain, FLR ...) is a GPU that cannot run work until it is recovered
 (``gpu_hardware``, interrupting). The catalog's expected values are "None", "Drain P2P", "Drain and
 Reset", "GPU Reset Required", "Node Reboot Required"; newer drivers also print "OS Reboot" and "PF
@@ -162,7 +162,7 @@ FELL_PCI = (
     r"(?:\.[0-9A-Fa-f])?\b"
 )
 """The GPU a fallen-off-the-bus message names, in each of the driver's forms (group ``fpci``)."""
-HEAD = r"NVRM: The NVIDIA GPU [0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}"
+HEAD_WORDS = "NVRM: The NVIDIA GPU "
 """The first line of a message that continues on the next lines (fallen off the bus, or not supported)."""
 MIDDLE = "installed in this system has"
 RECOVERY_ACTION = (
@@ -184,54 +184,74 @@ def interrupting(info: XidInfo) -> bool:
 
 
 def message_kind(message: pl.Expr) -> pl.Expr:
-    """What an NVRM line is: ``xid`` (any line naming Xid, SXid included: it is read, or rejected,
-    as an Xid line), ``fell`` (fallen off the bus, its GPU named in it), ``tail`` (the fallen-off
-    line of a message whose GPU is on a line before it), ``head`` (``NVRM: The NVIDIA GPU ...``,
-    the first line of a multi-line message), ``middle`` (``... installed in this system has``), or
-    null: an NVRM line that carries nothing."""
-    fell = message.str.contains(FELL_OFF, literal=True)
+    """What an NVRM line is, by its words alone (literal searches: cheap on every candidate line):
+    ``xid`` (any line naming Xid, SXid included: it is read, or rejected, as an Xid line),
+    ``fallen`` (a fallen-off-the-bus line: ``fell`` or ``tail`` once :func:`driver_messages` knows
+    whether it names its GPU), ``head`` (``NVRM: The NVIDIA GPU``, the first line of a multi-line
+    message), ``middle`` (``... installed in this system has``), or null: an NVRM line that
+    carries nothing."""
     return (
         pl.when(message.str.contains("Xid", literal=True))
         .then(pl.lit("xid"))
-        .when(fell & message.str.contains(FELL_PCI))
-        .then(pl.lit("fell"))
-        .when(fell)
-        .then(pl.lit("tail"))
-        .when(message.str.contains(HEAD))
+        .when(message.str.contains(FELL_OFF, literal=True))
+        .then(pl.lit("fallen"))
+        .when(message.str.contains(HEAD_WORDS, literal=True))
         .then(pl.lit("head"))
         .when(message.str.contains(MIDDLE, literal=True))
         .then(pl.lit("middle"))
     )
 
 
-def message_columns(text: pl.Expr, bus_order: Mapping[str, int]) -> list[pl.Expr]:
-    """The driver's fields of a kernel message (or a whole log line holding one): ``kind``
-    (:func:`message_kind`), ``xid``, ``pci_bus_id`` (``0000:18:00``: lower case, without the PCI
-    function, as Xid lines print it, so a fallen-off line and the Xid 79 beside it name one GPU),
-    ``is_sxid``, ``gpu_index`` (the PCI bus's place in ``bus_order``), and Xid 154's
-    ``recovery_action`` with ``recovery_interrupts``: every action but None (code 0) takes the GPU
-    out of service; null when the line names no action."""
-    xid_line = text.str.extract_groups(XID_LINE)
-    fell_pci = text.str.extract(FELL_PCI, 1)
-    recovery = text.str.extract_groups(RECOVERY_ACTION)
-    action = recovery.struct.field("raction").str.strip_chars()
-    code = recovery.struct.field("rcode")
-    pci = pl.coalesce(xid_line.struct.field("pci"), fell_pci).str.to_lowercase()
-    return [
-        message_kind(text).alias("kind"),
+def driver_messages(
+    frame: pl.DataFrame, text: str, bus_order: Mapping[str, int], keep: pl.Expr | None = None
+) -> pl.DataFrame:
+    """``frame`` with the driver's fields of its column ``text`` (a kernel message, or a whole log
+    line holding one): ``kind`` (:func:`message_kind`; a fallen-off line is ``fell`` when it names
+    its GPU, else ``tail``, the last line of a message whose GPU is on its first line), ``xid``,
+    ``pci_bus_id`` (``0000:18:00``: lower case, without the PCI function, as Xid lines print it, so
+    a fallen-off line and the Xid 79 beside it name one GPU), ``is_sxid``, ``gpu_index`` (the PCI
+    bus's place in ``bus_order``), and Xid 154's ``recovery_action`` with ``recovery_interrupts``:
+    every action but None (code 0) takes the GPU out of service; null when the line names no
+    action. Rows whose text carries nothing (``kind`` null) are dropped first, unless ``keep``
+    holds for them, so the patterns run on the driver's lines only."""
+    message = pl.col(text)
+    frame = frame.with_columns(message_kind(message).alias("kind")).filter(
+        pl.col("kind").is_not_null() | (pl.lit(False) if keep is None else keep)
+    )
+    xid_line = message.str.extract_groups(XID_LINE)
+    named = pl.col("kind").is_in(["fallen", "head"])
+    pci = pl.coalesce(xid_line.struct.field("pci"), pl.when(named).then(message.str.extract(FELL_PCI, 1)))
+    frame = frame.with_columns(
         xid_line.struct.field("code").cast(pl.Int32, strict=False).alias("xid"),
-        pci.alias("pci_bus_id"),
+        pci.str.to_lowercase().alias("pci_bus_id"),
         (xid_line.struct.field("sxid") == "S").fill_null(False).alias("is_sxid"),
-        pci.str.slice(5, 2)
+        pl.lit(None, pl.String).alias("recovery_action"),
+        pl.lit(None, pl.Boolean).alias("recovery_interrupts"),
+    ).with_columns(
+        pl.when(pl.col("kind") != "fallen")
+        .then(pl.col("kind"))
+        .when(pl.col("pci_bus_id").is_not_null())
+        .then(pl.lit("fell"))
+        .otherwise(pl.lit("tail"))
+        .alias("kind"),
+        pl.col("pci_bus_id")
+        .str.slice(5, 2)
         .replace_strict(dict(bus_order), default=None, return_dtype=pl.Int32)
         .alias("gpu_index"),
-        pl.when(action != "").then(action).alias("recovery_action"),
-        pl.when(action != "")
-        .then(action.str.to_lowercase() != "none")
-        .when(code.is_not_null())
-        .then(code.str.strip_chars_start("0") != "")
-        .alias("recovery_interrupts"),
-    ]
+    )
+    if (frame["xid"] == 154).any():  # the recovery pattern runs only when a 154 is there
+        recovery = message.str.extract_groups(RECOVERY_ACTION)
+        action = recovery.struct.field("raction").str.strip_chars()
+        code = recovery.struct.field("rcode")
+        frame = frame.with_columns(
+            pl.when(action != "").then(action).alias("recovery_action"),
+            pl.when(action != "")
+            .then(action.str.to_lowercase() != "none")
+            .when(code.is_not_null())
+            .then(code.str.strip_chars_start("0") != "")
+            .alias("recovery_interrupts"),
+        )
+    return frame
 
 
 def catalog_frame() -> pl.DataFrame:
