@@ -155,6 +155,7 @@ COMMANDS = {
     "run": "run",
     "runs": "run",
     "sample": "sample",
+    "spares": "spares",
 }
 
 
