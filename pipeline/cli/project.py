@@ -55,7 +55,9 @@ _JOB_OPTIONS = (
     click.option("--tokens", type=float, help="Training tokens."),
     click.option("--mfu", type=float, help="Model FLOPs utilisation in (0, 1] (with params/tokens)."),
     click.option(
-        "--price-per-gpu-hour", "price_per_gpu_hour_usd", type=float,
+        "--price-per-gpu-hour",
+        "price_per_gpu_hour_usd",
+        type=float,
         help="Price in USD per GPU-hour (without one: days, goodput and interruptions, no costs).",
     ),  # fmt: skip
     click.option(
