@@ -30,7 +30,7 @@ from pipeline.report.format import (
     interval_name,
     timestamp_text,
 )
-from pipeline.report.outlook import JobOutlook
+from pipeline.report.outlook import JobOutlook, mode_card, saving_card
 from pipeline.report.sections import Section, sections
 
 REPORT_FILENAME = "failcast-report.html"
@@ -124,32 +124,16 @@ def summary_cards(
     cards += _trend_card(analysis)
     if projection is not None:
         for m in projection.modes.iter_rows(named=True):
-            spread = (
-                f"P10–P90 {_days(m['p10_days'])}–{_days(m['p90_days'])} days, "
-                if m["p10_days"] is not None
-                else ""
-            )
-            cards.append(
-                (
-                    f"Projected job{at}, {m['mode']} recovery",
-                    f"{_days(m['expected_days'])} days · ${m['cost_usd'] / 1e6:,.2f}M",
-                    f"{spread}goodput {m['goodput']:.1%}",
-                )
-            )
+            cards.append((f"Projected job{at}, {m['mode']} recovery", *mode_card(m)))
         for s in projection.savings.iter_rows(named=True):
             cards.append(
                 (
                     f"{s['mode'].capitalize()} recovery saves",
-                    f"{_days(s['days'])} days · ${s['usd'] / 1e6:,.2f}M",
+                    saving_card(s),
                     f"{s['percent']:.1f}% of the {s['baseline']} training time",
                 )
             )
     return cards
-
-
-def _days(value: float) -> str:
-    """Days with the digits of the projection tables (``224``, ``10.0``)."""
-    return format_value("expected_days", value)
 
 
 LEMON_CARD_NODES = 5

@@ -18,6 +18,7 @@ from pipeline.report.backtest import backtest_section
 from pipeline.report.badput import badput_section
 from pipeline.report.format import INTERVAL_NAMES, RATE_INTERVAL_SCOPE, interval_name
 from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_chart, size_sweep_chart
+from pipeline.report.planning import planning_sections
 from pipeline.report.reliability import reliability_sections
 
 
@@ -340,5 +341,5 @@ def sections(
     return (
         fleet_sections(analysis)
         + ([baseline_section(analysis, baselines)] if analysis.has_failures else [])  # no rate to place
-        + (projection_sections(projection) if projection else [])
+        + (projection_sections(projection) + planning_sections(projection) if projection else [])
     )
