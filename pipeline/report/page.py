@@ -237,6 +237,8 @@ def _scaling_cards(analysis: FleetAnalysis, projection: JobOutlook | None) -> li
 
 
 def _hours(value: float) -> str:
+    if math.isinf(value):  # an interval the data do not bound
+        return "∞"
     return f"{value * 60:,.1f} min" if value < 1 else f"{value:,.1f} h"
 
 
