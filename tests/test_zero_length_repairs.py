@@ -145,6 +145,7 @@ def _frames(ends: list[timedelta | None]):
     return failures, inventory, T0 + timedelta(days=10)
 
 
+@pytest.mark.filterwarnings("error")  # lifelines takes a 0 duration without a word
 def test_a_zero_length_outage_is_a_repair_of_zero_hours_and_removes_no_uptime():
     failures, inventory, end = _frames([timedelta(0), timedelta(hours=6), timedelta(0)])
     out = transform.outages(failures, inventory, end)
@@ -163,6 +164,7 @@ def test_a_zero_length_outage_is_a_repair_of_zero_hours_and_removes_no_uptime():
     assert not fit.mean_restricted_
 
 
+@pytest.mark.filterwarnings("error")  # lifelines takes a 0 duration without a word
 def test_only_zero_length_repairs_give_an_mttr_of_zero():
     fit = models.RepairTimes().fit([0.0, 0.0, 0.0], [True] * 3)
     assert fit.mean_hours_ == 0.0 and fit.mean_confidence_interval_ == (0.0, 0.0)
