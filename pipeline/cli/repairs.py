@@ -49,7 +49,8 @@ def _verdict(total: dict, left_out: int, zero_length: int) -> list[str]:
         + (" — restricted to the longest repair seen: a lower bound" if total["mttr_restricted"] else ""),
     ]
     if zero_length:
-        lines.append(f"  {zero_length:,} repairs ended when they began (resolved_at = start): counted as 0 h")
+        they = "repairs ended when they" if zero_length != 1 else "repair ended when it"
+        lines.append(f"  {zero_length:,} {they} began (resolved_at = start): counted as 0 h")
     if merged:
         lines.append(f"  {merged:,} interruptions began while their node was still down: part of that outage")
     if total["unknown_end"]:

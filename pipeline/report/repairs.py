@@ -116,5 +116,8 @@ def repair_note(analysis: FleetAnalysis) -> str:
         )
     zero = int((analysis.outages["repair_hours"] == 0).sum())
     if zero:
-        note += f" {zero:,} repairs ended when they began (resolved_at = start): repairs of 0 h."
+        note += (
+            f" {zero:,} repair{'s' if zero != 1 else ''} ended when {'they' if zero != 1 else 'it'} began "
+            "(resolved_at = start): counted as 0 h."
+        )
     return note
