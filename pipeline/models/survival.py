@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 
 import lifelines
 import numpy as np
@@ -198,22 +199,32 @@ class ParametricTBF:
         if not np.any(np.asarray(observed, bool) & (weights > 0)):
             raise ValueError("no observed failures to fit")
         fitter = _FAMILIES[self.family]()
-        fitter.fit(
-            np.clip(durations, 1e-9, None),
-            event_observed=np.asarray(observed, bool),
-            weights=weights,
-            fit_options=_TIGHT,
-        )
+        with warnings.catch_warnings():  # checked below and said in mtbf_note_, in failcast's words
+            warnings.filterwarnings("ignore", message="The diagonal of the variance_matrix_ has negative")
+            fitter.fit(
+                np.clip(durations, 1e-9, None),
+                event_observed=np.asarray(observed, bool),
+                weights=weights,
+                fit_options=_TIGHT,
+            )
         names = list(fitter._fitted_parameter_names)
         values = np.array([getattr(fitter, n) for n in names], dtype=float)
         self.params_ = dict(zip(names, values, strict=True))
         self.log_likelihood_ = float(fitter.log_likelihood_)
         self.aic_ = float(fitter.AIC_)
         self.variance_matrix_ = fitter.variance_matrix_.loc[names, names].to_numpy(float)  # params_ order
+        # the inverse Hessian of a flat or ridged likelihood: no variance to build an interval on
+        self.variances_estimated_ = bool(
+            np.isfinite(self.variance_matrix_).all() and (np.diag(self.variance_matrix_) > 0).all()
+        )
         failures = float(weights[np.asarray(observed, bool)].sum())
         self.confidence_interval_ = self._parameter_intervals(names, values, failures)
         self.mtbf_hours_ = float(_mean(self.family, values))
-        self.mtbf_confidence_interval_ = mean_interval(self.family, values, self.variance_matrix_)
+        self.mtbf_confidence_interval_ = (
+            mean_interval(self.family, values, self.variance_matrix_)
+            if self.variances_estimated_
+            else (0.0, math.inf)
+        )
         self.mtbf_note_ = self._unbounded_mean()
         self.shape_ = self.params_.get("rho_")
         self.infant_mortality_, self.hazard_message_ = self._hazard_message()
@@ -223,8 +234,12 @@ class ParametricTBF:
         self, names: list[str], values: np.ndarray, failures: float
     ) -> dict[str, tuple[float, float]]:
         """95% interval of each parameter: log scale for the positive ones, raw for ``mu_``; the
-        Weibull shape's is centred on its bias-reduced estimate (module docstring)."""
-        se = np.sqrt(np.clip(np.diag(self.variance_matrix_), 0.0, None))
+        Weibull shape's is centred on its bias-reduced estimate (module docstring). Without
+        estimated variances every interval is unbounded ((0, inf), ``mu_`` (-inf, inf)): a zero
+        width would claim a certainty the fit does not have."""
+        if not self.variances_estimated_:
+            return {n: (-math.inf if n in _REAL_PARAMETERS else 0.0, math.inf) for n in names}
+        se = np.sqrt(np.diag(self.variance_matrix_))
         intervals = {}
         for name, value, error in zip(names, values, se, strict=True):
             if name in _REAL_PARAMETERS:
@@ -239,6 +254,11 @@ class ParametricTBF:
         """What the Weibull shape says about the hazard, judged on its interval (not the point)."""
         if self.family != "weibull":
             return None, None
+        if not self.variances_estimated_:
+            return False, (
+                f"no evidence against a constant hazard: Weibull shape {self.shape_:.3g}, whose interval "
+                "could not be estimated"
+            )
         low, high = self.confidence_interval_["rho_"]
         shape = f"Weibull shape {self.shape_:.3g} (95% CI {low:.3g}-{high:.3g})"  # 0.861, 50.7: 3 digits
         if high < 1:
@@ -263,6 +283,11 @@ class ParametricTBF:
         Weibull shape near 0: the mean is dominated by a tail the data never reached) gets a note
         too; its numbers are inf, which people's formats show as ∞ and JSON as null."""
         low, high = self.mtbf_confidence_interval_
+        if not self.variances_estimated_:
+            return (
+                f"{self.family}: the fit's variances could not be estimated (a flat likelihood: too few "
+                "or too alike times between failures), so its intervals are unbounded; read another family"
+            )
         if self.family == "loglogistic" and self.confidence_interval_["beta_"][0] <= 1:
             alpha_low = self.confidence_interval_["alpha_"][0]
             self.mtbf_confidence_interval_ = (
