@@ -214,6 +214,37 @@ def test_every_fit_of_many_fleets_is_finite_or_explicitly_infinite(case):
     _check_fleet(*case)
 
 
+# a fleet the slow run found: 4 observed gaps among 1,581 nodes (Weibull shape 1.5, 9e-7 per
+# node-hour) give a Weibull fit of shape 0.12 whose variance matrix has a negative diagonal
+FLAT_SPEC = sample.FleetSpec(
+    cluster_sizes=(382, 347, 852),
+    days=28.891141725768286,
+    rate_per_node_hour=9.122044439368241e-07,
+    weibull_shape=1.5,
+    maintenance_fraction=0.0,
+    seed=2823150,
+)
+FLAT_UNTIL = datetime(2026, 3, 21, 5, 22, 16, 251574)
+
+
+@pytest.mark.filterwarnings("error::lifelines.exceptions.StatisticalWarning")  # said by failcast instead
+def test_a_fit_without_variances_has_unbounded_intervals_and_says_so(tmp_path):
+    db = _warehouse(FLAT_SPEC, tmp_path)
+    con = warehouse.connect(db, read_only=True)
+    try:
+        result = analysis.analyze(con, observed_until=FLAT_UNTIL, interruption_window_minutes=None)
+    finally:
+        con.close()
+    weibull = result.node_fits["weibull"]
+    assert not weibull.variances_estimated_
+    assert weibull.confidence_interval_ == {"lambda_": (0.0, math.inf), "rho_": (0.0, math.inf)}
+    assert weibull.mtbf_confidence_interval_ == (0.0, math.inf)
+    assert "variances could not be estimated" in weibull.mtbf_note_
+    assert weibull.hazard_message_.endswith("whose interval could not be estimated")
+    assert all(m.variances_estimated_ for f, m in result.node_fits.items() if f != "weibull")
+    _check_outputs(result, db)
+
+
 # --- the families at extreme parameters ----------------------------------------------------------
 @pytest.mark.parametrize(
     ("family", "values", "finite_mean"),
