@@ -171,43 +171,52 @@ def test_only_zero_length_repairs_give_an_mttr_of_zero():
     assert fit.quantiles_[0.9] == (0.0, 0.0, 0.0)
 
 
-def _ingest(tmp_path, name: str, text: str):
-    path = tmp_path / name
-    path.write_text(text)
-    con = warehouse.connect(tmp_path / "w.duckdb")
+def _ingest(db, path):
+    """(summary, stored (node, start, end), rejects (path, line, reason)) of ingesting ``path``."""
+    con = warehouse.connect(db)
     try:
         [summary] = ingest_files(con, [path])
-        stored = con.sql("SELECT timestamp_utc, resolved_at_utc FROM events").fetchall()
-        rejects = con.sql("SELECT line, reason FROM rejects").fetchall()
+        stored = con.sql("SELECT node_id, timestamp_utc, resolved_at_utc FROM events").fetchall()
+        rejects = con.sql("SELECT path, line, reason FROM rejects").fetchall()
     finally:
         con.close()
-    return summary, stored, rejects
+    counts = (summary.rows_read, summary.rows_ingested, summary.rows_duplicate, summary.rows_rejected)
+    return counts, stored, rejects
 
 
-def test_canonical_end_equal_to_start_is_stored_and_before_it_rejected(tmp_path):
-    summary, stored, rejects = _ingest(
-        tmp_path,
-        "t.csv",
-        "timestamp,cluster_id,node_id,category,resolved_at\n"
-        "2026-03-01T00:00:00Z,c1,n1,Stress test,2026-03-01T00:00:00Z\n"
-        "2026-03-02T00:00:00Z,c1,n2,GPU,2026-03-01T23:00:00Z\n",
-    )
-    assert (summary.rows_ingested, summary.rows_rejected) == (1, 1)
-    assert stored == [(datetime(2026, 3, 1), datetime(2026, 3, 1))]
-    assert rejects == [(3, "resolved_at is before timestamp")]
-
-
-def test_slurm_event_ending_when_it_began_is_stored_and_before_it_rejected(tmp_path):
-    summary, stored, rejects = _ingest(
-        tmp_path,
-        "events.txt",
-        "Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n"
-        "c1|gpu-001|2024-05-02T12:00:00|2024-05-02T12:00:00|DOWN*|Not responding|slurm(1)\n"
-        "c1|gpu-002|2024-05-02T12:00:00|2024-05-02T11:00:00|DOWN*|Not responding|slurm(1)\n",
-    )
-    assert (summary.rows_ingested, summary.rows_rejected) == (1, 1)
-    assert stored == [(datetime(2024, 5, 2, 12), datetime(2024, 5, 2, 12))]
-    assert rejects == [(3, "TimeEnd is before TimeStart")]
+@pytest.mark.parametrize(
+    ("name", "text", "at", "reason", "read"),
+    [
+        (
+            "t.csv",
+            "timestamp,cluster_id,node_id,category,resolved_at\n"
+            "2026-03-01T00:00:00Z,c1,n1,Stress test,2026-03-01T00:00:00Z\n"
+            "2026-03-02T00:00:00Z,c1,n2,GPU,2026-03-01T23:00:00Z\n",
+            datetime(2026, 3, 1),
+            "resolved_at is before timestamp",
+            2,
+        ),
+        (
+            "events.txt",
+            "Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n"
+            "c1|n1|2024-05-02T12:00:00|2024-05-02T12:00:00|DOWN*|Not responding|slurm(1)\n"
+            "c1|n2|2024-05-02T12:00:00|2024-05-02T11:00:00|DOWN*|Not responding|slurm(1)\n",
+            datetime(2024, 5, 2, 12),
+            "TimeEnd is before TimeStart",
+            3,  # sacctmgr's header line is read (and ignored)
+        ),
+    ],
+    ids=["canonical", "slurm-events"],
+)
+def test_an_end_equal_to_the_start_is_stored_and_one_before_it_rejected(
+    tmp_path, name, text, at, reason, read
+):
+    path = tmp_path / name
+    path.write_text(text)
+    counts, stored, rejects = _ingest(tmp_path / "w.duckdb", path)
+    assert counts == (read, 1, 0, 1)
+    assert stored == [("n1", at, at)]
+    assert rejects == [(str(path), 3, reason)]
 
 
 def test_a_lake_part_with_an_end_before_its_start_is_rejected_not_stored(tmp_path):
@@ -229,14 +238,7 @@ def test_a_lake_part_with_an_end_before_its_start_is_rejected_not_stored(tmp_pat
         .otherwise(pl.col("resolved_at_utc"))
     )
     pq.write_table(broken.to_arrow(), part)
-    con = warehouse.connect(tmp_path / "w.duckdb")
-    try:
-        [summary] = ingest_files(con, [lake])
-        stored = con.sql("SELECT node_id, timestamp_utc, resolved_at_utc FROM events").fetchall()
-        rejects = con.sql("SELECT path, line, reason FROM rejects").fetchall()
-    finally:
-        con.close()
-    counts = (summary.rows_read, summary.rows_ingested, summary.rows_duplicate, summary.rows_rejected)
+    counts, stored, rejects = _ingest(tmp_path / "w.duckdb", lake)
     assert counts == (2, 1, 0, 1)
     assert stored == [("n2", datetime(2026, 3, 2), datetime(2026, 3, 2))]
     assert rejects == [
