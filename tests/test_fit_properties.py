@@ -245,6 +245,39 @@ def test_a_fit_without_variances_has_unbounded_intervals_and_says_so(tmp_path):
     _check_outputs(result, db)
 
 
+def test_a_size_regression_that_does_not_converge_is_left_out_not_a_crash():
+    """Two clusters with one observed cluster-level gap each (a fleet the slow run found: 431 and
+    260 nodes, 1.7e-6 per node-hour): lifelines' Weibull AFT diverges (log-likelihood 2e297)."""
+    instances = np.array([431.0, 431.0, 260.0, 260.0])
+    hours = np.array([22.01384635, 574.81067282, 288.12257342, 308.38592887])
+    observed = np.array([False, True, False, True])
+    with pytest.raises(models.NotConverged, match="did not converge on 2 observed cluster-level gaps"):
+        models.WeibullSizeRegression().fit(instances, hours, observed)
+
+
+SLOW_RUN_CASES = [
+    (FLAT_SPEC, FLAT_UNTIL, 0.0),
+    (
+        sample.FleetSpec(
+            cluster_sizes=(431, 260),
+            days=35.51900353781171,
+            rate_per_node_hour=1.6976569567820274e-06,
+            weibull_shape=1.5,
+            replaced_fraction=0.0,
+            maintenance_fraction=0.0,
+            seed=280620860,
+        ),
+        datetime(2026, 3, 25, 20, 43, 9, 333967),
+        30.0,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", SLOW_RUN_CASES, ids=["flat-weibull", "aft-diverges"])
+def test_the_fleets_the_slow_run_found(case):
+    _check_fleet(*case)
+
+
 # --- the families at extreme parameters ----------------------------------------------------------
 @pytest.mark.parametrize(
     ("family", "values", "finite_mean"),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -262,14 +263,15 @@ def analyze(
         )
         projection = _projection(scaling.predict_mtbf_hours, sizes)
     if cluster_durations.filter("observed")["instances"].n_unique() >= 2:
-        regression = models.WeibullSizeRegression().fit(
-            cluster_durations["instances"],
-            cluster_durations["duration_hours"],
-            cluster_durations["observed"],
-            cluster_durations["count"],
-            dispersion=dispersion,
-        )
-        regression_projection = _projection(regression.predict_mtbf_hours, sizes)
+        with suppress(models.NotConverged):  # the second view only: the count law stands alone
+            regression = models.WeibullSizeRegression().fit(
+                cluster_durations["instances"],
+                cluster_durations["duration_hours"],
+                cluster_durations["observed"],
+                cluster_durations["count"],
+                dispersion=dispersion,
+            )
+            regression_projection = _projection(regression.predict_mtbf_hours, sizes)
 
     jobs = job_interruptions(con, by_cluster)
     recoveries = read_job_recoveries(con)

@@ -67,6 +67,7 @@ import sys
 import warnings
 
 import lifelines
+import lifelines.exceptions
 import numpy as np
 import pandas as pd
 from scipy.special import digamma, gammaln
@@ -395,6 +396,10 @@ class MTBFScaling:
             return (np.exp(-log_rate), np.exp(-(log_rate + _Z95 * se)), np.exp(-(log_rate - _Z95 * se)))
 
 
+class NotConverged(ValueError):
+    """lifelines' optimiser found no maximum (a flat or unbounded likelihood on too few times)."""
+
+
 class WeibullSizeRegression:
     """Cluster-level times between failures regressed on log(instances) (Weibull AFT)."""
 
@@ -416,7 +421,13 @@ class WeibullSizeRegression:
             }
         )
         fitter = lifelines.WeibullAFTFitter()
-        fitter.fit(frame, "duration_hours", "observed", weights_col="weight")
+        try:
+            fitter.fit(frame, "duration_hours", "observed", weights_col="weight")
+        except lifelines.exceptions.ConvergenceError as exc:  # a handful of gaps, a flat likelihood
+            raise NotConverged(
+                f"the Weibull AFT on cluster size did not converge on {int(frame['observed'].sum())} "
+                "observed cluster-level gaps"
+            ) from exc
         params = fitter.params_
         names = [("lambda_", "Intercept"), ("lambda_", "log_instances"), ("rho_", "Intercept")]
         self.coef_ = np.array([params[name] for name in names], dtype=float)
