@@ -9,7 +9,7 @@ import click
 from pipeline import extract as extract_mod
 from pipeline.cli.common import echo_json, fail, json_option, main, safe_text
 from pipeline.cli.ingest import limit_options, reader_options, time_format_option
-from pipeline.ingest import lake as layout
+from pipeline.store import lake as layout
 
 EXTRACT_HELP = f"""Parse log files into a hive-partitioned Parquet lake, one task per file, in parallel.
 

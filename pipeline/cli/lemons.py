@@ -13,7 +13,7 @@ from pipeline import transform, warehouse
 from pipeline.analysis.counts import FailureCounts
 from pipeline.cli.common import db_option, echo_json, json_option, main, records, safe_lines, until_option
 from pipeline.cli.stats import exposure_option, fdr_option, interruption_window_option
-from pipeline.ingest.hostlist import compress, host_order
+from pipeline.readers.hostlist import compress, host_order
 from pipeline.report.format import text_table
 from pipeline.report.lemons import lemon_note, lemon_table
 

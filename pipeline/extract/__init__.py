@@ -4,7 +4,7 @@ The stage that needs more than one machine at fleet scale: parsing tens of TB of
 file is one task. A task parses the file with failcast's own reader (:func:`pipeline.ingest.read_file`,
 the code ``failcast ingest`` runs) into a scratch in-memory warehouse of its own
 (:func:`pipeline.warehouse.scratch`), then writes what the reader stored, its rejects and its counts
-to the lake (layout and merge rules: :mod:`pipeline.ingest.lake`) with pyarrow. ``failcast ingest
+to the lake (layout and merge rules: :mod:`pipeline.store.lake`) with pyarrow. ``failcast ingest
 LAKE`` then merges the lake into the warehouse on one machine: everything after parsing (dedup
 across files, incidents, fits, projection, report) stays as it is.
 
@@ -52,8 +52,8 @@ from pipeline.ingest import (
     session_timezone,
     sha256_of,
 )
-from pipeline.ingest import lake as layout
-from pipeline.ingest.lines import head_text, is_gzip
+from pipeline.readers.lines import head_text, is_gzip
+from pipeline.store import lake as layout
 
 ATTEMPTS_DIR = "attempts"
 """``LAKE/attempts/<run>-<sha256>-<id>``: one empty file per attempt at an input whose process is

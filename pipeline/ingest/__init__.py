@@ -12,7 +12,7 @@ log entries), :mod:`.cloud_events`; SageMaker HyperPod health-monitoring agent d
 (``journalctl -k -o json``, :mod:`.journald`); PyTorch job logs ``training-log`` (NCCL
 watchdog, torchelastic restarts: :mod:`.training_log`); a log lake written by ``failcast extract``
 (a directory, :mod:`.lake`); public data sets ``lanl``, ``titan``, ``bgl`` (named only,
-:mod:`pipeline.datasets.load`). Any may be ``.gz``.
+:mod:`pipeline.readers.public_load`). Any may be ``.gz``.
 
 Rules that every reader follows:
 
@@ -44,8 +44,7 @@ from pathlib import Path
 
 from pipeline import rebuild, record_checks, warehouse
 from pipeline.categories import CategoryMap
-from pipeline.ingest import canonical_store, lake, taxonomy
-from pipeline.ingest.canonical import (
+from pipeline.readers.canonical import (
     INCIDENT_COLUMNS,
     INCIDENT_OPTIONAL,
     INVENTORY_COLUMNS,
@@ -54,26 +53,28 @@ from pipeline.ingest.canonical import (
     csv_separator,
     ingest_canonical,
 )
-from pipeline.ingest.cloud_events import FORMATS as CLOUD_FORMATS
-from pipeline.ingest.cloud_events import ingest_cloud_events
-from pipeline.ingest.common import FileSummary, InputError, check_time_format, checked_timezone, sha256_of
-from pipeline.ingest.hyperpod_hma import FORMAT as HMA_FORMAT
-from pipeline.ingest.hyperpod_hma import SNIFF as HMA_SNIFF
-from pipeline.ingest.hyperpod_hma import ingest_hyperpod_hma
-from pipeline.ingest.journald import FORMAT as JOURNALD_FORMAT
-from pipeline.ingest.journald import ingest_journald_json
-from pipeline.ingest.journald import looks_like as looks_like_journald
-from pipeline.ingest.json_array import is_json_document
-from pipeline.ingest.kernel_log import SpanWorkers, ingest_kernel_log, parallel_parts
-from pipeline.ingest.kubernetes import ingest_kubernetes
-from pipeline.ingest.lines import BOM, MAX_DECOMPRESSED_BYTES, head_text, is_gzip
-from pipeline.ingest.options import MAX_REJECTED_PERCENT, MIN_REFUSED, ReaderOptions
-from pipeline.ingest.sacct import ingest_sacct
-from pipeline.ingest.slurm_events import ingest_slurm_events
-from pipeline.ingest.slurmctld import ingest_slurmctld
-from pipeline.ingest.taxonomy import parse_category_map
-from pipeline.ingest.training_log import SNIFF as TRAINING_LOG_SNIFF
-from pipeline.ingest.training_log import ingest_training_log
+from pipeline.readers.cloud_events import FORMATS as CLOUD_FORMATS
+from pipeline.readers.cloud_events import ingest_cloud_events
+from pipeline.readers.hyperpod_hma import FORMAT as HMA_FORMAT
+from pipeline.readers.hyperpod_hma import SNIFF as HMA_SNIFF
+from pipeline.readers.hyperpod_hma import ingest_hyperpod_hma
+from pipeline.readers.journald import FORMAT as JOURNALD_FORMAT
+from pipeline.readers.journald import ingest_journald_json
+from pipeline.readers.journald import looks_like as looks_like_journald
+from pipeline.readers.json_array import is_json_document
+from pipeline.readers.kernel_log import SpanWorkers, ingest_kernel_log, parallel_parts
+from pipeline.readers.kubernetes import ingest_kubernetes
+from pipeline.readers.lines import BOM, MAX_DECOMPRESSED_BYTES, head_text, is_gzip
+from pipeline.readers.options import MAX_REJECTED_PERCENT, MIN_REFUSED, ReaderOptions
+from pipeline.readers.sacct import ingest_sacct
+from pipeline.readers.slurm_events import ingest_slurm_events
+from pipeline.readers.slurmctld import ingest_slurmctld
+from pipeline.readers.training_log import SNIFF as TRAINING_LOG_SNIFF
+from pipeline.readers.training_log import ingest_training_log
+from pipeline.store import canonical_events as canonical_store
+from pipeline.store import lake, taxonomy
+from pipeline.store.files import FileSummary, InputError, check_time_format, checked_timezone, sha256_of
+from pipeline.store.taxonomy import parse_category_map
 
 DATASET_FORMATS = ("lanl", "titan", "bgl")
 # Line-oriented log readers: each streams its file in blocks and takes the common options (sha,
@@ -271,7 +272,7 @@ def read_file(
             progress(path.stat().st_size)
         return summary
     if fmt in DATASET_FORMATS:
-        from pipeline.datasets.load import ingest_dataset  # datasets build on ingest
+        from pipeline.readers.public_load import ingest_dataset
 
         return ingest_dataset(con, path, sha=sha, fmt=fmt, timezone=options.timezone, progress=progress)
     if fmt in CLOUD_FORMATS:

@@ -8,8 +8,9 @@ import pytest
 
 from pipeline import rebuild, warehouse
 from pipeline.categories import CategoryMap
-from pipeline.ingest import ReaderOptions, canonical_store, ingest_files
-from pipeline.ingest.canonical import BATCH_ROWS, ingest_canonical
+from pipeline.ingest import ReaderOptions, ingest_files
+from pipeline.readers.canonical import BATCH_ROWS, ingest_canonical
+from pipeline.store import canonical_events as canonical_store
 
 TICKETS = "timestamp,cluster_id,node_id,category,resolved_at\n"
 OPEN = "2026-03-02T04:26:29Z,c1,n1,Xid 79,\n"

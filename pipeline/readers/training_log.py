@@ -48,8 +48,8 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.ingest.common import FileSummary, account_lines, count, register_file, registered
-from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, read_lines
+from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES, read_lines
+from pipeline.store.files import FileSummary, account_lines, count, register_file, registered
 from pipeline.warehouse import JOB_SYMPTOMS_FORMAT, UNKNOWN_CLUSTER
 
 FORMAT = JOB_SYMPTOMS_FORMAT

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.ingest.common import InputError
-from pipeline.ingest.lines import BOM, is_gzip, not_utf8
+from pipeline.readers.lines import BOM, is_gzip, not_utf8
+from pipeline.store.files import InputError
 
 MAX_JSON_BYTES = 256 << 20
 """A larger JSON document is refused with how to convert it to JSON Lines (read whole, its

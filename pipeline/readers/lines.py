@@ -32,7 +32,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from pipeline.ingest.common import InputError
+from pipeline.store.files import InputError
 
 BLOCK_BYTES = 8 << 20
 MAX_DECOMPRESSED_BYTES = 16 << 30

@@ -37,7 +37,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.categories import FailureCategory
-from pipeline.datasets.frames import CanonicalFrames, merge_intervals, read_text_csv
+from pipeline.readers.public_data import CanonicalFrames, merge_intervals, read_text_csv
 
 EVENT_CATEGORIES = {"DBE": FailureCategory.GPU_MEMORY, "OTB": FailureCategory.GPU_FELL_OFF_BUS}
 CAUSE_CODES = {"DBE": 1, "OTB": 2}

@@ -3,7 +3,7 @@
 The kernel-log reader (:mod:`.kernel_log`: syslog, ``journalctl`` text, ``dmesg -T``) and the
 journald JSON reader (:mod:`.journald`) parse their lines into Parquet files of the same columns
 (:data:`STAGED_SCHEMA`: one row per line that may carry a driver message, with its time parts,
-node, message and the driver's fields from :func:`pipeline.ingest.xid.driver_messages`); this
+node, message and the driver's fields from :func:`pipeline.xid.driver_messages`); this
 module turns them into events in DuckDB, inside the file's transaction:
 
 * times: ISO text with or without an offset (naive: the session time zone), syslog's parts with
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import polars as pl
 
+from pipeline import xid as xid_catalog
 from pipeline.categories import FailureCategory
-from pipeline.ingest import xid as xid_catalog
-from pipeline.ingest.common import FileSummary, account_lines, count, registered
+from pipeline.store.files import FileSummary, account_lines, count, registered
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
 STAGED_SCHEMA = {
@@ -159,7 +159,7 @@ def store_staged(
     source_format: str,
 ) -> None:
     """Store the lines staged in the Parquet files ``offsets["file"]`` (``line_base``, ``year_base``,
-    ``new_year_from`` per file, see :func:`pipeline.ingest.kernel_log.ingest_kernel_log`) as events
+    ``new_year_from`` per file, see :func:`pipeline.readers.kernel_log.ingest_kernel_log`) as events
     of ``summary.file_id`` and complete the summary's counts and notes. ``summary.rows_read`` must
     hold every line the reader read."""
     staged_paths = offsets["file"].to_list()

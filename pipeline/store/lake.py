@@ -35,16 +35,13 @@ from urllib.parse import quote
 
 import duckdb
 
-from pipeline.ingest import taxonomy
-from pipeline.ingest.canonical import TABLE_FORMATS, UPSERT_INVENTORY, WORK_TABLES
-from pipeline.ingest.common import FileSummary, InputError, count, now_utc, record_counts, register_file
-from pipeline.ingest.sacct import REPLACE_JOBS
-from pipeline.ingest.slurm_events import FORMAT as SLURM_EVENTS
+from pipeline.store import inventory, jobs, taxonomy
+from pipeline.store.files import FileSummary, InputError, count, now_utc, record_counts, register_file
 from pipeline.warehouse import transaction
 
 MANIFEST = "manifest"
 TABLES = ("events", "jobs", "inventory", "rejects")
-LAKE_FORMATS = (*TABLE_FORMATS, "kernel-log", "journald-json", "sacct", SLURM_EVENTS)
+LAKE_FORMATS = ("csv", "jsonl", "json", "parquet", "kernel-log", "journald-json", "sacct", "slurm-events")
 """Formats a lake holds: those whose merge into the warehouse is one of the rules above. The other
 readers (slurmctld, kubernetes, cloud events, training logs, public data sets) are ingested directly."""
 
@@ -96,7 +93,7 @@ CREATE OR REPLACE TEMP TABLE lake_status AS
 SELECT l.*,
        CASE WHEN l.resolved_at_utc < l.timestamp_utc THEN 'rejected'
             WHEN e.event_key IS NULL THEN 'new'
-            WHEN $resolves AND e.resolved_at_utc IS NULL AND l.resolved_at_utc IS NOT NULL THEN 'resolves'
+            WHEN e.resolved_at_utc IS NULL AND l.resolved_at_utc IS NOT NULL THEN 'resolves'
        END AS status
 FROM read_parquet($files, hive_partitioning = true) l
 LEFT JOIN (SELECT DISTINCT ON (event_key) event_key, resolved_at_utc FROM events) e USING (event_key)
@@ -201,8 +198,7 @@ def _ingest_entry(con, lake: Path, entry: dict) -> FileSummary:
     files = {table: [str(lake / part) for part in entry["parts"].get(table, [])] for table in TABLES}
     rejected = 0
     if files["events"]:
-        resolves = fmt == SLURM_EVENTS or fmt in TABLE_FORMATS  # their later exports close open events
-        con.execute(_EVENT_STATUS, {"files": files["events"], "resolves": resolves})
+        con.execute(_EVENT_STATUS, {"files": files["events"]})
         summary.rows_ingested = count(
             con, "SELECT count(DISTINCT line) FROM lake_status WHERE status IN ('new', 'resolves')"
         )
@@ -213,13 +209,11 @@ def _ingest_entry(con, lake: Path, entry: dict) -> FileSummary:
         con.execute("DROP TABLE lake_status")
     if files["jobs"]:
         con.execute(_JOBS, {"files": files["jobs"]})
-        con.execute(REPLACE_JOBS, {"file_id": file_id})
-        summary.rows_ingested = count(con, "SELECT count(*) FROM jobs WHERE file_id = ?", [file_id])
+        summary.rows_ingested = jobs.replace_jobs(con, file_id)
     if files["inventory"]:
-        con.execute(WORK_TABLES)
+        inventory.stage(con)
         con.execute(_INVENTORY, {"files": files["inventory"]})
-        con.execute(UPSERT_INVENTORY, {"file_id": file_id})
-        summary.rows_ingested = count(con, "SELECT count(*) FROM inventory WHERE file_id = ?", [file_id])
+        summary.rows_ingested = inventory.replace_inventory(con, file_id)
     if files["rejects"]:
         con.execute(_REJECTS, {"file_id": file_id, "files": files["rejects"]})
     summary.rows_rejected = entry["rows_rejected"] + rejected

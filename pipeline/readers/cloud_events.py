@@ -56,7 +56,8 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.ingest.common import (
+from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES, read_lines
+from pipeline.store.files import (
     FileSummary,
     InputError,
     account_lines,
@@ -64,7 +65,6 @@ from pipeline.ingest.common import (
     registered,
     time_sql,
 )
-from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, read_lines
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
 FORMATS = ("ec2-status", "gce-audit")

@@ -31,18 +31,9 @@ import pyarrow.compute as pc
 
 from pipeline import warehouse
 from pipeline.categories import CategoryMap
-from pipeline.ingest import canonical_store, taxonomy
-from pipeline.ingest.canonical_checks import stage_sql
-from pipeline.ingest.common import (
-    FileSummary,
-    InputError,
-    count,
-    insert_rejects,
-    record_counts,
-    register_file,
-)
-from pipeline.ingest.json_array import read_json_records
-from pipeline.ingest.lines import (
+from pipeline.readers.canonical_checks import stage_sql
+from pipeline.readers.json_array import read_json_records
+from pipeline.readers.lines import (
     BOM,
     MAX_DECOMPRESSED_BYTES,
     check_decompressed_size,
@@ -51,6 +42,16 @@ from pipeline.ingest.lines import (
     is_gzip,
     not_utf8,
     read_lines,
+)
+from pipeline.store import canonical_events as canonical_store
+from pipeline.store import inventory, taxonomy
+from pipeline.store.files import (
+    FileSummary,
+    InputError,
+    count,
+    insert_rejects,
+    record_counts,
+    register_file,
 )
 
 INCIDENT_COLUMNS = ("timestamp", "cluster_id", "node_id", "category")
@@ -324,33 +325,11 @@ SELECT cluster_id, node_id, instance_type, gpus_per_node, timezone('UTC', from_t
 FROM staged WHERE reason IS NULL
 """
 
-# Within the file the last row for a key wins; a row the inventory already holds as it is is left
-# alone (it keeps its file and line), any other replaces the stored row for its key.
-UPSERT_INVENTORY = """
-DELETE FROM fresh WHERE rowid IN (
-    SELECT rowid FROM fresh
-    QUALIFY row_number() OVER (PARTITION BY cluster_id, node_id, from_utc ORDER BY line DESC) > 1
-);
-DELETE FROM fresh f USING inventory i
-WHERE i.cluster_id = f.cluster_id AND i.node_id = f.node_id
-  AND i.in_service_from_utc = f.from_utc AND i.instance_type = f.instance_type
-  AND i.gpus_per_node = f.gpus_per_node
-  AND i.in_service_to_utc IS NOT DISTINCT FROM f.to_utc;
-DELETE FROM inventory i USING fresh f
-WHERE i.cluster_id = f.cluster_id AND i.node_id = f.node_id
-  AND i.in_service_from_utc = f.from_utc;
-INSERT INTO inventory (cluster_id, node_id, instance_type, gpus_per_node, in_service_from_utc,
-                       in_service_to_utc, file_id, line)
-SELECT cluster_id, node_id, instance_type, gpus_per_node, from_utc, to_utc, $file_id, line
-FROM fresh;
-"""
-
-# Per file: the rejected lines, their original text, the valid inventory rows of all batches.
+# Per file: the rejected lines and their original text (the valid inventory rows of all batches
+# wait in the store's ``fresh``, :func:`pipeline.store.inventory.stage`).
 WORK_TABLES = """
 CREATE OR REPLACE TEMP TABLE rejected (line BIGINT, reason VARCHAR);
 CREATE OR REPLACE TEMP TABLE raw_lines (line BIGINT, raw VARCHAR);
-CREATE OR REPLACE TEMP TABLE fresh (cluster_id VARCHAR, node_id VARCHAR, instance_type VARCHAR,
-    gpus_per_node INTEGER, from_utc TIMESTAMP, to_utc TIMESTAMP, line BIGINT);
 """
 
 
@@ -483,6 +462,7 @@ def ingest_canonical(
             con.execute(_KEEP_INVENTORY)
 
     con.execute(WORK_TABLES)
+    inventory.stage(con)
     events_before = count(con, "SELECT count(*) FROM events")
     to_line = _jsonl_lines(path, max_decompressed_bytes) if fmt == "jsonl" else None
     csv_lines = _csv_lines(columns) if fmt == "csv" else None
@@ -514,8 +494,7 @@ def ingest_canonical(
         summary.rows_ingested = new_events + closings.closed  # a closing row is taken in, as in slurm_events
         summary.notes.extend(classes.notes(con, file_id) + closings.notes())
     else:
-        con.execute(UPSERT_INVENTORY, {"file_id": file_id})
-        summary.rows_ingested = count(con, "SELECT count(*) FROM inventory WHERE file_id = ?", [file_id])
+        summary.rows_ingested = inventory.replace_inventory(con, file_id)
     if fmt not in _RECORD_FORMATS:
         _keep_raw_lines(con, path, max_decompressed_bytes)
     bad = con.sql(

@@ -34,10 +34,10 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.ingest import hostlist
-from pipeline.ingest.common import FileSummary, account_lines, count, register_file
-from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES
-from pipeline.ingest.sacct import Header, PipeExport, slurm_time, stage_pipe_export
+from pipeline.readers import hostlist
+from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES
+from pipeline.readers.sacct import Header, PipeExport, slurm_time, stage_pipe_export
+from pipeline.store.files import FileSummary, account_lines, count, register_file
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
 REQUIRED = ("nodename", "timestart", "state")
@@ -131,7 +131,7 @@ FROM typed
 """  # noqa: S608 - slurm_time() of fixed column names
 
 # One row per node. interrupting = true is the source's own flag (every outage state takes the node
-# from its jobs): the taxonomy step (pipeline.ingest.taxonomy) keeps it as source_interrupting, and
+# from its jobs): the taxonomy step (pipeline.store.taxonomy) keeps it as source_interrupting, and
 # only the user's --category-map / [categories] entry overrides it.
 _NODES = """
 CREATE OR REPLACE TEMP TABLE slurm_events_nodes AS

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.ingest import lines
-from pipeline.ingest.common import FileSummary
+from pipeline.readers import lines
+from pipeline.store.files import FileSummary
 
 MONTHS = {
     m: i

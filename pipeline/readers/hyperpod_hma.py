@@ -25,8 +25,8 @@ without ``@logStream`` and text lines name no stream: without ``--node`` the fil
 line). Time = ``details.timestamp`` (when the problem was detected), else ``ts`` (when the agent
 logged it), else the CloudWatch timestamp; the first of them present must be a time, or the record
 is rejected. Category = ``details.reason``, plus `` Xid N`` when only the message names the code
-(:func:`~pipeline.ingest.taxonomy.category_with_xid`), so the Xid catalog classes it; ``xid`` and
-``pci_bus_id`` are parsed from the quoted Xid line with :data:`~pipeline.ingest.xid.XID_LINE`.
+(:func:`~pipeline.store.taxonomy.category_with_xid`), so the Xid catalog classes it; ``xid`` and
+``pci_bus_id`` are parsed from the quoted Xid line with :data:`~pipeline.xid.XID_LINE`.
 Message = ``details.message``. Attributes: ``condition`` (``NvidiaErrorReboot`` ...), ``severity``,
 ``instance_group``. ``interrupting``: true when the condition is one on which HyperPod reboots or
 replaces the node (:data:`TAKES_NODE_OUT`), else NULL (the taxonomy decides).
@@ -54,8 +54,9 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.ingest.cloud_events import item_starts, json_values
-from pipeline.ingest.common import (
+from pipeline.readers.cloud_events import item_starts, json_values
+from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES, read_lines
+from pipeline.store.files import (
     FileSummary,
     InputError,
     account_lines,
@@ -64,10 +65,9 @@ from pipeline.ingest.common import (
     registered,
     time_sql,
 )
-from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, read_lines
-from pipeline.ingest.taxonomy import category_with_xid
-from pipeline.ingest.xid import XID_LINE
+from pipeline.store.taxonomy import category_with_xid
 from pipeline.warehouse import UNKNOWN_CLUSTER
+from pipeline.xid import XID_LINE
 
 FORMAT = "hyperpod-hma"
 DETECTION = "HealthMonitoringAgentDetectionEvent"

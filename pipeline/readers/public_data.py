@@ -15,7 +15,12 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.ingest import INCIDENT_COLUMNS, INCIDENT_OPTIONAL, INVENTORY_COLUMNS, INVENTORY_OPTIONAL
+from pipeline.readers.canonical import (
+    INCIDENT_COLUMNS,
+    INCIDENT_OPTIONAL,
+    INVENTORY_COLUMNS,
+    INVENTORY_OPTIONAL,
+)
 
 SHARED_DATASETS_ENV = "FAILCAST_SHARED_DATASETS"
 _ISO_UTC = "%Y-%m-%dT%H:%M:%SZ"

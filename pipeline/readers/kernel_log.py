@@ -44,18 +44,18 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from pipeline.ingest import lines
-from pipeline.ingest import xid as xid_catalog
-from pipeline.ingest.common import FileSummary, register_file
-from pipeline.ingest.kernel_store import STAGED_ARROW, STAGED_SCHEMA, store_staged
-from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, is_gzip, read_blocks
-from pipeline.ingest.syslog_years import (
+from pipeline import xid as xid_catalog
+from pipeline.readers import lines
+from pipeline.readers.kernel_messages import STAGED_ARROW, STAGED_SCHEMA, store_staged
+from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES, is_gzip, read_blocks
+from pipeline.readers.syslog_years import (
     MONTH_PATTERN,
     block_month_changes,
     month_number,
     syslog_base_year,
     year_offsets_at,
 )
+from pipeline.store.files import FileSummary, register_file
 
 _ISO = (
     r"^(?<iso_ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)"

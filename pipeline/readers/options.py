@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pipeline.ingest.common import check_time_format
-from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES
+from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES
+from pipeline.store.files import check_time_format
 
 MAX_REJECTED_PERCENT = 50.0
 """Default limit: a file that loses most of its records is being read wrong (a date format, a

@@ -45,10 +45,10 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from pipeline.ingest import xid as xid_catalog
-from pipeline.ingest.common import FileSummary, InputError, register_file
-from pipeline.ingest.kernel_store import STAGED_ARROW, STAGED_SCHEMA, store_staged
-from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, Block, head_text, read_blocks
+from pipeline import xid as xid_catalog
+from pipeline.readers.kernel_messages import STAGED_ARROW, STAGED_SCHEMA, store_staged
+from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES, Block, head_text, read_blocks
+from pipeline.store.files import FileSummary, InputError, register_file
 
 FORMAT = "journald-json"
 SNIFF = re.compile(r'^\x1e?\{\s*(?:$|.*"(?:__REALTIME_TIMESTAMP|__CURSOR)"\s*:)', re.DOTALL)

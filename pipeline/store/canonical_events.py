@@ -16,8 +16,19 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline import warehouse
-from pipeline.ingest.canonical_checks import incident_key_sql
-from pipeline.ingest.common import count, now_utc
+from pipeline.store.files import count, now_utc
+
+
+def incident_key_sql(time_utc: str) -> str:
+    """The content key of an incident row, over the staged or the stored columns; ``time_utc`` is
+    an expression of its time as a UTC TIMESTAMP. The time goes in as UTC text whatever the
+    session's time zone (``--timezone``): the key was once the text of the TIMESTAMPTZ, which
+    carries the session's offset, so the same row ingested under UTC and then under
+    Europe/Berlin was stored twice. The text is the one the old key had under UTC ('+00'), so keys
+    stored under UTC stay valid; :func:`rekey_stored_incidents` redoes the others."""
+    return f"""md5(concat_ws(chr(31), CAST({time_utc} AS VARCHAR) || '+00', cluster_id, node_id,
+                       lower(category), CAST(gpu_index AS VARCHAR), coalesce(message, '')))"""
+
 
 # A batch's new events: its valid rows, less those whose event key an earlier row has (an earlier
 # file, an earlier batch of this file, a smaller line of this batch). The two checks cost as much

@@ -33,7 +33,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.categories import FailureCategory
-from pipeline.datasets.frames import CanonicalFrames, merge_intervals, read_text_csv
+from pipeline.readers.public_data import CanonicalFrames, merge_intervals, read_text_csv
 
 LANL_TIMEZONE = "America/Denver"
 ROOT_CAUSES = ("Facilities", "Hardware", "Human Error", "Network", "Undetermined", "Software")

@@ -17,8 +17,8 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.categories import FailureCategory
-from pipeline.datasets.frames import CanonicalFrames
-from pipeline.ingest import INVENTORY_COLUMNS
+from pipeline.readers.canonical import INVENTORY_COLUMNS
+from pipeline.readers.public_data import CanonicalFrames
 
 BGL_ALERT_CATEGORIES: dict[str, FailureCategory] = {
     "KERNDTLB": FailureCategory.HARDWARE,  # data TLB error interrupt on a compute chip

@@ -26,12 +26,12 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.datasets.frames import CanonicalFrames
-from pipeline.datasets.lanl import read_lanl
-from pipeline.datasets.loghub import read_bgl
-from pipeline.datasets.titan import read_titan
-from pipeline.ingest.canonical import ingest_canonical
-from pipeline.ingest.common import FileSummary, InputError, insert_rejects, registered
+from pipeline.readers.bgl import read_bgl
+from pipeline.readers.canonical import ingest_canonical
+from pipeline.readers.lanl import read_lanl
+from pipeline.readers.public_data import CanonicalFrames
+from pipeline.readers.titan import read_titan
+from pipeline.store.files import FileSummary, InputError, insert_rejects, registered
 
 TITAN_COMPANIONS = ("gc_summary_loc.csv", "titan.service.txt")
 

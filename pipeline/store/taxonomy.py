@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import polars as pl
 
+from pipeline import xid as xid_catalog
 from pipeline.categories import (
     QUALIFIER_WORDS,
     SYNONYMS,
@@ -38,8 +39,7 @@ from pipeline.categories import (
     class_named,
     normal_form,
 )
-from pipeline.ingest import xid as xid_catalog
-from pipeline.ingest.common import registered
+from pipeline.store.files import registered
 
 # "Xid 79", "XID_48", "sxid 12028"; not inside a word ("Maxidle"), except an upper-case XID after a
 # lower-case letter, as in the EKS node monitoring agent's reasons "NvidiaXID79Error"

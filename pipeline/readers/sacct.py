@@ -21,17 +21,17 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.ingest import hostlist
-from pipeline.ingest.common import (
+from pipeline.readers import hostlist
+from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES, read_lines
+from pipeline.store import jobs
+from pipeline.store.files import (
     FileSummary,
     InputError,
     account_lines,
-    count,
     register_file,
     registered,
     time_sql,
 )
-from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, read_lines
 
 REQUIRED = ("jobid", "state", "start", "end", "nodelist")
 OPTIONAL = ("jobname", "cluster", "nnodes", "elapsedraw", "elapsed")
@@ -191,8 +191,8 @@ SELECT *,
 FROM typed
 """  # noqa: S608 - slurm_time() of fixed column names
 
-# Newest line of a job wins (a later export sees the final state); rows identical to a stored one
-# are duplicates, rows that differ replace it.
+# Newest line of a job wins within the file (a later export sees the final state); the store
+# replaces stored jobs with it (pipeline.store.jobs).
 _UPSERT = """
 CREATE OR REPLACE TEMP TABLE jobs_fresh AS
 SELECT jobid AS job_id, cluster_id, nullif(jobname, '') AS job_name, state_word AS state,
@@ -201,20 +201,6 @@ SELECT jobid AS job_id, cluster_id, nullif(jobname, '') AS job_name, state_word 
        list_contains($interrupted, state_word) AS interrupted, line
 FROM jobs_parsed WHERE reason IS NULL
 QUALIFY row_number() OVER (PARTITION BY coalesce(cluster_id, ''), jobid ORDER BY line DESC) = 1
-"""
-REPLACE_JOBS = """
-DELETE FROM jobs_fresh f USING jobs j
-WHERE j.job_id = f.job_id AND j.cluster_id IS NOT DISTINCT FROM f.cluster_id
-  AND j.job_name IS NOT DISTINCT FROM f.job_name AND j.state = f.state
-  AND j.start_utc IS NOT DISTINCT FROM f.start_utc AND j.end_utc IS NOT DISTINCT FROM f.end_utc
-  AND j.nnodes IS NOT DISTINCT FROM f.nnodes AND j.nodes = f.nodes;
-DELETE FROM jobs j USING jobs_fresh f
-WHERE j.job_id = f.job_id AND j.cluster_id IS NOT DISTINCT FROM f.cluster_id;
-INSERT INTO jobs (job_id, cluster_id, job_name, state, start_utc, end_utc, elapsed_hours, nnodes, nodes,
-                  interrupted, file_id, line)
-SELECT job_id, cluster_id, job_name, state, start_utc, end_utc, elapsed_hours, nnodes, nodes,
-       interrupted, $file_id, line
-FROM jobs_fresh;
 """
 
 
@@ -253,7 +239,6 @@ def ingest_sacct(
     )
     con.execute(_STAGE, {"fields": header[2], "cluster": cluster})
     con.execute(_UPSERT, {"interrupted": list(INTERRUPTED_STATES)})
-    con.execute(REPLACE_JOBS, {"file_id": file_id})  # DuckDB binds parameters of the last statement only
-    summary.rows_ingested = count(con, "SELECT count(*) FROM jobs WHERE file_id = ?", [file_id])
+    summary.rows_ingested = jobs.replace_jobs(con, file_id)
     account_lines(con, file_id, path, summary, "jobs_parsed")
     return summary

@@ -32,11 +32,11 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.ingest import hostlist
-from pipeline.ingest.common import FileSummary, account_lines, register_file, registered
-from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, read_lines
-from pipeline.ingest.slurm_events import state_base
-from pipeline.ingest.syslog_years import MONTHS, syslog_base_year, year_offsets
+from pipeline.readers import hostlist
+from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES, read_lines
+from pipeline.readers.slurm_events import state_base
+from pipeline.readers.syslog_years import MONTHS, syslog_base_year, year_offsets
+from pipeline.store.files import FileSummary, account_lines, register_file, registered
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
 FORMAT = "slurmctld"
@@ -178,7 +178,7 @@ FROM rows r
 """
 
 # interrupting = true is the source's own flag (every event read here took a node out of service):
-# the taxonomy step (pipeline.ingest.taxonomy) keeps it as source_interrupting; only the user's
+# the taxonomy step (pipeline.store.taxonomy) keeps it as source_interrupting; only the user's
 # --category-map / [categories] entry overrides it.
 _INSERT = """
 INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category, interrupting,

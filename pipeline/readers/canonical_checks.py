@@ -6,7 +6,8 @@ scan of the batch's Arrow table), with ``$time_format`` bound when ``--time-form
 
 from __future__ import annotations
 
-from pipeline.ingest.common import time_sql, whole_number_sql
+from pipeline.store.canonical_events import incident_key_sql
+from pipeline.store.files import time_sql, whole_number_sql
 
 # Validation in SQL over the string frame: parse, check, and give each bad row one reason. The
 # texts quoted in reasons are not passed on (the staged batch goes to Arrow: 12% less CPU).
@@ -59,17 +60,6 @@ SELECT * EXCLUDE (ts_text, gpu_text, resolved_text),
        {incident_key_sql("make_timestamp(epoch_us(ts))")} AS event_key
 FROM parsed
 """  # noqa: S608 - time_sql(), whole_number_sql() and incident_key_sql() of fixed columns
-
-
-def incident_key_sql(time_utc: str) -> str:
-    """The content key of an incident row, over the staged or the stored columns; ``time_utc`` is
-    an expression of its time as a UTC TIMESTAMP. The time goes in as UTC text whatever the
-    session's time zone (``--timezone``): the key was once the text of the TIMESTAMPTZ, which
-    carries the session's offset, so the same row ingested under UTC and then under
-    Europe/Berlin was stored twice. The text is the one the old key had under UTC ('+00'), so keys
-    stored under UTC stay valid; :func:`.canonical_store.rekey_stored_incidents` redoes the others."""
-    return f"""md5(concat_ws(chr(31), CAST({time_utc} AS VARCHAR) || '+00', cluster_id, node_id,
-                       lower(category), CAST(gpu_index AS VARCHAR), coalesce(message, '')))"""
 
 
 def _stage_inventory(time_format: bool) -> str:

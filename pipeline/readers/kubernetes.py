@@ -52,9 +52,9 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.ingest.common import FileSummary, InputError, account_lines, count, register_file, registered
-from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, head_text, is_gzip, read_lines
-from pipeline.ingest.taxonomy import category_with_xid
+from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES, head_text, is_gzip, read_lines
+from pipeline.store.files import FileSummary, InputError, account_lines, count, register_file, registered
+from pipeline.store.taxonomy import category_with_xid
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
 FORMAT = "kubernetes"
