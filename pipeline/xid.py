@@ -46,6 +46,7 @@ responding to commands.`` (the last two may be one line). All are class ``gpu_fe
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -155,6 +156,10 @@ XID_LINE = (
 """The driver's Xid (or NVSwitch SXid) text: PCI id (``PCI:`` prefix optional, as on old drivers) and code.
 One pattern for Polars and Python's ``re`` (named groups ``sxid``, ``pci``, ``code``): kernel logs and
 the Xid lines other tools quote (HyperPod's health agent) are parsed alike."""
+
+KERNEL_XID = re.compile(r"Xid \((?:PCI:)?[0-9A-Fa-f]{4}:")
+"""The start of the kernel's own Xid line (its PCI id), as opposed to a mention of an Xid in a text
+(a drain reason "Xid 79"): a file holding one is a kernel log (format sniffing)."""
 
 FELL_OFF = "fallen off the bus"
 FELL_PCI = (

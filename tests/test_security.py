@@ -52,10 +52,13 @@ SQL_WORDS = re.compile(
 )
 # Reviewed interpolations into SQL text: (file, expression) -> why it is safe.
 ALLOWED_SQL_INTERPOLATIONS = {
-    (
-        "pipeline/ingest/__init__.py",
-        "checked_timezone(con, timezone)",
-    ): "a name from pg_timezone_names",
+    ("pipeline/ingest/files.py", "checked_timezone(con, timezone)"): "a name from pg_timezone_names",
+    ("pipeline/store/events.py", "closings"): "a reader's literal SELECT of closing rows (values bound)",
+    ("pipeline/store/events.py", "window_sql"): "a literal condition or nothing",
+    ("pipeline/store/files.py", "text"): "a column name checked against [a-z][a-z0-9_]*",
+    ("pipeline/store/files.py", "reason"): "a column name checked against [a-z][a-z0-9_]*",
+    ("pipeline/store/files.py", "lines"): "account_lines' SELECT of checked column names",
+    ("pipeline/store/staging.py", "_checked(table)"): "a reader's table name checked against [a-z][a-z0-9_]*",
     ("pipeline/runs/batch.py", "name"): "table names from a literal tuple",
     ("pipeline/warehouse.py", "name"): "table() checks the name against the schema's tables",
     ("pipeline/warehouse.py", "query"): "read_incidents: one of incidents_query's literal queries",
@@ -66,11 +69,6 @@ ALLOWED_SQL_INTERPOLATIONS = {
     ("pipeline/readers/sacct.py", "slurm_time('\"end\"')"): "SQL of a literal column name",
     ("pipeline/readers/slurm_events.py", "slurm_time('timestart')"): "SQL of a literal column name",
     ("pipeline/readers/slurm_events.py", "slurm_time('timeend')"): "SQL of a literal column name",
-    ("pipeline/readers/slurm_events.py", "table"): "temp table names from a literal tuple",
-    ("pipeline/readers/slurmctld.py", "table"): "temp table names from a literal tuple",
-    ("pipeline/readers/sacct.py", "spec.table"): "a PipeExport's table name, a literal in each reader",
-    ("pipeline/readers/kubernetes.py", "table"): "temp table names from a literal tuple",
-    ("pipeline/readers/cloud_events.py", "table"): "temp table names from a literal tuple",
     ("pipeline/readers/cloud_events.py", "time_sql('start_text')"): "SQL of a literal column name",
     ("pipeline/readers/cloud_events.py", "time_sql('end_text')"): "SQL of a literal column name",
     ("pipeline/readers/cloud_events.py", "time_sql('ts_text')"): "SQL of a literal column name",

@@ -17,8 +17,11 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.categories import FailureCategory
-from pipeline.readers.canonical import INVENTORY_COLUMNS
+from pipeline.readers import public_data
+from pipeline.readers.canonical_source import INVENTORY_COLUMNS
+from pipeline.readers.contract import ReadContext
 from pipeline.readers.public_data import CanonicalFrames
+from pipeline.store.files import FileSummary
 
 BGL_ALERT_CATEGORIES: dict[str, FailureCategory] = {
     "KERNDTLB": FailureCategory.HARDWARE,  # data TLB error interrupt on a compute chip
@@ -122,3 +125,8 @@ def read_bgl(path: Path | str, *, cluster_id: str = "bgl") -> CanonicalFrames:
         }
     )
     return CanonicalFrames("bgl", frame, inventory, {"rejects": reject_frame, "lines": counts})
+
+
+def read(ctx: ReadContext) -> FileSummary:
+    """``failcast ingest --format bgl``: the alert lines' incidents (epoch times: no time zone)."""
+    return public_data.ingest(ctx, lambda: (read_bgl(ctx.path), []))

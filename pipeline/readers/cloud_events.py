@@ -51,23 +51,17 @@ from __future__ import annotations
 import bisect
 import json
 import re
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import polars as pl
 
-from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES, read_lines
-from pipeline.store.files import (
-    FileSummary,
-    InputError,
-    account_lines,
-    register_file,
-    registered,
-    time_sql,
-)
+from pipeline.readers.contract import Head, ReadContext
+from pipeline.store import staging
+from pipeline.store.files import FileSummary, InputError, account_lines, registered, time_sql
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
 FORMATS = ("ec2-status", "gce-audit")
+TRUNCATED = "truncated .gz: the compressed stream ends early; copy the file again"
 
 # methodName -> (planned, interrupting)
 RESTART = "compute.instances.automaticRestart"  # ends the outage of a host error, not a record
@@ -347,32 +341,17 @@ FROM cloud_events_keyed
 """
 
 
-def ingest_cloud_events(
-    con,
-    path: Path,
-    *,
-    sha: str,
-    fmt: str,
-    cluster: str | None,
-    progress: Callable[[int], None] | None = None,
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
-) -> FileSummary:
-    """One EC2 instance-status or GCE audit-log export (``fmt`` in :data:`FORMATS`); the caller
+def read(ctx: ReadContext) -> FileSummary:
+    """One EC2 instance-status or GCE audit-log export (``ctx.fmt`` in :data:`FORMATS`); the caller
     holds the transaction and the session time zone (for times without an offset)."""
+    con, path, fmt, cluster = ctx.con, ctx.path, ctx.fmt, ctx.options.cluster
     if fmt not in FORMATS:
         raise InputError(f"{path}: unknown cloud event format {fmt!r}; use one of {', '.join(FORMATS)}")
-    summary = FileSummary(str(path), "node_events", fmt)
-    file_id = register_file(con, path, sha, "node_events", fmt)
-    summary.file_id = file_id
-    parts, done = [], 0
-    for batch in read_lines(path, None, max_decompressed_bytes):
-        if batch.frame["truncated"].any():
-            summary.notes.append("truncated .gz: the compressed stream ends early; copy the file again")
-        parts.append(batch.frame["text"])
-        if progress:
-            progress(batch.bytes_done - done)
-        done = batch.bytes_done
-    text = "\n".join("\n".join(p.to_list()) for p in parts)
+    summary = ctx.open_file("node_events")
+    file_id = summary.file_id
+    text, truncated = ctx.text()
+    if truncated:
+        summary.notes.append(TRUNCATED)
     starts = [0, *(m.end() for m in re.finditer("\n", text))]
     rows, restarts, ignored = [], [], {}
     for offset, record in _records(text, fmt):
@@ -396,12 +375,7 @@ def ingest_cloud_events(
     restarted = con.sql("SELECT count(*) FILTER (WHERE restarted) FROM cloud_events_keyed").fetchall()[0][0]
     summary.rows_ingested = con.sql("SELECT count(*) FROM cloud_events_keyed").fetchall()[0][0]
     con.execute(_WRITE, {"file_id": file_id, "format": fmt})
-    con.execute(
-        "CREATE OR REPLACE TEMP VIEW cloud_events_accounted AS"
-        " SELECT line, raw AS text, reason FROM cloud_events_parsed"
-    )
-    account_lines(con, file_id, path, summary, "cloud_events_accounted")
-    con.execute("DROP VIEW cloud_events_accounted")
+    account_lines(con, summary, "cloud_events_parsed", text="raw")
     for rule, n in sorted(ignored.items()):
         why = _IGNORED.get(rule, f"method {rule} is not a host event")
         summary.notes.append(f"{n} record(s) ignored: {why}")
@@ -409,8 +383,7 @@ def ingest_cloud_events(
         summary.notes.append("cluster_id not given (--cluster): taken from the inventory by node name")
     if restarted:
         summary.notes.append(f"{restarted} host error(s) end at the instance's automaticRestart (outages)")
-    for table in ("cloud_events_keyed", "cloud_events_resolved", "cloud_restarts", "cloud_events_parsed"):
-        con.execute(f"DROP TABLE {table}")
+    staging.drop(con, "cloud_events_keyed", "cloud_events_resolved", "cloud_restarts", "cloud_events_parsed")
     return summary
 
 
@@ -419,3 +392,25 @@ _IGNORED = {
     "not completed yet": "EC2 events not completed yet (scheduled; a later export lists them as [Completed])",
     "no protoPayload.methodName": "log entries without protoPayload.methodName (not audit log entries)",
 }
+
+
+_EC2_KEYS = re.compile(r'"(?:InstanceStatuses|InstanceEventId)"\s*:')
+_GCE_KEYS = re.compile(r'"protoPayload"\s*:|"methodName"\s*:\s*"compute\.instances\.')
+
+
+def _cloud_json(head: Head, keys: re.Pattern) -> bool:
+    """JSON (any name but a table's) whose first 64 KiB has the API's own keys: told apart from
+    canonical JSON Lines by them."""
+    return (
+        not head.named(".csv", ".tsv", ".parquet")
+        and head.text.lstrip()[:1] in ("{", "[")
+        and keys.search(head.text) is not None
+    )
+
+
+def is_ec2_status(head: Head) -> bool:
+    return _cloud_json(head, _EC2_KEYS)
+
+
+def is_gce_audit(head: Head) -> bool:
+    return _cloud_json(head, _GCE_KEYS)

@@ -49,27 +49,19 @@ import csv
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
 
-from pipeline.readers.cloud_events import item_starts, json_values
-from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES, read_lines
-from pipeline.store.files import (
-    FileSummary,
-    InputError,
-    account_lines,
-    count,
-    register_file,
-    registered,
-    time_sql,
-)
+from pipeline.readers.cloud_events import TRUNCATED, item_starts, json_values
+from pipeline.readers.contract import Head, ReadContext
+from pipeline.store import staging
+from pipeline.store.files import FileSummary, InputError, account_lines, count, registered, time_sql
 from pipeline.store.taxonomy import category_with_xid
 from pipeline.warehouse import UNKNOWN_CLUSTER
 from pipeline.xid import XID_LINE
 
-FORMAT = "hyperpod-hma"
 DETECTION = "HealthMonitoringAgentDetectionEvent"
 SNIFF = re.compile(
     r'HealthMonitoringAgentDetectionEvent\\?"|"logStreamName"\s*:\s*"SagemakerHealthMonitoringAgent/'
@@ -258,31 +250,16 @@ def _records(text: str, path: Path, node: str | None) -> Iterator[_Record]:
     return _text_lines(text)
 
 
-def ingest_hyperpod_hma(
-    con,
-    path: Path,
-    *,
-    sha: str,
-    cluster: str | None,
-    node: str | None,
-    progress: Callable[[int], None] | None = None,
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
-    block_bytes: int | None = None,
-) -> FileSummary:
+def read(ctx: ReadContext) -> FileSummary:
     """One export of HMA detections; the caller holds the transaction and the session time zone
     (for naive CloudWatch times). The file is read whole: a fleet's detections are few."""
-    summary = FileSummary(str(path), "node_events", FORMAT)
-    parts, done = [], 0
-    for batch in read_lines(path, block_bytes, max_decompressed_bytes):
-        if batch.frame["truncated"].any():
-            summary.notes.append("truncated .gz: the compressed stream ends early; copy the file again")
-        parts.append("\n".join(batch.frame["text"].to_list()))
-        if progress:
-            progress(batch.bytes_done - done)
-        done = batch.bytes_done
-    text = "\n".join(parts)
+    con, path, node, cluster = ctx.con, ctx.path, ctx.options.node, ctx.options.cluster
+    text, truncated = ctx.text()
     records = _records(text, path, node)
-    summary.file_id = file_id = register_file(con, path, sha, "node_events", FORMAT)
+    summary = ctx.open_file("node_events")
+    if truncated:
+        summary.notes.append(TRUNCATED)
+    file_id = summary.file_id
     rows, ignored = [], Counter()
     for line, raw, stream, cw_time, message in records:
         summary.rows_read += 1
@@ -297,16 +274,17 @@ def ingest_hyperpod_hma(
         rows.append({**fields, "line": line})
     with registered(con, "hma_frame", pl.DataFrame(rows, schema=_SCHEMA)):
         con.execute(_STAGE)
-    con.execute(_INSERT, {"file_id": file_id, "cluster": cluster or UNKNOWN_CLUSTER, "format": FORMAT})
+    con.execute(_INSERT, {"file_id": file_id, "cluster": cluster or UNKNOWN_CLUSTER, "format": ctx.fmt})
     summary.rows_ingested = count(con, "SELECT count(*) FROM events WHERE file_id = ?", [file_id])
-    con.execute(
-        "CREATE OR REPLACE TEMP VIEW hma_accounted AS SELECT line, raw AS text, reason FROM hma_parsed"
-    )
-    account_lines(con, file_id, path, summary, "hma_accounted")
-    con.execute("DROP VIEW hma_accounted")
-    con.execute("DROP TABLE hma_parsed")
+    account_lines(con, summary, "hma_parsed", text="raw")
+    staging.drop(con, "hma_parsed")
     if ignored:
         summary.notes.append("ignored: " + ", ".join(f"{n} {why}" for why, n in sorted(ignored.items())))
     if cluster is None:
         summary.notes.append("cluster_id not given (--cluster): taken from the inventory by node name")
     return summary
+
+
+def is_hma(head: Head) -> bool:
+    """A file (CSV too) naming HyperPod's detection event or its agent's log stream."""
+    return not head.named(".parquet") and SNIFF.search(head.text) is not None

@@ -37,7 +37,7 @@ import json
 import re
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -46,9 +46,10 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from pipeline import xid as xid_catalog
+from pipeline.readers.contract import Head, ReadContext
 from pipeline.readers.kernel_messages import STAGED_ARROW, STAGED_SCHEMA, store_staged
-from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES, Block, head_text, read_blocks
-from pipeline.store.files import FileSummary, InputError, register_file
+from pipeline.readers.lines import Block, head_text, read_blocks
+from pipeline.store.files import FileSummary, InputError
 
 FORMAT = "journald-json"
 SNIFF = re.compile(r'^\x1e?\{\s*(?:$|.*"(?:__REALTIME_TIMESTAMP|__CURSOR)"\s*:)', re.DOTALL)
@@ -200,46 +201,43 @@ def _staged(rows: pl.DataFrame, bus_order: Mapping[str, int]) -> pl.DataFrame:
     ).cast(STAGED_SCHEMA)
 
 
-def ingest_journald_json(
-    con,
-    path: Path,
-    *,
-    sha: str,
-    cluster: str | None,
-    node: str | None,
-    bus_order: Mapping[str, int],
-    progress: Callable[[int], None] | None = None,
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
-    block_bytes: int | None = None,
-) -> FileSummary:
+def read(ctx: ReadContext) -> FileSummary:
     """One journal export; the caller holds the transaction. Streams the file in blocks: memory
     holds one block and the staged rows wait in a Parquet file in a temporary folder."""
+    path, o = ctx.path, ctx.options
     if (lines := _first_lines(head_text(path))) and lines[0].lstrip("\x1e") == "{":
         raise InputError(
             f"{path}: a pretty-printed journal (journalctl -o json-pretty); export one entry per line with"
             " journalctl -k -o json"
         )
-    summary = FileSummary(str(path), "xid_log", FORMAT)
     ignored: Counter = Counter()
-    done = 0
+    rows, done = 0, 0
     with tempfile.TemporaryDirectory(prefix="failcast-journald-") as tmp:
         out = Path(tmp) / "staged.parquet"
         with pq.ParquetWriter(out, STAGED_ARROW) as writer:
-            for block in read_blocks(path, block_bytes, max_decompressed_bytes):
-                summary.rows_read += block.lines
-                writer.write_table(_staged(_block_rows(block, node, ignored), bus_order).to_arrow())
-                if progress:
-                    progress(block.bytes_done - done)
+            for block in read_blocks(path, o.block_bytes, o.max_decompressed_bytes):
+                rows += block.lines
+                writer.write_table(_staged(_block_rows(block, o.node, ignored), o.bus_index).to_arrow())
+                ctx.report(block.bytes_done - done)
                 done = block.bytes_done
-        summary.file_id = register_file(con, path, sha, "xid_log", FORMAT)
+        summary = ctx.open_file("xid_log")
+        summary.rows_read = rows
         offsets = pl.DataFrame(
-            {"file": [str(out)], "line_base": [0], "year_base": [0], "new_year_from": [summary.rows_read + 1]}
+            {"file": [str(out)], "line_base": [0], "year_base": [0], "new_year_from": [rows + 1]}
         )
-        store_staged(con, path, summary, offsets=offsets, base_year=0, cluster=cluster, source_format=FORMAT)
+        store_staged(
+            ctx.con, path, summary, offsets=offsets, base_year=0, cluster=o.cluster, source_format=ctx.fmt
+        )
     if not_utf8 := ignored.pop(_NOT_UTF8, 0):
         summary.notes.append(f"{not_utf8} MESSAGE byte array(s) not UTF-8: read with U+FFFD for the bytes")
     if ignored:
         summary.notes.append("ignored: " + ", ".join(f"{n} {why}" for why, n in sorted(ignored.items())))
-    if cluster is None:
+    if o.cluster is None:
         summary.notes.append("cluster_id not given (--cluster): taken from the inventory by node name")
     return summary
+
+
+def is_journal(head: Head) -> bool:
+    """A journal export whatever its name, but a table's (checked first: a node's journal may hold
+    other tools' JSON in its messages)."""
+    return not head.named(".csv", ".tsv", ".parquet") and looks_like(head.text)

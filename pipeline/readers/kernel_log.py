@@ -33,6 +33,7 @@ resolved later from the inventory; an identical line at the same second is one e
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -46,8 +47,9 @@ import pyarrow.parquet as pq
 
 from pipeline import xid as xid_catalog
 from pipeline.readers import lines
+from pipeline.readers.contract import Head, ReadContext
 from pipeline.readers.kernel_messages import STAGED_ARROW, STAGED_SCHEMA, store_staged
-from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES, is_gzip, read_blocks
+from pipeline.readers.lines import is_gzip, read_blocks
 from pipeline.readers.syslog_years import (
     MONTH_PATTERN,
     block_month_changes,
@@ -55,7 +57,7 @@ from pipeline.readers.syslog_years import (
     syslog_base_year,
     year_offsets_at,
 )
-from pipeline.store.files import FileSummary, register_file
+from pipeline.store.files import FileSummary
 
 _ISO = (
     r"^(?<iso_ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)"
@@ -286,37 +288,34 @@ def parallel_parts(path: Path) -> int:
 
 
 def _stage_lines(
-    path: Path,
-    tmp: Path,
-    summary: FileSummary,
-    node: str | None,
-    bus_order: Mapping[str, int],
-    progress: Callable[[int], None] | None,
-    max_decompressed_bytes: int,
-    block_bytes: int | None,
-    workers: SpanWorkers,
-) -> tuple[pl.DataFrame, tuple[int | None, int], bool, int]:
+    ctx: ReadContext, tmp: Path, workers: SpanWorkers
+) -> tuple[int, pl.DataFrame, tuple[int | None, int], bool, int]:
     """Parse the log into Parquet files of its relevant lines, one per span. A plain log of two
     spans or more (:data:`SPAN_BYTES`) is cut into byte spans parsed in parallel, each numbering
     its lines and counting New Years from its own start (:func:`_span_offsets` joins them in file
-    order). Returns the spans' offsets, the year carry, whether any syslog line was dated, and the
-    number of ignored lines with non-UTF-8 bytes."""
+    order). Returns the lines read, the spans' offsets, the year carry, whether any syslog line was
+    dated, and the number of ignored lines with non-UTF-8 bytes."""
+    path, o = ctx.path, ctx.options
     size, parts = path.stat().st_size, parallel_parts(path)
     bounds = [None] if parts == 1 else [(size * i // parts, size * (i + 1) // parts) for i in range(parts)]
-    block_bytes = block_bytes or lines.BLOCK_BYTES  # resolved once: every span reads the same blocks
+    block_bytes = o.block_bytes or lines.BLOCK_BYTES  # resolved once: every span reads the same blocks
     spans = [
-        _Span(path, b, tmp / f"span-{i}.parquet", node, bus_order, max_decompressed_bytes, block_bytes)
+        _Span(path, b, tmp / f"span-{i}.parquet", o.node, o.bus_index, o.max_decompressed_bytes, block_bytes)
         for i, b in enumerate(bounds)
     ]
     if parts == 1:
-        parsed = [_stage_span(spans[0], progress)]
+        parsed = [_stage_span(spans[0], ctx.progress)]
     else:
         parsed = _parse_spans(spans, workers)
-        if progress:
-            progress(size)
-    summary.rows_read += sum(p.rows for p in parsed)
+        ctx.report(size)
     offsets, carry = _span_offsets(spans, parsed)
-    return offsets, carry, carry[0] is not None, sum(p.bad_ignored for p in parsed)
+    return (
+        sum(p.rows for p in parsed),
+        offsets,
+        carry,
+        carry[0] is not None,
+        sum(p.bad_ignored for p in parsed),
+    )
 
 
 def _span_offsets(spans: list[_Span], parsed: list[_Parsed]) -> tuple[pl.DataFrame, tuple[int | None, int]]:
@@ -340,47 +339,41 @@ def _span_offsets(spans: list[_Span], parsed: list[_Parsed]) -> tuple[pl.DataFra
     return frame, (last_month, offset)
 
 
-def ingest_kernel_log(
-    con,
-    path: Path,
-    *,
-    sha: str | Callable[[], str],
-    cluster: str | None,
-    node: str | None,
-    year: int | None,
-    bus_order: Mapping[str, int],
-    workers: SpanWorkers | None = None,
-    progress: Callable[[int], None] | None = None,
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
-    block_bytes: int | None = None,
-) -> FileSummary:
+def read(ctx: ReadContext) -> FileSummary:
     """One kernel log; the caller holds the transaction and the session time zone. The parsed Xid
-    lines wait in a temporary directory, removed at the end (also on error and Ctrl-C). ``sha``: the
-    file's sha256, or a function that returns it once a thread hashing beside the parse is done.
-    ``workers``: the ingest's span threads; None (one file on its own, e.g. an extract task):
-    threads of its own for this file."""
-    summary = FileSummary(str(path), "xid_log", "kernel-log")
+    lines wait in a temporary directory, removed at the end (also on error and Ctrl-C). The sha256
+    may still be computed beside the parse (``ctx.sha`` a function). ``ctx.workers``: the ingest's
+    span threads; None (one file on its own, e.g. an extract task): threads of its own."""
+    o = ctx.options
     with (
         tempfile.TemporaryDirectory(prefix="failcast-xid-") as tmp,
-        nullcontext(workers) if workers is not None else SpanWorkers() as workers,
+        nullcontext(ctx.workers) if ctx.workers is not None else SpanWorkers() as workers,
     ):
-        offsets, carry, any_syslog, bad_ignored = _stage_lines(
-            path, Path(tmp), summary, node, bus_order, progress, max_decompressed_bytes, block_bytes, workers
-        )
-        file_id = register_file(con, path, sha if isinstance(sha, str) else sha(), "xid_log", "kernel-log")
-        summary.file_id = file_id
-        base_year = syslog_base_year(path, year, carry, summary) if any_syslog else 0
+        rows, offsets, carry, any_syslog, bad_ignored = _stage_lines(ctx, Path(tmp), workers)
+        summary = ctx.open_file("xid_log")
+        summary.rows_read = rows
+        base_year = syslog_base_year(ctx.path, o.year, carry, summary) if any_syslog else 0
         store_staged(
-            con,
-            path,
+            ctx.con,
+            ctx.path,
             summary,
             offsets=offsets,
             base_year=base_year,
-            cluster=cluster,
-            source_format="kernel-log",
+            cluster=o.cluster,
+            source_format=ctx.fmt,
         )
     if bad_ignored:
         summary.notes.append(f"{bad_ignored} ignored (non-Xid) line(s) had non-UTF-8 bytes")
-    if cluster is None:
+    if o.cluster is None:
         summary.notes.append("cluster_id not given (--cluster): taken from the inventory by node name")
     return summary
+
+
+_LOG_LINE = re.compile(
+    r"^(?:\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}|[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} |\[)|Xid", re.M
+)
+
+
+def is_kernel_log(head: Head) -> bool:
+    """A line with a syslog, ISO 8601 or ``[`` prefix (dmesg), or ``Xid`` anywhere: tried last."""
+    return _LOG_LINE.search(head.text) is not None

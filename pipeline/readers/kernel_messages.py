@@ -187,7 +187,7 @@ def store_staged(
         _INSERT, {"file_id": summary.file_id, "cluster": cluster or UNKNOWN_CLUSTER, "format": source_format}
     )
     summary.rows_ingested = count(con, "SELECT count(*) FROM events") - before
-    account_lines(con, summary.file_id, path, summary, "xid_parsed")
+    account_lines(con, summary, "xid_parsed")
     unknown, codes, fell, records = con.sql(
         "SELECT count(*) FILTER (WHERE kind = 'xid' AND category = $unknown),"
         " list(DISTINCT xid ORDER BY xid) FILTER (WHERE kind = 'xid' AND category = $unknown),"

@@ -43,21 +43,23 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
 
-from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES, head_text, is_gzip, read_lines
-from pipeline.store.files import FileSummary, InputError, account_lines, count, register_file, registered
+from pipeline.readers.contract import Head, ReadContext
+from pipeline.readers.lines import head_text, is_gzip
+from pipeline.store import events, staging
+from pipeline.store.files import FileSummary, InputError, account_lines, count
 from pipeline.store.taxonomy import category_with_xid
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
-FORMAT = "kubernetes"
 MAX_LIST_BYTES = 256 << 20
 """A List larger than this (decompressed) is refused; JSON Lines have no limit."""
 RAW_CHARS = 2000
@@ -190,19 +192,17 @@ def _node(item: dict, line: int, out: _Parsed) -> str | None:
     return None
 
 
-def _items(
-    path: Path, max_bytes: int, block_bytes: int | None, progress: Callable[[int], None] | None
-) -> Iterator[tuple[int, object, str | None]]:
+def _items(ctx: ReadContext) -> Iterator[tuple[int, object, str | None]]:
     """(line, item or its text, error) for each item of a List, an object, or JSON Lines."""
+    path = ctx.path
     first = next((ln for ln in head_text(path).lstrip("\ufeff").splitlines() if ln.strip()), "")
     try:
         single = json.loads(first)
     except ValueError:
         single = None
     if isinstance(single, dict) and "items" not in single:  # JSON Lines: one object a line
-        done = 0
-        for batch in read_lines(path, block_bytes, max_bytes):
-            for line, text, bad, cut in batch.frame.iter_rows():
+        for frame in ctx.lines():
+            for line, text, bad, cut in frame.iter_rows():
                 if cut:
                     yield line, text, "truncated .gz: the compressed stream ends here; copy the file again"
                 elif bad:
@@ -214,14 +214,12 @@ def _items(
                         yield line, text, f"not a JSON object ({exc.msg} at column {exc.colno})"
                 else:
                     yield line, None, None
-            if progress:
-                progress(batch.bytes_done - done)
-            done = batch.bytes_done
         return
-    for index, item in enumerate(_document(path, min(max_bytes, MAX_LIST_BYTES)), start=1):
+    for index, item in enumerate(
+        _document(path, min(ctx.options.max_decompressed_bytes, MAX_LIST_BYTES)), start=1
+    ):
         yield index, item, None
-    if progress:
-        progress(path.stat().st_size)
+    ctx.report(path.stat().st_size)
 
 
 def _document(path: Path, limit: int) -> Iterator[object]:
@@ -280,7 +278,7 @@ QUALIFY row_number() OVER (PARTITION BY event_key ORDER BY line, ts) = 1
 
 # Each stored open outage of this cluster ends at the first later time its node shows the
 # condition healthy (or a newer problem of it), or at the node's first later NodeReady event.
-_CLOSE = """
+_CLOSES = """
 CREATE OR REPLACE TEMP TABLE k8s_closes AS
 SELECT e.event_key, min(c.ts) AS resolved, arg_min(c.line, c.ts) AS line
 FROM events e
@@ -299,33 +297,21 @@ def _flush(con, out: _Parsed) -> None:
         ("k8s_closers", out.closers, _CLOSERS),
         ("k8s_items", out.items, _ITEMS),
     ):
-        # read by SQL as a local variable (replacement scan), freed with the batch
-        k8s_batch = pl.DataFrame(rows, schema=schema, orient="row")  # noqa: F841
-        con.execute(f"INSERT INTO {table} SELECT * FROM k8s_batch")  # noqa: S608 - fixed names
+        staging.append(con, table, pl.DataFrame(rows, schema=schema, orient="row"))
         rows.clear()
 
 
-def ingest_kubernetes(
-    con,
-    path: Path,
-    *,
-    sha: str,
-    cluster: str | None,
-    progress: Callable[[int], None] | None = None,
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
-    block_bytes: int | None = None,
-) -> FileSummary:
+def read(ctx: ReadContext) -> FileSummary:
     """One kubectl events/nodes export; the caller holds the transaction. Every item is counted
     (read = ingested + duplicate + rejected + ignored)."""
-    summary = FileSummary(str(path), "node_events", FORMAT)
-    file_id = register_file(con, path, sha, "node_events", FORMAT)
-    summary.file_id = file_id
+    con, cluster = ctx.con, ctx.options.cluster
+    summary = ctx.open_file("node_events")
+    file_id = summary.file_id
     for table, schema in (("k8s_new", _NEW), ("k8s_closers", _CLOSERS), ("k8s_items", _ITEMS)):
-        with registered(con, "k8s_empty", pl.DataFrame(schema=schema)):
-            con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM k8s_empty")  # noqa: S608
+        staging.create(con, table, schema)
     out = _Parsed()
     blank = 0
-    for line, item, error in _items(path, max_decompressed_bytes, block_bytes, progress):
+    for line, item, error in _items(ctx):
         summary.rows_read += 1
         if item is None and error is None:
             blank += 1
@@ -336,13 +322,9 @@ def ingest_kubernetes(
             _flush(con, out)
     _flush(con, out)
     cluster_id = cluster or UNKNOWN_CLUSTER
-    con.execute(_INSERT, {"file_id": file_id, "cluster": cluster_id, "format": FORMAT})
-    con.execute(_CLOSE, {"cluster": cluster_id, "format": FORMAT})
-    con.execute(
-        "UPDATE events SET resolved_at_utc = k.resolved, changed_file_id = ? FROM k8s_closes k"
-        " WHERE events.event_key = k.event_key",
-        [file_id],
-    )
+    con.execute(_INSERT, {"file_id": file_id, "cluster": cluster_id, "format": ctx.fmt})
+    con.execute(_CLOSES, {"cluster": cluster_id, "format": ctx.fmt})
+    events.close_open_events(con, "SELECT event_key, resolved AS resolved_utc, line FROM k8s_closes", file_id)
     summary.rows_ingested = count(
         con,
         "SELECT count(DISTINCT line) FROM (SELECT line FROM events WHERE file_id = ?"
@@ -354,11 +336,10 @@ def ingest_kubernetes(
         " WHERE reason IS NOT NULL OR line IN (SELECT line FROM k8s_new)"
         " OR line IN (SELECT line FROM k8s_closes)"
     )
-    account_lines(con, file_id, path, summary, "k8s_accounted")
+    account_lines(con, summary, "k8s_accounted")
     con.execute("DROP VIEW k8s_accounted")
     _notes(con, summary, out, file_id, blank, cluster)
-    for table in ("k8s_closes", "k8s_new", "k8s_closers", "k8s_items"):
-        con.execute(f"DROP TABLE {table}")
+    staging.drop(con, "k8s_closes", "k8s_new", "k8s_closers", "k8s_items")
     return summary
 
 
@@ -392,3 +373,20 @@ def _notes(con, summary: FileSummary, out: _Parsed, file_id: int, blank: int, cl
         summary.notes.append("ignored (not failures): " + ", ".join(ignored))
     if cluster is None:
         summary.notes.append("cluster_id not given (--cluster): taken from the inventory by node name")
+
+
+_KUBERNETES = re.compile(r'"kind"\s*:\s*"(?:Event|Node)"')
+_KUBERNETES_API = re.compile(r'"apiVersion"\s*:\s*"(?:v1|events\.k8s\.io/v1(?:beta1)?)"')
+
+
+def is_kubernetes(head: Head) -> bool:
+    """kubectl -o json of Events or Nodes (a List, one object, or JSON Lines of them): a core/v1 or
+    events.k8s.io/v1 apiVersion beside an Event's or a Node's kind, in the first 64 KiB; any name
+    but a table's."""
+    text = head.text
+    return (
+        not head.named(".csv", ".tsv", ".parquet")
+        and text.lstrip().startswith("{")
+        and _KUBERNETES.search(text) is not None
+        and _KUBERNETES_API.search(text) is not None
+    )

@@ -33,7 +33,10 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.categories import FailureCategory
+from pipeline.readers import public_data
+from pipeline.readers.contract import ReadContext
 from pipeline.readers.public_data import CanonicalFrames, merge_intervals, read_text_csv
+from pipeline.store.files import FileSummary
 
 LANL_TIMEZONE = "America/Denver"
 ROOT_CAUSES = ("Facilities", "Hardware", "Human Error", "Network", "Undetermined", "Software")
@@ -199,3 +202,9 @@ def _inventory(records: pl.DataFrame, data_end: datetime) -> tuple[pl.DataFrame,
         .sort("cluster_id", pl.col("node_id").cast(pl.Int64), "in_service_from")
     )
     return inventory, systems
+
+
+def read(ctx: ReadContext) -> FileSummary:
+    """``failcast ingest --format lanl``: its incidents and inventory (times are known to be
+    America/Denver, whatever ``--timezone`` says)."""
+    return public_data.ingest(ctx, lambda: (read_lanl(ctx.path), []))

@@ -1,4 +1,5 @@
-"""How input files are read: the options every reader may need beyond the file itself.
+"""How input files are read: the options every reader may need beyond the file itself, and the
+parsers of the two that come as text (``--gpu-bus-order``, ``--map``).
 
 One frozen value passed from the CLI (``failcast ingest``), the scheduled run and ``failcast extract``
 down to the readers, instead of ten keyword arguments repeated through every layer.
@@ -6,11 +7,18 @@ down to the readers, instead of ten keyword arguments repeated through every lay
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from pipeline.readers.canonical_source import (
+    INCIDENT_COLUMNS,
+    INCIDENT_OPTIONAL,
+    INVENTORY_COLUMNS,
+    INVENTORY_OPTIONAL,
+)
 from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES
-from pipeline.store.files import check_time_format
+from pipeline.store.files import InputError, check_time_format
 
 MAX_REJECTED_PERCENT = 50.0
 """Default limit: a file that loses most of its records is being read wrong (a date format, a
@@ -56,3 +64,37 @@ class ReaderOptions:
     def bus_index(self) -> dict[str, int]:
         """PCI bus number (two hex digits, lower case) -> gpu_index."""
         return {bus.lower().zfill(2): i for i, bus in enumerate(self.bus_order)}
+
+
+def parse_bus_order(text: str) -> tuple[str, ...]:
+    """``"18,2a,3a"`` -> ``("18", "2a", "3a")`` (PCI bus numbers of gpu_index 0, 1, 2 ...)."""
+    buses = tuple(b.strip().lower().removeprefix("0x") for b in text.split(",") if b.strip())
+    bad = [b for b in buses if not re.fullmatch(r"[0-9a-f]{1,2}", b)]
+    if bad or len(set(buses)) != len(buses):
+        raise InputError(
+            f"--gpu-bus-order {text!r}: expected distinct hex PCI bus numbers in gpu_index order, "
+            "e.g. 18,2a,3a,5d,9a,ab,ba,db"
+        )
+    return buses
+
+
+def parse_column_map(pairs: Iterable[str]) -> dict[str, str | tuple[str, ...]]:
+    """``["node_id=hostname", ...]`` -> ``{"node_id": "hostname"}`` with a clear error. A canonical
+    column given twice has several sources (``node_id=host`` for the tickets, ``node_id=hostname``
+    for the inventory): ``{"node_id": ("host", "hostname")}``, each file using the one it has."""
+    known = {*INCIDENT_COLUMNS, *INCIDENT_OPTIONAL, *INVENTORY_COLUMNS, *INVENTORY_OPTIONAL}
+    sources: dict[str, list[str]] = {}
+    target: dict[str, str] = {}
+    for pair in pairs:
+        canon, sep, source = pair.partition("=")
+        if not sep or not canon or not source:
+            raise InputError(f"--map {pair!r}: expected CANONICAL=SOURCE, e.g. node_id=hostname")
+        if canon not in known:
+            raise InputError(
+                f"--map {pair!r}: {canon!r} is not a canonical column ({', '.join(sorted(known))})"
+            )
+        if target.setdefault(source, canon) != canon:
+            raise InputError(f"--map {pair!r}: column {source!r} is already read as {target[source]}")
+        if source not in sources.setdefault(canon, []):
+            sources[canon].append(source)
+    return {canon: names[0] if len(names) == 1 else tuple(names) for canon, names in sources.items()}

@@ -1,26 +1,43 @@
-"""The result every public-data reader returns, and where the public data sets live.
+"""What every public-data reader returns (:class:`CanonicalFrames`), where the public data sets
+live, and how a reader's frames are stored (:func:`ingest`).
 
-A reader turns a public format into failcast's canonical frames (the columns that
-:func:`pipeline.ingest.ingest_files` reads) plus study-specific extra columns and frames, so the
-same data can be ingested into a warehouse today (``CanonicalFrames.write`` then ``failcast
-ingest``) and analysed with the study's own variables (root cause, batch, repair minutes) in a
-notebook.
+A reader (:mod:`.lanl`, :mod:`.titan`, :mod:`.bgl`) turns a public format into failcast's canonical
+frames (the columns of a canonical incidents or inventory file) plus study-specific extra columns
+and frames, so the same data can be ingested into a warehouse (``failcast ingest --format lanl``)
+and analysed with the study's own variables (root cause, batch, repair minutes) in a notebook.
+
+Storing (``failcast ingest --format lanl|titan|bgl PATH``): the frames go through the canonical
+reader (the same validation, content-key dedup and rejects as any incidents/inventory file) inside
+the file's transaction. The bookkeeping then names the source file, not the intermediate CSVs:
+
+* ``ingested_files`` gets two rows for it (kinds ``incidents`` and ``inventory``; BGL has no
+  inventory, so one), both with the source's path, size, sha256 and format, so re-ingesting the same
+  file is skipped and a changed file adds only new records;
+* a rejected incident keeps its source line (the readers carry it in ``line``); a rejected inventory
+  row is derived from many records, so its line is empty and ``raw`` is the canonical row;
+* lines the reader itself could not use (BGL alerts without a node, unknown tags ...) land in
+  ``rejects`` with the reader's reason.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
-from pipeline.readers.canonical import (
+from pipeline.readers.canonical import ingest_canonical
+from pipeline.readers.canonical_source import (
     INCIDENT_COLUMNS,
     INCIDENT_OPTIONAL,
     INVENTORY_COLUMNS,
     INVENTORY_OPTIONAL,
 )
+from pipeline.readers.contract import ReadContext
+from pipeline.store.files import FileSummary, InputError, insert_rejects, registered
 
 SHARED_DATASETS_ENV = "FAILCAST_SHARED_DATASETS"
 _ISO_UTC = "%Y-%m-%dT%H:%M:%SZ"
@@ -99,3 +116,75 @@ def read_text_csv(path: Path | str) -> pl.DataFrame:
     except (pl.exceptions.PolarsError, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"{path}: cannot read as CSV: {first}") from None
+
+
+def _source_rows(frames: CanonicalFrames) -> int:
+    """Records (lines or CSV rows) the reader read from the source file."""
+    if "lines" in frames.extras:  # BGL: every log line
+        return int(frames.extras["lines"]["lines"][0])
+    if "periods" in frames.extras:  # Titan: every installation period
+        return frames.extras["periods"].height
+    return frames.incidents.height  # LANL: one record per line
+
+
+_FIX_FILE = "UPDATE ingested_files SET path = ?, size_bytes = ?, format = ? WHERE file_id = ?"
+_FIX_REJECTS = "UPDATE rejects SET path = ? WHERE file_id = ?"
+_SOURCE_LINES = """
+UPDATE rejects r SET line = m.source_line FROM line_map m
+WHERE r.file_id = $file_id AND r.line = m.csv_line
+"""
+
+
+def ingest(ctx: ReadContext, read: Callable[[], tuple[CanonicalFrames, list[str]]]) -> FileSummary:
+    """Store the frames (and notes) that ``read`` makes of ``ctx.path`` as incidents and inventory
+    (the caller holds the transaction); a file ``read`` cannot read is an :class:`InputError`.
+    Read = ingested + duplicate + rejected + ignored in source records; ignored are records that
+    carry no failure (BGL non-alert lines, Titan periods that end without DBE/OTB: those give
+    exposure)."""
+    con, path, sha, fmt = ctx.con, ctx.path, ctx.sha, ctx.fmt
+    try:
+        frames, notes = read()
+    except (ValueError, OSError, pl.exceptions.PolarsError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{path}: cannot read as {fmt}: {reason}") from exc
+    size = path.stat().st_size
+    with tempfile.TemporaryDirectory(prefix="failcast-") as tmp:
+        incidents_csv, inventory_csv = frames.write(tmp)
+        parts = [ingest_canonical(con, incidents_csv, sha=sha, fmt="csv", column_map={})]
+        if frames.inventory.height:
+            parts.append(ingest_canonical(con, inventory_csv, sha=sha, fmt="csv", column_map={}))
+    for part in parts:
+        con.execute(_FIX_FILE, [str(path), size, fmt, part.file_id])
+        con.execute(_FIX_REJECTS, [str(path), part.file_id])
+    incidents = parts[0]
+    line_map = frames.incidents.select(
+        csv_line=pl.int_range(2, frames.incidents.height + 2, dtype=pl.Int64), source_line="line"
+    )
+    with registered(con, "line_map", line_map):
+        con.execute(_SOURCE_LINES, {"file_id": incidents.file_id})
+    if len(parts) > 1:
+        con.execute("UPDATE rejects SET line = NULL WHERE file_id = ?", [parts[1].file_id])
+    reader_rejects = frames.extras.get("rejects")
+    if reader_rejects is not None and reader_rejects.height:
+        insert_rejects(con, incidents.file_id, path, reader_rejects.select("line", "raw", "reason"))
+    rejected = incidents.rows_rejected + (reader_rejects.height if reader_rejects is not None else 0)
+    if len(parts) > 1:
+        inv = parts[1]
+        notes.append(
+            f"inventory: {inv.rows_read} node service intervals derived from the file, {inv.rows_ingested} "
+            f"new or changed, {inv.rows_rejected} rejected"
+        )
+    read = _source_rows(frames)
+    ctx.report(size)
+    return FileSummary(
+        str(path),
+        "incidents",
+        fmt,
+        rows_read=read,
+        rows_ingested=incidents.rows_ingested,
+        rows_duplicate=incidents.rows_duplicate,
+        rows_rejected=rejected,
+        rows_ignored=read - incidents.rows_ingested - incidents.rows_duplicate - rejected,
+        file_id=incidents.file_id,
+        notes=notes,
+    )

@@ -15,23 +15,13 @@ Hostlists are expanded once per distinct NodeList value (:mod:`.hostlist`), not 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-
 import polars as pl
 
 from pipeline.readers import hostlist
-from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES, read_lines
+from pipeline.readers.contract import Head, ReadContext
+from pipeline.readers.slurm_pipe import Header, PipeExport, pipe_columns, slurm_time, stage_pipe_export
 from pipeline.store import jobs
-from pipeline.store.files import (
-    FileSummary,
-    InputError,
-    account_lines,
-    register_file,
-    registered,
-    time_sql,
-)
+from pipeline.store.files import FileSummary, account_lines
 
 REQUIRED = ("jobid", "state", "start", "end", "nodelist")
 OPTIONAL = ("jobname", "cluster", "nnodes", "elapsedraw", "elapsed")
@@ -47,79 +37,6 @@ _SCHEMA = {
     "nodes": pl.List(pl.String),
     "hostlist_error": pl.String,
 }
-
-
-def slurm_time(column: str) -> str:
-    """SQL for a Slurm time field as printed by ``slurm_make_time_str`` (src/common/parse_time.c):
-    ``%FT%T`` in the session time zone, epoch seconds with ``SLURM_TIME_FORMAT=%s``, or ``Unknown``
-    (0 or INFINITE) / ``None`` (NO_VAL), which are NULL. ``column`` must be a trusted SQL name."""
-    return f"CASE WHEN {column} IN ('', 'Unknown', 'None') THEN NULL ELSE {time_sql(column)} END"
-
-
-Header = tuple[str, dict[str, int], int]
-"""A ``-P`` export's header line, its lower-case column -> position map and its field count."""
-
-
-@dataclass(frozen=True)
-class PipeExport:
-    """How one kind of Slurm ``-P`` (pipe-separated) export is staged: ``what`` names it in
-    messages, ``export`` is the command that writes a readable one, ``parse`` turns a block of
-    lines into rows of ``schema``, which land in the temp table ``table``."""
-
-    what: str
-    export: str
-    required: tuple[str, ...]
-    table: str
-    schema: dict[str, pl.DataType]
-    parse: Callable[[pl.DataFrame, Header], pl.DataFrame]
-
-
-def _pipe_header(path: Path, frame: pl.DataFrame, spec: PipeExport) -> Header:
-    """The first non-blank line; its columns must include ``spec.required`` (any order)."""
-    first = frame.filter(pl.col("text").str.strip_chars() != "").head(1)
-    if first.height == 0:
-        raise InputError(f"{path}: no header line; export {spec.what} without -n/--noheader")
-    header = first["text"][0]
-    names = [n.strip().lower() for n in header.removesuffix("|").split("|")]
-    missing = [c for c in spec.required if c not in names]
-    if missing:
-        raise InputError(
-            f"{path}:{first['line'][0]}: {spec.what} header lacks {missing}; export with {spec.export}"
-        )
-    return header, {n: i for i, n in enumerate(names)}, len(names)
-
-
-def stage_pipe_export(
-    con,
-    path: Path,
-    spec: PipeExport,
-    summary: FileSummary,
-    *,
-    progress: Callable[[int], None] | None,
-    max_decompressed_bytes: int,
-    block_bytes: int | None,
-) -> Header:
-    """Streams ``path`` block by block into the temp table ``spec.table`` (lines counted in
-    ``summary.rows_read``) and returns the header; the caller's SQL takes it from there. Shared by
-    the sacct and sacctmgr-event readers."""
-    with registered(con, "pipe_empty", pl.DataFrame(schema=spec.schema)):
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {spec.table} AS SELECT * FROM pipe_empty")  # noqa: S608
-    header: Header | None = None
-    done = 0
-    for batch in read_lines(path, block_bytes, max_decompressed_bytes):
-        summary.rows_read += batch.frame.height
-        if header is None:
-            header = _pipe_header(path, batch.frame, spec)
-        # read by SQL as a local variable (replacement scan), freed with the batch; a registered
-        # frame would stay alive until the file's transaction commits
-        pipe_batch = spec.parse(batch.frame, header)  # noqa: F841
-        con.execute(f"INSERT INTO {spec.table} SELECT * FROM pipe_batch")  # noqa: S608 - a PipeExport's literal name
-        if progress:
-            progress(batch.bytes_done - done)
-        done = batch.bytes_done
-    if header is None:
-        raise InputError(f"{path}: no lines; export {spec.what} with its header line")
-    return header
 
 
 def _parse_batch(frame: pl.DataFrame, header_fields: Header) -> pl.DataFrame:
@@ -214,31 +131,17 @@ _EXPORT = PipeExport(
 )
 
 
-def ingest_sacct(
-    con,
-    path: Path,
-    *,
-    sha: str,
-    cluster: str | None,
-    progress: Callable[[int], None] | None = None,
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
-    block_bytes: int | None = None,
-) -> FileSummary:
+def read(ctx: ReadContext) -> FileSummary:
     """One sacct export; the caller holds the transaction and the session time zone."""
-    summary = FileSummary(str(path), "jobs", "sacct")
-    file_id = register_file(con, path, sha, "jobs", "sacct")
-    summary.file_id = file_id
-    header = stage_pipe_export(
-        con,
-        path,
-        _EXPORT,
-        summary,
-        progress=progress,
-        max_decompressed_bytes=max_decompressed_bytes,
-        block_bytes=block_bytes,
-    )
-    con.execute(_STAGE, {"fields": header[2], "cluster": cluster})
-    con.execute(_UPSERT, {"interrupted": list(INTERRUPTED_STATES)})
-    summary.rows_ingested = jobs.replace_jobs(con, file_id)
-    account_lines(con, file_id, path, summary, "jobs_parsed")
+    summary = ctx.open_file("jobs")
+    header = stage_pipe_export(ctx, _EXPORT, summary)
+    ctx.con.execute(_STAGE, {"fields": header[2], "cluster": ctx.options.cluster})
+    ctx.con.execute(_UPSERT, {"interrupted": list(INTERRUPTED_STATES)})
+    summary.rows_ingested = jobs.replace_jobs(ctx.con, summary.file_id)
+    account_lines(ctx.con, summary, "jobs_parsed")
     return summary
+
+
+def is_sacct(head: Head) -> bool:
+    """A ``|``-separated header naming JobID."""
+    return "|" in head.first_line and "jobid" in pipe_columns(head.first_line)

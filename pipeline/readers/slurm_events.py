@@ -29,21 +29,18 @@ the line is a duplicate.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 import polars as pl
 
 from pipeline.readers import hostlist
-from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES
-from pipeline.readers.sacct import Header, PipeExport, slurm_time, stage_pipe_export
-from pipeline.store.files import FileSummary, account_lines, count, register_file
+from pipeline.readers.contract import Head, ReadContext
+from pipeline.readers.slurm_pipe import Header, PipeExport, pipe_columns, slurm_time, stage_pipe_export
+from pipeline.store import events, staging
+from pipeline.store.files import FileSummary, account_lines, count
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
 REQUIRED = ("nodename", "timestart", "state")
 OPTIONAL = ("timeend", "reason", "user", "cluster", "event")
 OUTAGE_STATES = ("DOWN", "DRAIN", "DRNG", "DRAINED", "DRAINING", "FAIL", "FAILG", "FAILING")
-FORMAT = "slurm-events"
 
 _SCHEMA = {
     "line": pl.Int64,
@@ -162,9 +159,8 @@ LEFT JOIN (SELECT DISTINCT ON (event_key) event_key, resolved_at_utc FROM events
        ON e.event_key = n.event_key
 """
 
-_CLOSE = """
-UPDATE events SET resolved_at_utc = s.resolved, changed_file_id = $file_id
-FROM slurm_events_status s WHERE s.status = 'resolves' AND events.event_key = s.event_key
+_CLOSINGS = """
+SELECT event_key, resolved AS resolved_utc, line FROM slurm_events_status WHERE status = 'resolves'
 """
 _WRITE = """
 INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category, interrupting,
@@ -185,33 +181,15 @@ _EXPORT = PipeExport(
 )
 
 
-def ingest_slurm_events(
-    con,
-    path: Path,
-    *,
-    sha: str,
-    cluster: str | None,
-    progress: Callable[[int], None] | None = None,
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
-    block_bytes: int | None = None,
-) -> FileSummary:
+def read(ctx: ReadContext) -> FileSummary:
     """One ``sacctmgr show event -P`` export; the caller holds the transaction and the session
     time zone. Lines are counted (read = ingested + duplicate + rejected + ignored); a line whose
     NodeName names several nodes gives one event per node, stated in a note."""
-    summary = FileSummary(str(path), "node_events", FORMAT)
-    file_id = register_file(con, path, sha, "node_events", FORMAT)
-    summary.file_id = file_id
-    header = stage_pipe_export(
-        con,
-        path,
-        _EXPORT,
-        summary,
-        progress=progress,
-        max_decompressed_bytes=max_decompressed_bytes,
-        block_bytes=block_bytes,
-    )
+    con, cluster = ctx.con, ctx.options.cluster
+    summary = ctx.open_file("node_events")
+    header = stage_pipe_export(ctx, _EXPORT, summary)
     con.execute(_STAGE, {"fields": header[2]})
-    con.execute(_NODES, {"cluster": cluster or UNKNOWN_CLUSTER, "format": FORMAT})
+    con.execute(_NODES, {"cluster": cluster or UNKNOWN_CLUSTER, "format": ctx.fmt})
     con.execute(_STATUS)
     new_events, lines, resolved, new_lines = con.sql(
         "SELECT count(*) FILTER (WHERE status = 'new'),"
@@ -219,15 +197,10 @@ def ingest_slurm_events(
         " count(*) FILTER (WHERE status = 'resolves'), count(DISTINCT line) FILTER (WHERE status = 'new')"
         " FROM slurm_events_status"
     ).fetchall()[0]
-    con.execute(_CLOSE, {"file_id": file_id})
-    con.execute(_WRITE, {"file_id": file_id, "format": FORMAT})
+    events.close_open_events(con, _CLOSINGS, summary.file_id)
+    con.execute(_WRITE, {"file_id": summary.file_id, "format": ctx.fmt})
     summary.rows_ingested = lines
-    con.execute(
-        "CREATE OR REPLACE TEMP VIEW slurm_events_accounted AS"
-        " SELECT line, text, reason_rejected AS reason FROM slurm_events_parsed"
-    )
-    account_lines(con, file_id, path, summary, "slurm_events_accounted")
-    con.execute("DROP VIEW slurm_events_accounted")
+    account_lines(con, summary, "slurm_events_parsed", reason="reason_rejected")
     if new_events > new_lines:
         summary.notes.append(f"{new_events} node event(s) from {new_lines} line(s) naming hostlists")
     if resolved:
@@ -239,6 +212,12 @@ def ingest_slurm_events(
         summary.notes.append(f"{open_events} event(s) still open (TimeEnd Unknown): node out of service")
     if cluster is None and "cluster" not in header[1]:
         summary.notes.append("cluster_id not given (--cluster): taken from the inventory by node name")
-    for table in ("slurm_events_status", "slurm_events_nodes", "slurm_events_parsed", "slurm_events_lines"):
-        con.execute(f"DROP TABLE {table}")
+    staging.drop(
+        con, "slurm_events_status", "slurm_events_nodes", "slurm_events_parsed", "slurm_events_lines"
+    )
     return summary
+
+
+def is_slurm_events(head: Head) -> bool:
+    """A ``|``-separated header naming NodeName and TimeStart."""
+    return "|" in head.first_line and {"nodename", "timestart"} <= pipe_columns(head.first_line)

@@ -27,19 +27,19 @@ file's modification time, with New Year rollovers). A failure line without a usa
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
+import re
 
 import polars as pl
 
 from pipeline.readers import hostlist
-from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES, read_lines
+from pipeline.readers.contract import Head, ReadContext
 from pipeline.readers.slurm_events import state_base
 from pipeline.readers.syslog_years import MONTHS, syslog_base_year, year_offsets
-from pipeline.store.files import FileSummary, account_lines, register_file, registered
+from pipeline.store import staging
+from pipeline.store.files import FileSummary, account_lines
 from pipeline.warehouse import UNKNOWN_CLUSTER
+from pipeline.xid import KERNEL_XID
 
-FORMAT = "slurmctld"
 PAIR_SECONDS = 600
 NOT_RESPONDING = "Not responding"
 KILLED_WITHOUT_CAUSE = "Killed job on failed node"
@@ -191,36 +191,20 @@ WHERE line = (SELECT min(line) FROM slurmctld_events t WHERE t.event_key = s.eve
 """
 
 
-def ingest_slurmctld(
-    con,
-    path: Path,
-    *,
-    sha: str,
-    cluster: str | None,
-    year: int | None,
-    progress: Callable[[int], None] | None = None,
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
-    block_bytes: int | None = None,
-) -> FileSummary:
+def read(ctx: ReadContext) -> FileSummary:
     """One slurmctld log; the caller holds the transaction and the session time zone. Only the
     failure lines are kept while the log streams by; every line is counted."""
-    summary = FileSummary(str(path), "node_events", FORMAT)
-    file_id = register_file(con, path, sha, "node_events", FORMAT)
-    summary.file_id = file_id
-    with registered(con, "slurmctld_empty", pl.DataFrame(schema=_SCHEMA)):
-        con.execute("CREATE OR REPLACE TEMP TABLE slurmctld_lines AS SELECT * FROM slurmctld_empty")
+    con, path, cluster = ctx.con, ctx.path, ctx.options.cluster
+    summary = ctx.open_file("node_events")
+    file_id = summary.file_id
+    staging.create(con, "slurmctld_lines", _SCHEMA)
     carry: tuple[int | None, int] = (None, 0)
-    done = 0
-    for batch in read_lines(path, block_bytes, max_decompressed_bytes):
-        summary.rows_read += batch.frame.height
-        # read by SQL as a local variable (replacement scan), freed with the batch
-        ctld_batch, carry = _parse_batch(batch.frame, carry)  # noqa: F841
-        con.execute("INSERT INTO slurmctld_lines SELECT * FROM ctld_batch")
-        if progress:
-            progress(batch.bytes_done - done)
-        done = batch.bytes_done
+    for frame in ctx.lines():
+        summary.rows_read += frame.height
+        parsed, carry = _parse_batch(frame, carry)
+        staging.append(con, "slurmctld_lines", parsed)
     undated = con.sql("SELECT count(*) FROM slurmctld_lines WHERE month IS NOT NULL").fetchall()[0][0]
-    base_year = syslog_base_year(path, year, carry, summary) if undated else 0
+    base_year = syslog_base_year(path, ctx.options.year, carry, summary) if undated else 0
     con.execute(_STAGE, {"base_year": base_year})
     con.execute(
         _EVENTS,
@@ -228,19 +212,33 @@ def ingest_slurmctld(
             "not_responding": NOT_RESPONDING,
             "killed": KILLED_WITHOUT_CAUSE,
             "pair_seconds": PAIR_SECONDS,
-            "format": FORMAT,
+            "format": ctx.fmt,
         },
     )
-    con.execute(_INSERT, {"file_id": file_id, "cluster": cluster or UNKNOWN_CLUSTER, "format": FORMAT})
+    con.execute(_INSERT, {"file_id": file_id, "cluster": cluster or UNKNOWN_CLUSTER, "format": ctx.fmt})
     events, lines = con.sql(
         "SELECT count(*), count(DISTINCT line) FROM events WHERE file_id = ?", params=[file_id]
     ).fetchall()[0]
     summary.rows_ingested = lines
-    account_lines(con, file_id, path, summary, "slurmctld_parsed")
+    account_lines(con, summary, "slurmctld_parsed")
     if events > lines:
         summary.notes.append(f"{events} node event(s) from {lines} line(s) naming hostlists")
     if cluster is None:
         summary.notes.append("cluster_id not given (--cluster): taken from the inventory by node name")
-    for table in ("slurmctld_events", "slurmctld_parsed", "slurmctld_lines"):
-        con.execute(f"DROP TABLE {table}")
+    staging.drop(con, "slurmctld_events", "slurmctld_parsed", "slurmctld_lines")
     return summary
+
+
+# Slurm's own log prefix ([2024-05-01T12:00:00.123]: LogTimeFormat iso8601[_ms], rfc5424, rfc3339;
+# [May 01 12:00:00]: short) or a syslog line of slurmctld. A file that also has kernel Xid lines is
+# read as a kernel log: a drain reason may say "Xid 79", a kernel line says "Xid (PCI:0000:18:00): 79".
+_SLURMCTLD_LINE = re.compile(
+    r"^\[(?:\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
+    r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{2} \d{2}:\d{2}:\d{2})\] "
+    r"|\bslurmctld(?:\[\d+\])?: ",
+    re.M,
+)
+
+
+def is_slurmctld(head: Head) -> bool:
+    return KERNEL_XID.search(head.text) is None and _SLURMCTLD_LINE.search(head.text) is not None

@@ -37,11 +37,16 @@ import numpy as np
 import polars as pl
 
 from pipeline.categories import FailureCategory
+from pipeline.readers import public_data
+from pipeline.readers.contract import ReadContext
 from pipeline.readers.public_data import CanonicalFrames, merge_intervals, read_text_csv
+from pipeline.store.files import FileSummary
 
 EVENT_CATEGORIES = {"DBE": FailureCategory.GPU_MEMORY, "OTB": FailureCategory.GPU_FELL_OFF_BUS}
 CAUSE_CODES = {"DBE": 1, "OTB": 2}
 HOURS_PER_YEAR = 365.25 * 24
+COMPANIONS = ("gc_summary_loc.csv", "titan.service.txt")
+"""Read from beside ``gc_full.csv[.gz]`` when present (``failcast ingest --format titan``)."""
 
 
 def read_service_locations(path: Path | str) -> list[str]:
@@ -195,3 +200,27 @@ def cumulative_incidence(
                 )
             )
     return pl.concat(rows)
+
+
+def companion(path: Path, name: str) -> Path | None:
+    """``name`` or ``name.gz`` in the folder of ``path``, if there."""
+    for candidate in (f"{name}.gz", name):
+        if (path.parent / candidate).is_file():
+            return path.parent / candidate
+    return None
+
+
+def read(ctx: ReadContext) -> FileSummary:
+    """``failcast ingest --format titan gc_full.csv[.gz]``: its incidents and inventory, with the
+    companions (:data:`COMPANIONS`) found beside it, named in the notes; naive times are read in
+    ``--timezone``."""
+
+    def frames() -> tuple[CanonicalFrames, list[str]]:
+        found = [companion(ctx.path, name) for name in COMPANIONS]
+        notes = [
+            f"titan companion {name}: {p if p else 'not found beside the file, not used'}"
+            for name, p in zip(COMPANIONS, found, strict=True)
+        ]
+        return read_titan(ctx.path, *found, timezone=ctx.options.timezone), notes
+
+    return public_data.ingest(ctx, frames)

@@ -42,17 +42,17 @@ Event key: (UTC time, job, node, line text): the same line in another copy of th
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
 
-from pipeline.readers.lines import MAX_DECOMPRESSED_BYTES, read_lines
-from pipeline.store.files import FileSummary, account_lines, count, register_file, registered
-from pipeline.warehouse import JOB_SYMPTOMS_FORMAT, UNKNOWN_CLUSTER
+from pipeline.readers.contract import Head, ReadContext
+from pipeline.store import staging
+from pipeline.store.files import FileSummary, account_lines, count
+from pipeline.warehouse import UNKNOWN_CLUSTER
+from pipeline.xid import KERNEL_XID
 
-FORMAT = JOB_SYMPTOMS_FORMAT
 KINDS = ("nccl_timeout", "worker_group_failed", "worker_group_unhealthy", "rendezvous_complete")
 """Categories stored; the first three interrupt the job, ``rendezvous_complete`` is its restart."""
 
@@ -179,40 +179,24 @@ WHERE line IN (SELECT min(line) FROM training_parsed s
 """
 
 
-def ingest_training_log(
-    con,
-    path: Path,
-    *,
-    sha: str,
-    cluster: str | None,
-    node: str | None,
-    job: str | None,
-    year: int | None,
-    progress: Callable[[int], None] | None = None,
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
-    block_bytes: int | None = None,
-) -> FileSummary:
+def read(ctx: ReadContext) -> FileSummary:
     """One training-job log; the caller holds the transaction and the session time zone."""
-    summary = FileSummary(str(path), "training_log", FORMAT)
-    file_id = register_file(con, path, sha, "training_log", FORMAT)
-    summary.file_id = file_id
-    job_id = job or default_job_id(path)
+    con, path, o = ctx.con, ctx.path, ctx.options
+    cluster, node, year = o.cluster, o.node, o.year
+    summary = ctx.open_file("training_log")
+    file_id = summary.file_id
+    job_id = o.job or default_job_id(path)
     node_id = node or f"job:{job_id}"
     modified = datetime.fromtimestamp(path.stat().st_mtime, UTC)
-    with registered(con, "training_empty", pl.DataFrame(schema=_SCHEMA)):
-        con.execute("CREATE OR REPLACE TEMP TABLE training_lines AS SELECT * FROM training_empty")
-    done, glog_lines = 0, 0
-    for batch in read_lines(path, block_bytes, max_decompressed_bytes):
-        summary.rows_read += batch.frame.height
-        # read by SQL as a local variable (replacement scan), freed with the batch
-        training_batch = _parse_batch(batch.frame, year, modified)
-        glog_lines += training_batch.filter(
+    staging.create(con, "training_lines", _SCHEMA)
+    glog_lines = 0
+    for frame in ctx.lines():
+        summary.rows_read += frame.height
+        parsed = _parse_batch(frame, year, modified)
+        glog_lines += parsed.filter(
             pl.col("ts_text").is_not_null() & ~pl.col("text").str.contains(_ISO)
         ).height
-        con.execute("INSERT INTO training_lines SELECT * FROM training_batch")
-        if progress:
-            progress(batch.bytes_done - done)
-        done = batch.bytes_done
+        staging.append(con, "training_lines", parsed)
     con.execute(_STAGE, {"job": job_id, "node": node_id})
     before = count(con, "SELECT count(*) FROM events")
     con.execute(
@@ -222,15 +206,20 @@ def ingest_training_log(
             "cluster": cluster or UNKNOWN_CLUSTER,
             "node": node_id,
             "job": job_id,
-            "format": FORMAT,
+            "format": ctx.fmt,
         },
     )
     summary.rows_ingested = count(con, "SELECT count(*) FROM events") - before
-    account_lines(con, file_id, path, summary, "training_parsed")
-    con.execute("DROP TABLE training_parsed")
-    con.execute("DROP TABLE training_lines")
+    account_lines(con, summary, "training_parsed")
+    staging.drop(con, "training_parsed", "training_lines")
     summary.notes.append(f"job_id {job_id!r}, node_id {node_id!r}" + ("" if node else " (no --node)"))
     if glog_lines:
         source = "--year" if year is not None else f"file modified {modified:%Y-%m-%d}; override with --year"
         summary.notes.append(f"{glog_lines} glog-style time(s) carry no year: read from {source}")
     return summary
+
+
+def is_training_log(head: Head) -> bool:
+    """NCCL watchdog or torchelastic words, and no kernel Xid line (a node's journal can hold both
+    the kernel's and the job's output: a kernel log)."""
+    return KERNEL_XID.search(head.text) is None and any(mark in head.text for mark in SNIFF)

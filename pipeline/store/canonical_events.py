@@ -16,6 +16,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline import warehouse
+from pipeline.store import events
 from pipeline.store.files import count, now_utc
 
 
@@ -84,12 +85,10 @@ FROM (SELECT event_key, make_timestamp(epoch_us(resolved_at)) AS resolved_utc
 JOIN events e
   ON e.event_key = s.event_key AND e.timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
 """
-_CLOSE_STORED = """
-UPDATE events SET resolved_at_utc = c.resolved_utc, changed_file_id = $file_id
-FROM (SELECT event_key, arg_min(make_timestamp(epoch_us(resolved_at)), line) AS resolved_utc
-      FROM staged WHERE reason IS NULL AND resolved_at IS NOT NULL GROUP BY event_key) c
-WHERE events.event_key = c.event_key AND events.resolved_at_utc IS NULL
-  AND events.timestamp_utc BETWEEN CAST($lo AS TIMESTAMP) AND CAST($hi AS TIMESTAMP)
+# The rows of a batch that give an end, for pipeline.store.events.close_open_events.
+_CLOSINGS = """
+SELECT event_key, make_timestamp(epoch_us(resolved_at)) AS resolved_utc, line
+FROM staged WHERE reason IS NULL AND resolved_at IS NOT NULL
 """
 
 
@@ -114,7 +113,7 @@ class Closings:
 
 def insert_new_events(con, staged: pa.Table, classes: pl.DataFrame, file_id: int, closings: Closings) -> None:
     """Store the staged batch's new events (see :data:`_INSERT_EVENTS`) and close stored open ones
-    (:data:`_CLOSE_STORED`); SQL reads ``staged`` and ``classes`` by name."""
+    (:func:`pipeline.store.events.close_open_events`); SQL reads ``staged`` and ``classes`` by name."""
     lo, hi, repeated, resolves = con.sql(_BATCH_FACTS).fetchall()[0]
     if lo is None:  # no valid row
         return
@@ -125,7 +124,9 @@ def insert_new_events(con, staged: pa.Table, classes: pl.DataFrame, file_id: int
         window = {"lo": lo, "hi": hi}
         open_rows, other_time = con.execute(_CLOSING_ROWS, window).fetchone()
         if open_rows:
-            closings.closed += con.execute(_CLOSE_STORED, window | {"file_id": file_id}).fetchone()[0]
+            closings.closed += events.close_open_events(
+                con, _CLOSINGS, file_id, window=(lo, hi), staged=staged
+            )
             other_time = con.execute(_CLOSING_ROWS, window).fetchone()[1]
         closings.other_time += other_time
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
@@ -77,24 +78,34 @@ def record_counts(con, file_id: int, summary: FileSummary) -> None:
     )
 
 
-def account_lines(con, file_id: int, path: Path, summary: FileSummary, parsed: str) -> None:
-    """Store a line-based file's rejects and complete its counts. ``parsed`` names the staging table
-    of the lines that carried a record (columns line, text, reason: NULL when accepted; the rest of
-    the lines read were ignored by design); of those, the ones neither rejected nor ingested were
-    duplicates. The rejects go from table to table inside DuckDB, so millions of them do not pass
-    through Python memory."""
+_IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def account_lines(
+    con, summary: FileSummary, parsed: str, *, text: str = "text", reason: str = "reason"
+) -> None:
+    """Store a line-based file's rejects and complete its counts (``summary.rows_read`` and
+    ``rows_ingested`` set). ``parsed`` names the staging table of the lines that carried a record
+    (``line``, the raw ``text``, the ``reason``: NULL when accepted; other column names may be
+    given); the rest of the lines read were ignored by design; of those that carried one, the ones
+    neither rejected nor ingested were duplicates. The rejects go from table to table inside
+    DuckDB, so millions of them do not pass through Python memory."""
+    if not (_IDENTIFIER.fullmatch(text) and _IDENTIFIER.fullmatch(reason)):
+        raise ValueError(f"not column names: {text!r}, {reason!r}")
+    lines = f"SELECT line, {text} AS text, {reason} AS reason FROM query_table($parsed)"  # noqa: S608
     con.execute(
-        "INSERT INTO rejects SELECT $file_id, $path, line, text, reason, $now FROM query_table($parsed)"
+        f"INSERT INTO rejects SELECT $file_id, $path, line, text, reason, $now FROM ({lines})"  # noqa: S608
         " WHERE reason IS NOT NULL ORDER BY line",
-        {"file_id": file_id, "path": str(path), "now": now_utc(), "parsed": parsed},
+        {"file_id": summary.file_id, "path": summary.path, "now": now_utc(), "parsed": parsed},
     )
     relevant, rejected = con.sql(
-        "SELECT count(*), count(reason) FROM query_table($parsed)", params={"parsed": parsed}
+        f"SELECT count(*), count(reason) FROM ({lines})",  # noqa: S608
+        params={"parsed": parsed},
     ).fetchall()[0]
     summary.rows_rejected = rejected
     summary.rows_ignored = summary.rows_read - relevant
     summary.rows_duplicate = relevant - rejected - summary.rows_ingested
-    record_counts(con, file_id, summary)
+    record_counts(con, summary.file_id, summary)
 
 
 def insert_rejects(con, file_id: int | None, path: Path, rejects: pl.DataFrame) -> None:

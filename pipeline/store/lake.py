@@ -35,15 +35,12 @@ from urllib.parse import quote
 
 import duckdb
 
-from pipeline.store import inventory, jobs, taxonomy
+from pipeline.store import events, inventory, jobs, taxonomy
 from pipeline.store.files import FileSummary, InputError, count, now_utc, record_counts, register_file
 from pipeline.warehouse import transaction
 
 MANIFEST = "manifest"
 TABLES = ("events", "jobs", "inventory", "rejects")
-LAKE_FORMATS = ("csv", "jsonl", "json", "parquet", "kernel-log", "journald-json", "sacct", "slurm-events")
-"""Formats a lake holds: those whose merge into the warehouse is one of the rules above. The other
-readers (slurmctld, kubernetes, cloud events, training logs, public data sets) are ingested directly."""
 
 # Columns of an events part: the warehouse's, less file_id and the taxonomy's (set on ingest).
 EVENT_COLUMNS = (
@@ -98,9 +95,8 @@ SELECT l.*,
 FROM read_parquet($files, hive_partitioning = true) l
 LEFT JOIN (SELECT DISTINCT ON (event_key) event_key, resolved_at_utc FROM events) e USING (event_key)
 """
-_EVENT_CLOSE = """
-UPDATE events SET resolved_at_utc = s.resolved_at_utc, changed_file_id = $file_id
-FROM lake_status s WHERE s.status = 'resolves' AND events.event_key = s.event_key
+_EVENT_CLOSINGS = """
+SELECT event_key, resolved_at_utc AS resolved_utc, line FROM lake_status WHERE status = 'resolves'
 """
 _EVENT_WRITE = """
 INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category, interrupting,
@@ -204,7 +200,7 @@ def _ingest_entry(con, lake: Path, entry: dict) -> FileSummary:
         )
         rejected = count(con, "SELECT count(DISTINCT line) FROM lake_status WHERE status = 'rejected'")
         con.execute(_EVENT_REJECTS, {"file_id": file_id, "path": path, "now": now_utc()})
-        con.execute(_EVENT_CLOSE, {"file_id": file_id})
+        events.close_open_events(con, _EVENT_CLOSINGS, file_id)
         con.execute(_EVENT_WRITE, {"file_id": file_id})
         con.execute("DROP TABLE lake_status")
     if files["jobs"]:
