@@ -170,7 +170,7 @@ __REALTIME_TIMESTAMP, node _HOSTNAME (else --node); entries of other sources ign
         f"{DOCS}#slurm-accounting-sacct",
         ("cluster", "timezone", "max_decompressed_bytes", "block_bytes"),
         ((71, "is_sacct"),),
-        "a `|`-separated header naming `JobID`",
+        "a pipe-separated header naming `JobID`",
         lake=True,
         help="""\
 sacct -P (--parsable2) with its header, any column order; needs JobID,State,Start,End,NodeList
@@ -185,7 +185,7 @@ JobID|JobName|State|Start|End|ElapsedRaw|NNodes|NodeList
         f"{DOCS}#slurm-node-events-slurm-events",
         ("cluster", "timezone", "max_decompressed_bytes", "block_bytes"),
         ((70, "is_slurm_events"),),
-        "a `|`-separated header naming `NodeName` and `TimeStart`",
+        "a pipe-separated header naming `NodeName` and `TimeStart`",
         lake=True,
         help="""\
 sacctmgr -P show event (node events, header kept): DOWN/DRAIN/FAIL become events
@@ -228,7 +228,7 @@ later snapshot showing them healthy ends; other events and healthy nodes ignored
         "node_events",
         "EC2 scheduled events, `aws ec2 describe-instance-status`",
         f"{DOCS}#cloud-host-events-ec2-status-gce-audit",
-        ("cluster", "timezone", "max_decompressed_bytes"),
+        ("cluster", "timezone", "max_decompressed_bytes", "block_bytes"),
         ((40, "is_ec2_status"),),
         'JSON with `"InstanceStatuses":` or `"InstanceEventId":`',
         help="""\
@@ -242,7 +242,7 @@ scheduled events (Code as category, NotBefore-NotAfter), attribute planned=true
         "node_events",
         "Compute Engine host events from the system-event audit log",
         f"{DOCS}#cloud-host-events-ec2-status-gce-audit",
-        ("cluster", "timezone", "max_decompressed_bytes"),
+        ("cluster", "timezone", "max_decompressed_bytes", "block_bytes"),
         ((41, "is_gce_audit"),),
         'JSON with `"protoPayload":` or a `compute.instances.` method',
         help="""\
@@ -285,7 +285,7 @@ one job per file (--job, default the file name); --node for the host, if known""
         "lanl",
         "incidents, inventory",
         "LANL failure records 1996-2005 (public data set)",
-        "docs/public-data.md#lanl-failure-records-1996-2005",
+        "docs/public-data.md#mapping-choices",
         help="""\
 LANL failure records 1996-2005 (LA-UR-05-7318-failure-data-1996-2005.csv[.gz])
 20,cluster,512,2048,4,...,5/13/2004 9:11,5/13/2004 10:52,101,,CPU,,,,,No""",
@@ -295,7 +295,7 @@ LANL failure records 1996-2005 (LA-UR-05-7318-failure-data-1996-2005.csv[.gz])
         "titan",
         "incidents, inventory",
         "OLCF Titan GPU lifetimes (public data set)",
-        "docs/public-data.md#olcf-titan-gpu-lifetimes",
+        "docs/public-data.md#mapping-choices",
         ("timezone",),
         help="""\
 OLCF Titan GPU lifetimes: gc_full.csv[.gz]; gc_summary_loc.csv[.gz] (batch) and
@@ -307,7 +307,7 @@ titan.service.txt[.gz] (service nodes) are read from the same folder when presen
         "bgl",
         "incidents",
         "Loghub BlueGene/L RAS log (public data set)",
-        "docs/public-data.md#loghub-bluegenel-ras-log",
+        "docs/public-data.md#mapping-choices",
         help="""\
 Loghub BlueGene/L RAS log: alert lines become incidents, "-" lines are ignored
 KERNDTLB 1118536327 2005.06.11 R30-M0-N9-C:J16-U01 2005-06-11-17.32.07.581048 ... FATAL ...""",
