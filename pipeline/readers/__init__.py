@@ -72,60 +72,54 @@ class Reader:
         return getattr(import_module(f"{__name__}.{self.module}"), rank_predicate[1])(head)
 
 
-_TABLE = ("column_map", "time_format", "cluster", "timezone", "max_decompressed_bytes")
-_CANONICAL = "canonical incidents or inventory"
-READERS: tuple[Reader, ...] = (
-    Reader(
-        "csv",
+def _table(name: str, what: str, sniffs: tuple, detected_by: str, help: str) -> Reader:
+    """A canonical table format: they share a module, options, docs section and lake."""
+    return Reader(
+        name,
         "canonical",
         "incidents, inventory",
-        f"{_CANONICAL}, delimited text (comma, tab, semicolon or pipe)",
+        f"canonical incidents or inventory, {what}",
         f"{DOCS}#canonical-files-csv-jsonl-json-parquet",
-        _TABLE,
+        ("column_map", "time_format", "cluster", "timezone", "max_decompressed_bytes"),
+        sniffs,
+        detected_by,
+        lake=True,
+        help=help,
+    )
+
+
+READERS: tuple[Reader, ...] = (
+    _table(
+        "csv",
+        "delimited text (comma, tab, semicolon or pipe)",
         ((50, "is_csv_name"), (80, "is_csv_header")),
         "name `.csv`/`.tsv`; else a header naming `timestamp`, `cluster_id` or `node_id`",
-        lake=True,
         help="""\
 canonical incidents: timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at
 2026-03-02T04:26:29Z,c0512,c0512-n0017,gpu_fell_off_bus,3,job-7,"NVRM: Xid ...",
 or inventory: cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to
 c0512,c0512-n0017,p5.48xlarge,8,2026-03-01T00:00:00Z,""",
     ),
-    Reader(
+    _table(
         "jsonl",
-        "canonical",
-        "incidents, inventory",
-        f"{_CANONICAL}, one JSON record per line",
-        f"{DOCS}#canonical-files-csv-jsonl-json-parquet",
-        _TABLE,
+        "one JSON record per line",
         ((50, "is_jsonl_name"), (91, "is_jsonl_content")),
         "name `.jsonl`/`.ndjson`, or `.json` that is not one document; else a first line `{`",
-        lake=True,
         help='{"timestamp": "2026-03-02T04:26:29+00:00", "cluster_id": "c0512", ...}',
     ),
-    Reader(
+    _table(
         "json",
-        "canonical",
-        "incidents, inventory",
-        f"{_CANONICAL}, one JSON document (a REST export)",
-        f"{DOCS}#canonical-files-csv-jsonl-json-parquet",
-        _TABLE,
+        "one JSON document (a REST export)",
         ((50, "is_json_name"), (90, "is_json_content")),
         "name `.json` holding one document; else `[{` or an object wrapping an array of records",
-        lake=True,
         help="the same records as one JSON document (a REST export): [{...}, ...] or "
         '{"result": [{...}, ...]}',
     ),
-    Reader(
+    _table(
         "parquet",
-        "canonical",
-        "incidents, inventory",
-        f"{_CANONICAL}, Parquet",
-        f"{DOCS}#canonical-files-csv-jsonl-json-parquet",
-        _TABLE,
+        "Parquet",
         ((50, "is_parquet"),),
         "name `.parquet`, or the bytes `PAR1`",
-        lake=True,
         help="the same columns",
     ),
     Reader(

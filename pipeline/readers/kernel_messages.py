@@ -32,14 +32,12 @@ import polars as pl
 
 from pipeline import xid as xid_catalog
 from pipeline.categories import FailureCategory
+from pipeline.readers.lines import LINE_SCHEMA
 from pipeline.store.files import FileSummary, account_lines, count, registered
 from pipeline.warehouse import UNKNOWN_CLUSTER
 
 STAGED_SCHEMA = {
-    "line": pl.Int64,
-    "text": pl.String,
-    "bad_utf8": pl.Boolean,
-    "truncated": pl.Boolean,
+    **LINE_SCHEMA,
     "problem": pl.String,  # the reader's own reason to reject the line (journald: not JSON ...)
     "form": pl.String,  # iso | bsd | ctime | monotonic | NULL (no recognised prefix)
     "ts_text": pl.String,

@@ -41,6 +41,11 @@ BOM = "\ufeff"
 BOM_BYTES = BOM.encode()
 
 
+LINE_SCHEMA = {"line": pl.Int64, "text": pl.String, "bad_utf8": pl.Boolean, "truncated": pl.Boolean}
+"""The columns of a batch of lines (:class:`LineBatch`), which every line reader's staging table
+starts with."""
+
+
 @dataclass
 class LineBatch:
     frame: pl.DataFrame  # line Int64, text String, bad_utf8 Boolean, truncated Boolean

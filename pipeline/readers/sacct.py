@@ -27,17 +27,6 @@ REQUIRED = ("jobid", "state", "start", "end", "nodelist")
 OPTIONAL = ("jobname", "cluster", "nnodes", "elapsedraw", "elapsed")
 INTERRUPTED_STATES = ("NODE_FAIL", "BOOT_FAIL")
 
-_SCHEMA = {
-    "line": pl.Int64,
-    "text": pl.String,
-    "bad_utf8": pl.Boolean,
-    "truncated": pl.Boolean,
-    "fields": pl.Int32,
-    **{c: pl.String for c in (*REQUIRED, *OPTIONAL)},
-    "nodes": pl.List(pl.String),
-    "hostlist_error": pl.String,
-}
-
 
 def _parse_batch(frame: pl.DataFrame, header_fields: Header) -> pl.DataFrame:
     header, columns, _ = header_fields
@@ -67,7 +56,9 @@ def _parse_batch(frame: pl.DataFrame, header_fields: Header) -> pl.DataFrame:
             for c in (*REQUIRED, *OPTIONAL)
         ],
     )
-    return fields.join(hostlist.expand_frame(fields["nodelist"]), on="nodelist", how="left").cast(_SCHEMA)
+    return fields.join(hostlist.expand_frame(fields["nodelist"]), on="nodelist", how="left").cast(
+        _EXPORT.schema
+    )
 
 
 _STAGE = f"""
@@ -125,8 +116,8 @@ _EXPORT = PipeExport(
     what="sacct",
     export="sacct -P -o JobID,JobName,State,Start,End,ElapsedRaw,NNodes,NodeList (header kept)",
     required=REQUIRED,
+    optional=OPTIONAL,
     table="jobs_lines",
-    schema=_SCHEMA,
     parse=_parse_batch,
 )
 

@@ -42,18 +42,6 @@ REQUIRED = ("nodename", "timestart", "state")
 OPTIONAL = ("timeend", "reason", "user", "cluster", "event")
 OUTAGE_STATES = ("DOWN", "DRAIN", "DRNG", "DRAINED", "DRAINING", "FAIL", "FAILG", "FAILING")
 
-_SCHEMA = {
-    "line": pl.Int64,
-    "text": pl.String,
-    "bad_utf8": pl.Boolean,
-    "truncated": pl.Boolean,
-    "fields": pl.Int32,
-    **{c: pl.String for c in (*REQUIRED, *OPTIONAL)},
-    "state_base": pl.String,
-    "nodes": pl.List(pl.String),
-    "hostlist_error": pl.String,
-}
-
 
 def state_base(state: pl.Expr) -> pl.Expr:
     """The outage word of a Slurm node state (``DOWN*`` -> DOWN, ``IDLE+DRAIN`` -> DRAIN), else
@@ -101,7 +89,7 @@ def _parse_batch(frame: pl.DataFrame, header_fields: Header) -> pl.DataFrame:
         & ~cluster_event
         & ~(other_state & (pl.col("fields") == expected))
     )
-    return keep.join(hostlist.expand_frame(keep["nodename"]), on="nodename", how="left").cast(_SCHEMA)
+    return keep.join(hostlist.expand_frame(keep["nodename"]), on="nodename", how="left").cast(_EXPORT.schema)
 
 
 _STAGE = f"""
@@ -175,9 +163,10 @@ _EXPORT = PipeExport(
     what="sacctmgr event",
     export="sacctmgr -P show event Format=Cluster,NodeName,TimeStart,TimeEnd,State,Reason,User (header kept)",
     required=REQUIRED,
+    optional=OPTIONAL,
     table="slurm_events_lines",
-    schema=_SCHEMA,
     parse=_parse_batch,
+    derived=("state_base",),
 )
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from pipeline.readers.contract import ReadContext
+from pipeline.readers.lines import LINE_SCHEMA
 from pipeline.store import staging
 from pipeline.store.files import FileSummary, InputError, time_sql
 
@@ -33,15 +34,29 @@ Header = tuple[str, dict[str, int], int]
 @dataclass(frozen=True)
 class PipeExport:
     """How one kind of Slurm ``-P`` (pipe-separated) export is staged: ``what`` names it in
-    messages, ``export`` is the command that writes a readable one, ``parse`` turns a block of
-    lines into rows of ``schema``, which land in the temp table ``table``."""
+    messages, ``export`` is the command that writes a readable one, ``required`` and ``optional``
+    its columns, ``parse`` turns a block of lines into rows of :attr:`schema`, which land in the
+    temp table ``table``."""
 
     what: str
     export: str
     required: tuple[str, ...]
+    optional: tuple[str, ...]
     table: str
-    schema: dict[str, pl.DataType]
     parse: Callable[[pl.DataFrame, Header], pl.DataFrame]
+    derived: tuple[str, ...] = ()
+
+    @property
+    def schema(self) -> dict[str, pl.DataType]:
+        """The staged lines: the line, its field count, the fields by their lower-case names, the
+        ``derived`` text columns, the nodes of the hostlist (or why it cannot be expanded)."""
+        return {
+            **LINE_SCHEMA,
+            "fields": pl.Int32,
+            **{c: pl.String for c in (*self.required, *self.optional, *self.derived)},
+            "nodes": pl.List(pl.String),
+            "hostlist_error": pl.String,
+        }
 
 
 def _pipe_header(path, frame: pl.DataFrame, spec: PipeExport) -> Header:

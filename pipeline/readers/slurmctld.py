@@ -33,6 +33,7 @@ import polars as pl
 
 from pipeline.readers import hostlist
 from pipeline.readers.contract import Head, ReadContext
+from pipeline.readers.lines import LINE_SCHEMA
 from pipeline.readers.slurm_events import state_base
 from pipeline.readers.syslog_years import MONTHS, syslog_base_year, year_offsets
 from pipeline.store import staging
@@ -62,10 +63,7 @@ _MESSAGES = {
 }
 
 _SCHEMA = {
-    "line": pl.Int64,
-    "text": pl.String,
-    "bad_utf8": pl.Boolean,
-    "truncated": pl.Boolean,
+    **LINE_SCHEMA,
     "kind": pl.String,
     "iso": pl.String,
     "month": pl.Int32,

@@ -48,6 +48,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.readers.contract import Head, ReadContext
+from pipeline.readers.lines import LINE_SCHEMA
 from pipeline.store import staging
 from pipeline.store.files import FileSummary, account_lines, count
 from pipeline.warehouse import UNKNOWN_CLUSTER
@@ -78,10 +79,7 @@ _ISO = (
 _GLOG = r"^(?:\[[^\]]*\]:)*\[?[IWEF](\d{1,2})(\d{2}) (\d{2}:\d{2}:\d{2})((?:\.\d+)?)\s"
 
 _SCHEMA = {
-    "line": pl.Int64,
-    "text": pl.String,
-    "bad_utf8": pl.Boolean,
-    "truncated": pl.Boolean,
+    **LINE_SCHEMA,
     "kind": pl.String,
     "ts_text": pl.String,
     "ran_for_ms": pl.Int64,

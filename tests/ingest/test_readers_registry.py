@@ -5,6 +5,7 @@ in ingested_files), and a re-ingest that changes nothing. The docs' format table
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 import re
@@ -299,3 +300,25 @@ def test_sniff_ranks_order_modules_and_formats_are_named_once():
     assert all(len(names) == 1 for names in modules.values()), modules
     assert len(readers.FORMATS) == len(set(readers.FORMATS))
     assert set(readers.LAKE_FORMATS) <= set(readers.FORMATS)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports (module or function level)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return found
+
+
+@pytest.mark.parametrize(
+    ("package", "below"),
+    [("store", ("pipeline.readers", "pipeline.ingest")), ("readers", ("pipeline.ingest",))],
+)
+def test_imports_flow_one_way(package, below):
+    """store <- readers <- ingest: the store imports no reader, no reader imports the ingest."""
+    for path in sorted((REPO / "pipeline" / package).glob("*.py")):
+        wrong = sorted(m for m in _imports(path) if m.startswith(below))
+        assert not wrong, f"{path.name} imports {wrong}"
