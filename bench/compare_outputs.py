@@ -46,7 +46,8 @@ COMMANDS = (
 )
 
 # one interpreter per tree and warehouse: each command through click (exit code, stdout, stderr),
-# then every field of analyze()'s result (frames in full, fitted models' public ``*_`` values)
+# then every field of analyze()'s result (frames in full but for the times the warehouse was written,
+# fitted models' public ``*_`` values)
 DRIVER = """
 import dataclasses, json, sys
 import polars as pl
@@ -60,7 +61,8 @@ for command in commands:
 from pipeline import analysis, warehouse
 result = analysis.analyze(warehouse.connect(db, read_only=True))
 def show(value):
-    if isinstance(value, pl.DataFrame):
+    if isinstance(value, pl.DataFrame):  # less when the warehouse was written: not a result
+        value = value.drop("ingested_at_utc", "rejected_at_utc", strict=False)
         return [value.columns, [[repr(v) for v in row] for row in value.rows()]]
     if isinstance(value, dict):
         return {k: show(v) for k, v in value.items()}
@@ -87,19 +89,25 @@ def outputs(tree: Path, db: Path, commands: list[list[str]]) -> list[list]:
     return json.loads(out.splitlines()[-1])
 
 
-def sample_warehouses(tree: Path, folder: Path) -> list[Path]:
-    """The bundled sample, and the sample with an attribute column ``level``, ingested by ``tree``."""
-    sample = tree / "data" / "sample"
+def sample_inputs(tree: Path, folder: Path) -> dict[str, list[Path]]:
+    """The bundled sample of ``tree``, and the sample with an attribute column ``level``."""
+    sample = tree.resolve() / "data" / "sample"
+    folder.mkdir(parents=True, exist_ok=True)
     incidents = pl.read_csv(sample / "incidents.csv", infer_schema_length=0)
     levels = pl.Series(["critical", "major", "minor"])[pl.int_range(incidents.height, eager=True) % 3]
     with_level = folder / "incidents-level.csv"
     incidents.with_columns(level=levels).write_csv(with_level)
-    out = []
+    return {
+        "sample": [sample / "inventory.csv", sample / "incidents.csv"],
+        "level": [sample / "inventory.csv", with_level],
+    }
+
+
+def sample_warehouses(tree: Path, inputs: dict[str, list[Path]], folder: Path) -> list[Path]:
+    """The ``inputs`` ingested by ``tree`` into warehouses in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name, files in (
-        ("sample", [sample / "inventory.csv", sample / "incidents.csv"]),
-        ("level", [sample / "inventory.csv", with_level]),
-    ):
+    out = []
+    for name, files in inputs.items():
         db = folder / f"{name}.duckdb"
         code, _, err = run(tree, ["-m", "pipeline", "ingest", *map(str, files), "--db", str(db), "-q"])
         if code:
@@ -158,8 +166,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         pairs = [(db, db) for db in args.db] + [tuple(pair) for pair in args.db_pair]
         if args.sample:
-            built = sample_warehouses(args.before, Path(tmp) / "before")
-            after = sample_warehouses(args.after, Path(tmp) / "after") if args.ingest_each else built
+            inputs = sample_inputs(args.before, Path(tmp))
+            built = sample_warehouses(args.before, inputs, Path(tmp) / "before")
+            after = sample_warehouses(args.after, inputs, Path(tmp) / "after") if args.ingest_each else built
             pairs = [*zip(built, after, strict=True), *pairs]
         failed = 0
         for db, db_after in pairs:

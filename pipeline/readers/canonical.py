@@ -7,8 +7,8 @@ batch; ``con.register`` would hold every batch until the file's transaction comm
 incident's content key is (time, cluster, node, category, GPU, message), the category compared
 in lower case (as it was stored before categories were free text): a row already stored, by
 an earlier file or an earlier batch of this one, is a duplicate (checked only where one can be:
-see :mod:`.canonical_store`). The category is stored as written (trimmed) with its class from
-:mod:`.taxonomy` (joined as the rows are stored when the category map is given, else classified
+see :mod:`pipeline.store.canonical_events`). The category is stored as written (trimmed) with its class from
+:mod:`pipeline.store.taxonomy` (joined as the rows are stored when the category map is given, else classified
 after the file); columns beyond the canonical ones are kept as JSON ``attributes``. Inventory
 rows are keyed by (cluster, node, in_service_from); a later file may close an interval an
 earlier one left open, so the newest row for that key wins.
@@ -204,7 +204,7 @@ def ingest_canonical(
     cluster: str | None = None,
 ) -> FileSummary:
     """One canonical incidents or inventory file; the caller holds the transaction and time zone.
-    With a ``category_map`` the new events are stored classified (else :mod:`.taxonomy` does it).
+    With a ``category_map`` the new events are stored classified (else :mod:`pipeline.store.taxonomy` does it).
     ``time_format``: the strptime format of times that are not ISO 8601 (``--time-format``);
     ``cluster``: the cluster of a file with no cluster_id column (``--cluster``)."""
     check_decompressed_size(path, max_decompressed_bytes)  # Polars decompresses a .gz whole, in memory

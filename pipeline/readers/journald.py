@@ -7,7 +7,7 @@ in systemd.journal-fields(7))::
      "_BOOT_ID":"...","_TRANSPORT":"kernel","PRIORITY":"3","SYSLOG_FACILITY":"0","SYSLOG_IDENTIFIER":"kernel",
      "_HOSTNAME":"node-017","MESSAGE":"NVRM: Xid (PCI:0000:18:00): 79, pid=10895, GPU has fallen off ..."}
 
-Read as the kernel-log reader reads a line's message (:mod:`.kernel_store`: Xid and SXid codes,
+Read as the kernel-log reader reads a line's message (:mod:`.kernel_messages`: Xid and SXid codes,
 fallen-off-the-bus messages, Xid 154 by its action): time = ``__REALTIME_TIMESTAMP`` (microseconds
 since the epoch, a decimal string; ``_SOURCE_REALTIME_TIMESTAMP`` when an entry has none), node =
 ``_HOSTNAME``, else ``node`` (``--node``). ``MESSAGE`` is a string, or an array of byte values when

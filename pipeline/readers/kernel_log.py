@@ -15,14 +15,14 @@ Line forms read (everything else in the log is an ordinary kernel message and co
     [Mon Mar  2 04:26:29 2026] NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.
 
 A line is *relevant* when it contains ``Xid`` (``NVRM: Xid`` or NVSwitch ``SXid``) or is one of the
-driver's fallen-off-the-bus messages that carry no Xid (:mod:`.xid`: ``NVRM: GPU at 0000:01:00.0 has
+driver's fallen-off-the-bus messages that carry no Xid (:mod:`pipeline.xid`: ``NVRM: GPU at 0000:01:00.0 has
 fallen off the bus.``, and the three-line ``NVRM: The NVIDIA GPU 0000:b3:00.0`` ... ``fallen off the
 bus and is not responding to commands.``, one event at its first line); a relevant line that cannot
 be used is rejected with the reason (no date, no code, not UTF-8 ...). Only lines whose bytes hold
 ``Xid`` or ``NVRM`` become strings (:meth:`.lines.Block.containing`). The driver's PCI id (``PCI:``
 prefix optional, as on old drivers) identifies the GPU; with a bus order (the PCI bus number of each
 gpu_index, identical on every node of one board type) it becomes a gpu_index. The staged lines are
-stored by :mod:`.kernel_store` (classes, multi-line messages, reasons, counts).
+stored by :mod:`.kernel_messages` (classes, multi-line messages, reasons, counts).
 
 Years of syslog lines (they have none): :mod:`.syslog_years`.
 
@@ -96,7 +96,7 @@ def _relevant_lines(
 
 def _parse_lines(rel: pl.DataFrame, node: str | None, bus_order: Mapping[str, int]) -> pl.DataFrame:
     """The candidate lines (``line``, ``text``, ``bad_utf8``, ``truncated``, ``year_offset``) split
-    into the staged columns (:data:`.kernel_store.STAGED_SCHEMA`) by the line-form regexes; NVRM
+    into the staged columns (:data:`.kernel_messages.STAGED_SCHEMA`) by the line-form regexes; NVRM
     lines that carry nothing (``kind`` null) are dropped (ignored), a truncated .gz's last line is
     kept to be rejected."""
     driver = xid_catalog.driver_messages(rel, "text", bus_order, keep=pl.col("truncated"))

@@ -1,4 +1,4 @@
-"""How canonical incidents are stored (pipeline/ingest/canonical_store.py): a later export that
+"""How canonical incidents are stored (pipeline/store/canonical_events.py): a later export that
 closes an open ticket, the content key whatever the session's time zone, and the one-time
 migration of keys stored while the key still carried the zone's offset."""
 
