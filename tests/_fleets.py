@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 import numpy as np
 import polars as pl
 
-from pipeline import sample, transform
+from pipeline import sample, transform, warehouse
 from pipeline.categories import CategoryMap
 from pipeline.ingest import taxonomy
 
@@ -68,6 +68,31 @@ def simulated_jobs(
         end_utc=pl.col("start_utc")
         + pl.duration(microseconds=(pl.col("elapsed_hours") * 3.6e9).cast(pl.Int64))
     )
+
+
+def write_warehouse(path, incidents: pl.DataFrame, inventory: pl.DataFrame):
+    """A warehouse at ``path`` holding exactly these incidents and inventory rows (warehouse
+    columns; no ingest: edge cases are written as they are), opened read-only."""
+    con = warehouse.connect(path)
+    n = incidents.height
+    rows = incidents.with_columns(
+        incident_id=pl.int_range(n, dtype=pl.Int64),
+        gpu_index=pl.lit(None, pl.Int32),
+        last_event_utc=pl.col("timestamp_utc"),
+        events=pl.lit(1, pl.Int64),
+        job_id=pl.lit(None, pl.String),
+        message=pl.lit(None, pl.String),
+        pci_bus_id=pl.lit(None, pl.String),
+        xid=pl.lit(None, pl.Int32),
+        attributes=pl.lit(None, pl.String),
+    )
+    service = inventory.with_columns(file_id=pl.lit(1, pl.Int64), line=pl.int_range(inventory.height))
+    con.register("new_incidents", rows)
+    con.register("new_inventory", service)
+    con.execute("INSERT INTO incidents BY NAME SELECT * FROM new_incidents")
+    con.execute("INSERT INTO inventory BY NAME SELECT * FROM new_inventory")
+    con.close()
+    return warehouse.connect(path, read_only=True)
 
 
 AVAILABILITY_START = datetime(2025, 1, 1)

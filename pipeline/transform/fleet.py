@@ -148,28 +148,30 @@ def poisson_upper_bound(
 
 
 def _periodic_exposure(exposure: pl.DataFrame, every: str) -> pl.DataFrame:
-    """Split each interval at period boundaries: one row per (interval, period) it overlaps.
+    """Split each interval at period boundaries: one row per (interval, period) it overlaps, in
+    interval order.
 
-    Periods start at the calendar boundary at or before the first interval (Monday for weeks,
-    the 1st for months) so exposure in a partial last period is kept.
+    Periods are calendar ones (Monday for weeks, the 1st for months), so exposure in a partial
+    last period is kept. Each interval lists only its own periods, from the one holding its start
+    (never every interval crossed with every period of the window, which grows as intervals x
+    periods: 300 M rows for 600 k intervals by day over 18 months).
     """
-    first = exposure.select(pl.col("start_utc").min().dt.truncate(every)).item()
-    periods = pl.DataFrame(
-        {"period": pl.datetime_range(first, exposure["end_utc"].max(), every, eager=True, time_unit="us")}
-    ).with_columns(period_end=pl.col("period").dt.offset_by(every))
+    periods = pl.datetime_ranges(
+        pl.col("start_utc").dt.truncate(every), pl.col("end_utc"), every, time_unit="us"
+    )
     return (
         exposure.lazy()
-        .join(periods.lazy(), how="cross")
+        .with_columns(period=periods)
+        .explode("period")
         .with_columns(
             start_utc=pl.max_horizontal("start_utc", "period"),
-            end_utc=pl.min_horizontal("end_utc", "period_end"),
+            end_utc=pl.min_horizontal("end_utc", pl.col("period").dt.offset_by(every)),
         )
         .filter(pl.col("end_utc") > pl.col("start_utc"))
         .with_columns(
             node_hours=(pl.col("end_utc") - pl.col("start_utc")).dt.total_seconds(fractional=True) / 3600
         )
         .with_columns(gpu_hours=pl.col("node_hours") * pl.col("gpus_per_node"))
-        .drop("period_end")
         .collect()
     )
 

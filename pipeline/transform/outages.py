@@ -190,9 +190,9 @@ def uptime_intervals(exposure: pl.DataFrame, outages: pl.DataFrame) -> pl.DataFr
     before s to the number ending before e: two backward as-of joins by node give both numbers,
     and each piece is an interval clipped to one segment. Never a join of intervals and windows
     on the node with an overlap filter, whose size is intervals x windows per node."""
-    rows = exposure.with_row_index("_interval")
+    rows = exposure.lazy().with_row_index("_interval")
     unit = finest_time_unit(exposure.schema["start_utc"], outages.schema["end_utc"])
-    windows = outages.select(
+    windows = outages.lazy().select(
         *NODE, pl.col("start_utc").alias("out_from"), pl.col("end_utc").alias("out_to")
     ).with_columns(pl.col("out_from", "out_to").dt.cast_time_unit(unit))
     after_earlier = (pl.col("out_from") > pl.col("out_to").cum_max().shift(1)).fill_null(True)
@@ -254,6 +254,7 @@ def uptime_intervals(exposure: pl.DataFrame, outages: pl.DataFrame) -> pl.DataFr
         .with_columns(node_hours=_hours(pl.col("end_utc"), pl.col("start_utc")))
         .with_columns(gpu_hours=pl.col("node_hours") * pl.col("gpus_per_node"))
         .select(exposure.columns)
+        .collect()
     )
 
 
