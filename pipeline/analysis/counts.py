@@ -235,16 +235,18 @@ FROM _fc_matched m JOIN _fc_exposure x USING (_interval){join}{group}
 """
 _INCIDENT_COLUMNS = " JOIN _fc_interruptions i USING (_node, _n)"
 _VALUES = "SELECT DISTINCT {columns} FROM _fc_interruptions"
-# the pieces split at calendar periods (transform.fleet._periodic_exposure): periods from the one
-# holding the first start to the last end
+# the pieces split at calendar periods (transform.fleet._periodic_exposure): each piece's own
+# periods, from the one holding its start (a join of every piece with every period of the window
+# was a nested loop of pieces x periods)
 _PERIOD_PIECES = """(
-    SELECT p._interval, s.period, greatest(p.start_utc, s.period) AS start_utc,
-        least(p.end_utc, s.period + $step::INTERVAL) AS end_utc
-    FROM _fc_pieces p JOIN (
-        SELECT unnest(generate_series(date_trunc($unit, min(start_utc)), max(end_utc), $step::INTERVAL))
-            AS period
+    SELECT _interval, period, greatest(start_utc, period) AS start_utc,
+        least(end_utc, period + $step::INTERVAL) AS end_utc
+    FROM (
+        SELECT _interval, start_utc, end_utc,
+            unnest(generate_series(date_trunc($unit, start_utc), end_utc, $step::INTERVAL)) AS period
         FROM _fc_pieces
-    ) s ON s.period < p.end_utc AND s.period + $step::INTERVAL > p.start_utc
+    )
+    WHERE least(end_utc, period + $step::INTERVAL) > greatest(start_utc, period)
 )"""
 # a failure that ends its interval at a period boundary counts in the period it ends
 _FAILURE_PERIOD = """date_trunc($unit, CASE WHEN m.timestamp_utc = m.end_utc

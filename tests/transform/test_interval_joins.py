@@ -400,3 +400,77 @@ def test_overlapping_intervals_by_hand(intervals, hour, expected):
     )
     assert got == expected
     assert matched.height == (expected is not None)
+
+
+def reference_nearest_failures(losses, failures, window):
+    """The old attribution of a job's loss to a node failure (transform.badput): every failure of
+    each of the job's nodes, then the time filter."""
+    return (
+        losses.select("loss", "cluster_id", "moment_utc", node_id=pl.col("nodes"))
+        .explode("node_id")
+        .join(
+            failures.select("node_id", "timestamp_utc", "failure_class", failure_cluster="cluster_id"),
+            on="node_id",
+        )
+        .with_columns(gap=(pl.col("timestamp_utc") - pl.col("moment_utc")).abs())
+        .filter(
+            (pl.col("gap") <= window)
+            & (pl.col("cluster_id").is_null() | (pl.col("cluster_id") == pl.col("failure_cluster")))
+        )
+        .sort("loss", "gap", "timestamp_utc", "node_id")
+        .group_by("loss", maintain_order=True)
+        .agg(pl.col("failure_class").first().alias("node_class"))
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([None, "a", "b"]),
+            st.integers(0, 40),
+            st.one_of(st.none(), st.lists(st.sampled_from(["n1", "n2", "n3"]), max_size=3)),
+        ),
+        max_size=6,
+    ),
+    st.dictionaries(
+        st.tuples(st.sampled_from(["n1", "n2", "n3"]), st.integers(0, 40)),
+        st.tuples(st.sampled_from(["a", "b"]), st.sampled_from(["gpu", "network", "host"])),
+        max_size=15,
+    ),
+    st.sampled_from([0, 15, 30, 60]),
+)
+def test_badput_nearest_failure_equals_the_join_and_filter(losses, failures, minutes):
+    """A job's loss goes to the nearest failure on its nodes (as-of joins) as it did with every
+    failure of each node joined and filtered; failures at one time of one node are one
+    interruption, so the generated ones are unique by node and time."""
+    badput = importlib.import_module("pipeline.transform.badput")
+    loss_frame = pl.DataFrame(
+        {
+            "loss": pl.Series(range(len(losses)), dtype=pl.UInt32),
+            "cluster_id": [c for c, _, _ in losses],
+            "moment_utc": [at(t) for _, t, _ in losses],
+            "nodes": [n for _, _, n in losses],
+        },
+        schema_overrides={
+            "cluster_id": pl.String,
+            "moment_utc": pl.Datetime("us"),
+            "nodes": pl.List(pl.String),
+        },
+    )
+    failure_frame = pl.DataFrame(
+        {
+            "cluster_id": [c for c, _ in failures.values()],
+            "node_id": [n for n, _ in failures],
+            "timestamp_utc": [at(t) for _, t in failures],
+            "failure_class": [k for _, k in failures.values()],
+        },
+        schema_overrides={k: pl.String for k in ("cluster_id", "node_id", "failure_class")}
+        | {"timestamp_utc": pl.Datetime("us")},
+    )
+    window = timedelta(minutes=minutes)
+    assert_frame_equal(
+        badput._nearest_failures(loss_frame, failure_frame, window),
+        reference_nearest_failures(loss_frame, failure_frame, window),
+        check_row_order=False,
+    )
