@@ -31,6 +31,10 @@ needs the failure rows (gaps, outages, trend tests), and once they are in Polars
 group-bys take less CPU than handing the rows to DuckDB (bench/RESULTS.md, "Issue 18, lemons and
 analyze (h18v)").
 
+Every match of an interruption or an outage to an interval is an as-of join by node (or one
+``unnest`` per interval of the periods or up segments it meets), whose size is the output; a join
+on the node with a range filter grew as interruptions x intervals per node (issue 27).
+
 Why: at 10 M incidents (3.4 M interrupting) the row frames of steps 1-4 held 3.5 GB in Polars;
 DuckDB keeps them within its memory cap (spilling past it) and sorts the string keys faster.
 bench/RESULTS.md, "Issue 18, rates in DuckDB (h18s)", has the numbers. Intermediate results are
