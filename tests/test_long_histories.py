@@ -9,8 +9,7 @@ rows here): on main before issue 27 ``fit`` peaked at 1.1 GB and was killed at t
 DuckDB path against a regression rather than reproducing one.
 
 The cap is enforced, not only measured: a watchdog kills the child once its resident set passes
-it, so a regression fails fast instead of filling a shared machine. The peak is the child's own
-``ru_maxrss`` (``os.wait4``)."""
+it, so a regression fails fast instead of filling a shared machine."""
 
 from __future__ import annotations
 
@@ -35,8 +34,13 @@ DUCKDB_CAP_MB = 128
 def run_capped(args: list[str], *, rss_cap_mb: int, tree: Path = ROOT, env: dict | None = None):
     """Run ``python -m pipeline ARGS`` from ``tree`` in a child killed once its resident set passes
     ``rss_cap_mb``; returns (exit status, peak RSS in MB, stdout, stderr). Exit status -9: killed
-    at the cap. Apart from the test so that the same run can be tried on another source tree."""
+    at the cap. Apart from the test so that the same run can be tried on another source tree.
+
+    The peak is the child's ``VmHWM`` (its own high-water mark since exec), read every 10 ms while
+    it runs: its ``ru_maxrss`` would not do, Linux carries the forking process's RSS (a pytest
+    worker's, hundreds of MB) into it."""
     out, err = (Path(os.environ.get("TMPDIR", "/tmp")) / f"capped-{os.getpid()}.{s}" for s in ("out", "err"))
+    peak_kb = 0
     with out.open("w") as stdout, err.open("w") as stderr:
         child = subprocess.Popen(
             [sys.executable, "-m", "pipeline", *args],
@@ -45,30 +49,30 @@ def run_capped(args: list[str], *, rss_cap_mb: int, tree: Path = ROOT, env: dict
             cwd=tree,
             env={**os.environ, "PYTHONPATH": str(tree), **(env or {})},
         )
-        done = threading.Event()
 
         def watch() -> None:
+            nonlocal peak_kb
             status = Path(f"/proc/{child.pid}/status")
-            while not done.is_set():
+            while child.poll() is None:
                 try:
-                    rss_kb = next(int(line.split()[1]) for line in status.open() if line.startswith("VmRSS:"))
-                except (OSError, StopIteration):
+                    peak_kb = next(
+                        int(line.split()[1]) for line in status.open() if line.startswith("VmHWM:")
+                    )
+                except (OSError, StopIteration):  # exiting: its memory is gone
                     return
-                if rss_kb > rss_cap_mb * 1024:
+                if peak_kb > rss_cap_mb * 1024:
                     child.kill()
                     return
                 time.sleep(0.01)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait
-        done.set()
+        code = child.wait()
         watcher.join()
     texts = out.read_text(), err.read_text()
     out.unlink()
     err.unlink()
-    return child.returncode, usage.ru_maxrss / 1024, *texts
+    return code, peak_kb / 1024, *texts
 
 
 @pytest.fixture(scope="module")
