@@ -4,9 +4,10 @@ up-interval ends in a failure, the node returns after a repair; 400 intervals pe
 ``--all-categories`` counts) and ``failcast fit`` (the whole ``analyze`` path), each in a child
 process whose peak resident memory must stay under a cap. Matching failures to intervals with a
 join on the node and a range filter materialised failures x intervals per node in Polars (10 M
-rows here): on main before issue 27 ``fit`` peaked at 1.1 GB and was killed at the cap, now
-0.37 GB. DuckDB streamed that join (0.3 GB either way; its cost was CPU), so ``rates`` guards the
-DuckDB path against a regression rather than reproducing one.
+rows here): on main before issue 27 ``fit`` peaked at 1.2 GB and ``rates --all-categories`` at
+1.35 GB, both killed at the cap; now 0.36 and 0.30 GB. DuckDB streamed that join (0.3 GB
+either way; its cost was CPU), so ``rates`` guards the DuckDB path against a regression rather
+than reproducing one.
 
 The cap is enforced, not only measured: a watchdog kills the child once its resident set passes
 it, so a regression fails fast instead of filling a shared machine."""
