@@ -1,5 +1,5 @@
 """From a fleet's analysis to the failure model of a job: which rate, which scaling law, and
-whether the two scaling laws agree."""
+whether the two scaling laws agree; the fleet's repair curve for the job's spare pool."""
 
 from __future__ import annotations
 
@@ -39,17 +39,20 @@ def rate_model_for(
     :func:`pipeline.projection.project`, from the most direct evidence there is:
 
     1. the measured rate of the clusters in the job's size bucket (the power of two nearest
-       ``instances``, as in ``rates_by_size_bucket``) with its exact interval, if they failed;
+       ``instances``: the row of ``rates_by_size_bucket``) with its interval, if they failed;
     2. else the scaling law MTBF(N) = MTBF_1 / N^alpha at N = ``instances``: per-instance rate
        1 / (N MTBF(N)), its interval from the law's 95% interval (wider the further N is from the
        observed sizes), e.g. a 16 384-instance job on a fleet of 32-1 024-instance clusters;
-    3. else (one cluster size only: no law) the rate of the whole fleet;
+    3. else (one cluster size only: no law) the rate of the whole fleet (``rates_overall``);
     4. with no failure yet, the fleet's exact one-sided 95% upper bound (-ln 0.05 / T = 3.0 / T for
        T instance-hours, :func:`pipeline.transform.poisson_upper_bound`): a worst case, labelled
        as such in ``source``.
 
-    Failures are the analysis' interruptions. ``instance_type`` restricts all three to nodes of
-    that type (the law is refitted on their clusters). The model's ``source`` says which was used.
+    The rates and the law are the analysis' own (its rate tables and ``scaling``), so the job's
+    rate and interval are the figures the report shows beside it, by the analysis' interval method
+    (named in ``source``). ``instance_type`` restricts all three to nodes of that type: the same
+    computation on their failures and hours (the fleet's interval method and dispersion, the law
+    refitted on their clusters). The model's ``source`` says which was used.
     """
     if instances < 1:
         raise ValueError(f"instances must be at least 1, got {instances}")
@@ -62,22 +65,36 @@ def rate_model_for(
             raise ValueError(f"no nodes of instance type {instance_type!r} in the fleet; it has {known}")
     if analysis.exposure_estimated:
         label += " (exposure estimated)"
-    failures = analysis.interruptions
+    interval = f"{analysis.interval_method} 95% interval"
+    if instance_type is None:
+        by_bucket, by_cluster, total = (
+            analysis.rates_by_size_bucket,
+            analysis.rates_by_cluster,
+            analysis.rates_overall,
+        )
+    else:
+        phi = analysis.dispersion_test.dispersion(analysis.interval_method)
+        by_bucket, by_cluster, total = (
+            transform.failure_rates(analysis.interruptions, at_risk, by=by, dispersion=phi)
+            for by in (["size_bucket"], ["cluster_id"], [])
+        )
     bucket = pl.select(transform.size_bucket(pl.lit(instances))).item()
-    measured = transform.failure_rates(failures, at_risk, by=["size_bucket"]).filter(
-        (pl.col("size_bucket") == bucket) & (pl.col("failures") > 0)
-    )
+    measured = by_bucket.filter((pl.col("size_bucket") == bucket) & (pl.col("failures") > 0))
     if measured.height:
         row = measured.row(0, named=True)
-        source = f"{label}: measured rate of clusters of ~{bucket} instances"
-        return projection.FailureModel.from_counts(row["failures"], row["exposure_node_hours"], source)
-    per_cluster = cluster_mtbf(transform.failure_rates(failures, at_risk, by=["cluster_id"]), exposure)
+        source = f"{label}: measured rate of clusters of ~{bucket} instances ({interval})"
+        return _rate_model(row, source)
+    per_cluster = cluster_mtbf(by_cluster, exposure)
     if sizes_that_failed(per_cluster) >= 2:
-        law = models.MTBFScaling().fit(
-            per_cluster["instances"],
-            per_cluster["failures"],
-            per_cluster["exposure_cluster_hours"],
-            dispersion=analysis.count_dispersion,
+        law = (
+            analysis.scaling
+            if instance_type is None and analysis.scaling is not None
+            else models.MTBFScaling().fit(
+                per_cluster["instances"],
+                per_cluster["failures"],
+                per_cluster["exposure_cluster_hours"],
+                dispersion=analysis.count_dispersion,
+            )
         )
         (mtbf,), (low,), (high,) = law.predict_mtbf_hours([instances])
         source = (
@@ -87,15 +104,20 @@ def rate_model_for(
         return projection.FailureModel.exponential(
             1 / (instances * mtbf), 1 / (instances * high), 1 / (instances * low), source
         )
-    total = transform.failure_rates(failures, at_risk, by=[]).row(0, named=True)
+    total = total.row(0, named=True)
     if not total["failures"]:
         return projection.FailureModel.exponential(
             total["rate_upper_bound"],
             source=f"{label}: no failures yet in {total['exposure_node_hours']:,.0f} instance-hours; "
             "UPPER BOUND (95% one-sided, -ln 0.05 / T), a worst case",
         )
-    return projection.FailureModel.from_counts(
-        total["failures"], total["exposure_node_hours"], f"{label}: rate"
+    return _rate_model(total, f"{label}: rate ({interval})")
+
+
+def _rate_model(row: dict, source: str) -> projection.FailureModel:
+    """An exponential failure model from one row of a rate table: its rate and interval as they are."""
+    return projection.FailureModel.exponential(
+        row["rate_per_node_hour"], row["rate_ci_low"], row["rate_ci_high"], source
     )
 
 
@@ -131,3 +153,38 @@ def size_laws_agreement(analysis: FleetAnalysis) -> str:
         "The projection uses the count law (Poisson regression) for job sizes without a measured "
         "cluster of that size, and the measured rate where there is one."
     )
+
+
+def repair_curve(analysis: FleetAnalysis) -> projection.RepairCurve | None:
+    """The fleet's Kaplan–Meier repair-time curve (unresolved outages censored) with its mean's
+    95% interval, for :func:`pipeline.projection.spare_advice`; None without a completed repair."""
+    fit = analysis.repair_times
+    if fit is None:
+        return None
+    return projection.RepairCurve(
+        fit.timeline_hours_, fit.survival_, tuple(fit.mean_confidence_interval_), fit.mean_restricted_
+    )
+
+
+def spares_for_job(
+    repair: models.RepairTimes,
+    instances: int,
+    rate_per_instance_hour: float,
+    probability: float = projection.SPARE_PROBABILITY,
+) -> dict:
+    """The 99% row of the job's spare table: the fewest hot spares with which a failure finds one
+    free with at least ``probability`` (Engset's formula over N + S nodes at the fleet's rate and
+    mean repair time, :class:`pipeline.projection.SparePool`; the MTTR is a lower bound when the
+    longest repair is still open, ``mttr_restricted``)."""
+    pool = projection.SparePool(instances, rate_per_instance_hour, repair.mean_hours_)
+    spares = pool.spares_for(probability)
+    return {
+        "spares": spares,
+        "probability": probability,
+        "free_spare_probability": pool.free_spare_probability(spares),
+        "mean_in_repair": pool.mean_in_repair(spares),
+        "mttr_hours": repair.mean_hours_,
+        "mttr_restricted": repair.mean_restricted_,
+        "instances": instances,
+        "rate_per_instance_hour": rate_per_instance_hour,
+    }

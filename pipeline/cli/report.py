@@ -16,10 +16,14 @@ from pipeline.cli.common import (
     until_option,
 )
 from pipeline.cli.project import required_measured_recovery
+from pipeline.report.format import RATE_INTERVAL_SCOPE
 
 
 # --- report --------------------------------------------------------------------------------------
-@main.command()
+@main.command(
+    help="Write the self-contained HTML report (and a PNG/SVG of each chart). Rate intervals are "
+    f"exact Poisson or quasi-Poisson, named where shown. {RATE_INTERVAL_SCOPE}"
+)
 @db_option
 @click.option(
     "--out",
@@ -32,9 +36,12 @@ from pipeline.cli.project import required_measured_recovery
 @until_option
 @click.option(
     "--job",
-    "job_path",
+    "job_paths",
+    multiple=True,
     type=click.Path(dir_okay=False, path_type=Path),
-    help="TOML job spec to project (see failcast project); without [failures] the fleet's rate is used.",
+    help="TOML job spec to project (see failcast project); without [failures] the fleet's rate is used. "
+    "Repeatable: the first is projected in detail, every one in the configured-jobs and hot-spares "
+    "sections.",
 )
 @recovery_option()
 @click.option("--monte-carlo-runs", type=int, default=10_000, show_default=True)
@@ -54,24 +61,31 @@ def report(
     db: Path,
     out: Path,
     observed_until,
-    job_path,
+    job_paths: tuple[Path, ...],
     recovery_source: str,
     monte_carlo_runs: int,
     seed: int,
     images: bool,
     baseline_dbs: tuple[Path, ...],
 ):
-    """Write the self-contained HTML report (and a PNG/SVG of each chart)."""
     result = analysis_mod.analyze(warehouse.connect(db, read_only=True), observed_until=observed_until)
     baselines = {p.stem: _baseline(p) for p in baseline_dbs}
     outlook = None
-    if job_path is not None:
-        spec = projection.job_spec_for_fleet(
-            job_path, fleet_failure=lambda n: analysis_mod.failure_model_for(result, n)
-        )
+    if job_paths:
+        specs = [
+            projection.job_spec_for_fleet(
+                path, fleet_failure=lambda n: analysis_mod.failure_model_for(result, n)
+            )
+            for path in job_paths
+        ]
         measured = required_measured_recovery(result, db) if recovery_source == "measured" else None
         outlook = report_mod.job_outlook(
-            spec, monte_carlo_runs=monte_carlo_runs, seed=seed, measured=measured
+            specs[0],
+            monte_carlo_runs=monte_carlo_runs,
+            seed=seed,
+            measured=measured,
+            repair=analysis_mod.repair_curve(result),
+            others=specs[1:],
         )
     folder, name = (out.parent, out.name) if out.suffix.lower() in (".html", ".htm") else (out, None)
     if folder.exists() and not folder.is_dir():

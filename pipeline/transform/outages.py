@@ -4,7 +4,8 @@ An *outage* is an interruption (:func:`pipeline.transform.node_interruptions`) t
 moment its node was back. The end comes from, in this order:
 
 1. ``resolved_at`` — the incident's own resolution time (``resolved_at_utc`` in the warehouse; a
-   fault start/end table is exactly this: one row per fault with its end);
+   fault start/end table is exactly this: one row per fault with its end); an end equal to the
+   start is a repair of 0 h (a fault cleared at once), not a missing end;
 2. ``inventory`` — a gap in the inventory: the node's service interval ends at the failure or
    within ``gap_tolerance`` after it (availability traces close an up interval at each failure;
    a node is removed for repair at its failure), and a later interval of the same node starts:
@@ -103,8 +104,9 @@ def outages(
     frame = frame.sort(*NODE, "timestamp_utc", maintain_order=True).with_row_index("_row")
     gaps = _inventory_ends(frame.select("_row", *NODE, "timestamp_utc"), inventory, gap_tolerance)
     resolved_at = pl.col("resolved_at_utc").cast(pl.Datetime("us"))
-    # the one rule of an incident's own end: a resolution after the failure
-    recorded = resolved_at > pl.col("timestamp_utc")
+    # the one rule of an incident's own end: a resolution at or after the failure (at it: a
+    # 0-hour repair)
+    recorded = resolved_at >= pl.col("timestamp_utc")
     known = (
         frame.join(gaps, on="_row", how="left")
         .with_columns(
