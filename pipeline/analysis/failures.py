@@ -60,7 +60,10 @@ def rate_exposure(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(exposure that rates divide by, outages): the calendar ``exposure`` with the outages'
     downtime removed for ``basis`` "uptime" (MTBF = uptime / failures), ``exposure`` itself for
-    "calendar". Identical when no outage has a recorded end."""
+    "calendar". ``exposure`` itself too when no recorded downtime falls inside a service interval
+    (no outage has a recorded end, or, as in an availability trace, a node is out of service
+    while it is down): callers then match failures to one set of intervals, not two equal ones
+    (:func:`pipeline.analysis.analyze`; at 5 M intervals each match holds ~0.5 GB)."""
     if basis not in transform.EXPOSURE_BASES:
         raise ValueError(
             f"unknown exposure basis {basis!r}; use one of {', '.join(transform.EXPOSURE_BASES)}"
@@ -68,7 +71,10 @@ def rate_exposure(
     outages = transform.outages(failures, inventory, observed_until)
     if basis == "calendar":
         return exposure, outages
-    return transform.uptime_intervals(exposure, outages), outages
+    uptime = transform.uptime_intervals(exposure, outages)
+    if uptime.height == exposure.height and uptime.equals(exposure):
+        return exposure, outages
+    return uptime, outages
 
 
 def left_out_note(left_out: pl.DataFrame) -> str | None:
