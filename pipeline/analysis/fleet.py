@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -183,6 +184,19 @@ def _projection(predict, sizes: np.ndarray) -> pl.DataFrame:
 FIT_RELATIVE_RESOLUTION = 1e-3
 
 
+def _duckdb_share(analysis):
+    """Run ``analysis`` with DuckDB's cap lowered while it reads (:func:`pipeline.warehouse.reading`):
+    its rows live in Polars, and what DuckDB keeps after a read would add to them."""
+
+    @functools.wraps(analysis)
+    def reading(con, **options) -> FleetAnalysis:
+        with warehouse.reading(con):
+            return analysis(con, **options)
+
+    return reading
+
+
+@_duckdb_share
 def analyze(
     con,
     *,
