@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from pipeline import models, transform
 from pipeline import sample as sample_mod
+from pipeline import transform
 from pipeline.cli import main
+from pipeline.projection import SparePool
 from pipeline.sample import FleetSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -203,9 +204,9 @@ def test_repairs_recover_the_samples_repair_median_and_project_shows_spares(samp
     args += ["--price-per-gpu-hour", "2", "--monte-carlo-runs", "0", "--recovery", "measured", "--json"]
     project = json.loads(invoke(*args).stdout)
     assert project["spec"]["recovery"]["manual"]["replace_hours"] == pytest.approx(total["mttr_hours"])
-    assert project["spares"]["spares"] == models.spares_needed(
-        64 * project["spec"]["failure"]["rate_per_instance_hour"] * total["mttr_hours"]
-    )
+    pool = SparePool(64, project["spec"]["failure"]["rate_per_instance_hour"], total["mttr_hours"])
+    assert project["spares"]["spares"] == pool.spares_for(0.99)
+    assert pool.free_spare_probability(project["spares"]["spares"] - 1) < 0.99
 
 
 def test_every_command_is_in_the_lazy_table_with_its_module():

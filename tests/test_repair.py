@@ -1,5 +1,5 @@
 """Repair times: Kaplan–Meier quantiles and restricted mean against lognormal ground truth with
-censoring (coverage over repeated simulations), and hot spares against a simulated M/G/inf queue."""
+censoring (coverage over repeated simulations). Hot spares: tests/test_spares.py."""
 
 from __future__ import annotations
 
@@ -91,36 +91,3 @@ def test_interval_coverage_fast():
 def test_interval_coverage_long():
     median, mean = _coverage(runs=1000, n=400, seed=6)
     assert 0.93 <= median <= 0.975 and 0.93 <= mean <= 0.97
-
-
-@pytest.mark.parametrize(("mean", "spares"), [(0.0, 1), (1.0, 5), (5.0, 12)])
-def test_spares_formula(mean, spares):
-    s = models.spares_needed(mean)
-    assert s == spares
-    from scipy.stats import poisson
-
-    assert poisson.cdf(s - 1, mean) >= 0.99 > (poisson.cdf(s - 2, mean) if s > 1 else 0)
-
-
-def test_spares_against_a_simulated_repair_queue():
-    """N instances failing as Poisson at rate r, lognormal repairs in parallel (M/G/inf): the
-    share of failures that find at least s nodes already in repair must be <= 1%, and with one
-    spare fewer it must exceed 1% (the formula is the smallest that works)."""
-    rng = np.random.default_rng(11)
-    instances, rate = 512, 0.0005
-    mean_repair = TRUTH.mean()
-    s = models.spares_needed(instances * rate * mean_repair)
-    horizon = 400_000.0
-    arrivals = np.cumsum(rng.exponential(1 / (instances * rate), int(horizon * instances * rate * 1.1)))
-    arrivals = arrivals[arrivals < horizon]
-    ends = arrivals + TRUTH.rvs(size=arrivals.size, random_state=rng)
-    ends_sorted = np.sort(ends)
-    # nodes in repair when failure i arrives: earlier failures whose repair is not over
-    started = np.arange(arrivals.size)
-    finished = np.searchsorted(ends_sorted, arrivals, side="right")
-    in_repair = started - finished
-    warm = arrivals > 10 * mean_repair
-    short = (in_repair[warm] >= s).mean()
-    assert short <= 0.01
-    assert (in_repair[warm] >= s - 1).mean() > 0.01
-    assert in_repair[warm].mean() == pytest.approx(instances * rate * mean_repair, rel=0.05)

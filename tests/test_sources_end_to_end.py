@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from pipeline import analysis, warehouse
 from pipeline.cli import main
+from pipeline.projection import SparePool
 
 START = datetime(2024, 5, 1)
 UNTIL = datetime(2024, 5, 31)
@@ -250,8 +251,14 @@ def test_measured_recovery_from_training_log_and_outages(fleet):
     )
     assert hours["repair_hours"] == pytest.approx(np.mean([f.repair_hours for f in truth]), abs=1e-6)
     measured = {(r["mode"], r["time"]): r["measured"] for r in project["recovery_measured"]["by_mode"]}
-    assert measured[("manual", "replace")] and not measured[("automatic", "replace")]
+    assert measured[("manual", "replace")] and measured[("automatic", "replace")]
     assert project["spec"]["recovery"]["manual"]["replace_hours"] == pytest.approx(hours["repair_hours"])
+    # with spares the job waits for the swap, or for the earliest repair when none is free: the
+    # spare pool's replace time at the 99% row, on the measured MTTR
+    spares = project["spares"]["spares"]
+    pool = SparePool(8, project["spec"]["failure"]["rate_per_instance_hour"], hours["repair_hours"], 10 / 60)
+    auto = project["spec"]["recovery"]["automatic"]["replace_hours"]
+    assert auto == pytest.approx(pool.replace_hours(spares)) and auto < hours["repair_hours"]
     con = warehouse.connect(db, read_only=True)
     try:
         recoveries = analysis.read_job_recoveries(con)

@@ -39,15 +39,15 @@ from pipeline.analysis.jobs import (
 from pipeline.analysis.outlook import (
     failure_model_for,
     rate_model_for,
+    repair_curve,
     size_laws_agreement,
+    spares_for_job,
 )
 from pipeline.analysis.repairs import (
     REPAIR_SCHEMA,
-    SPARE_PROBABILITY,
     measured_recovery_hours,
     repair_summary,
     repair_times,
-    spares_for_job,
 )
 
 __all__ = [
@@ -58,7 +58,6 @@ __all__ = [
     "LEMON_FDR",
     "PROJECTED_SIZES",
     "REPAIR_SCHEMA",
-    "SPARE_PROBABILITY",
     "TREND_SCHEMA",
     "analyze",
     "cluster_mtbf",
@@ -77,6 +76,7 @@ __all__ = [
     "read_failures",
     "read_job_recoveries",
     "read_jobs",
+    "repair_curve",
     "repair_summary",
     "repair_times",
     "size_laws_agreement",

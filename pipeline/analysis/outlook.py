@@ -1,5 +1,5 @@
 """From a fleet's analysis to the failure model of a job: which rate, which scaling law, and
-whether the two scaling laws agree."""
+whether the two scaling laws agree; the fleet's repair curve for the job's spare pool."""
 
 from __future__ import annotations
 
@@ -131,3 +131,38 @@ def size_laws_agreement(analysis: FleetAnalysis) -> str:
         "The projection uses the count law (Poisson regression) for job sizes without a measured "
         "cluster of that size, and the measured rate where there is one."
     )
+
+
+def repair_curve(analysis: FleetAnalysis) -> projection.RepairCurve | None:
+    """The fleet's Kaplan–Meier repair-time curve (unresolved outages censored) with its mean's
+    95% interval, for :func:`pipeline.projection.spare_advice`; None without a completed repair."""
+    fit = analysis.repair_times
+    if fit is None:
+        return None
+    return projection.RepairCurve(
+        fit.timeline_hours_, fit.survival_, tuple(fit.mean_confidence_interval_), fit.mean_restricted_
+    )
+
+
+def spares_for_job(
+    repair: models.RepairTimes,
+    instances: int,
+    rate_per_instance_hour: float,
+    probability: float = projection.SPARE_PROBABILITY,
+) -> dict:
+    """The 99% row of the job's spare table: the fewest hot spares with which a failure finds one
+    free with at least ``probability`` (Engset's formula over N + S nodes at the fleet's rate and
+    mean repair time, :class:`pipeline.projection.SparePool`; the MTTR is a lower bound when the
+    longest repair is still open, ``mttr_restricted``)."""
+    pool = projection.SparePool(instances, rate_per_instance_hour, repair.mean_hours_)
+    spares = pool.spares_for(probability)
+    return {
+        "spares": spares,
+        "probability": probability,
+        "free_spare_probability": pool.free_spare_probability(spares),
+        "mean_in_repair": pool.mean_in_repair(spares),
+        "mttr_hours": repair.mean_hours_,
+        "mttr_restricted": repair.mean_restricted_,
+        "instances": instances,
+        "rate_per_instance_hour": rate_per_instance_hour,
+    }

@@ -1,4 +1,5 @@
-"""Outages and repair: repair-time fits, the per-cluster repair summary, measured recovery and hot spares."""
+"""Outages and repair: repair-time fits, the per-cluster repair summary and measured recovery (hot
+spares: :mod:`pipeline.analysis.outlook`)."""
 
 from __future__ import annotations
 
@@ -150,28 +151,3 @@ def measured_recovery_hours(fleet: FleetAnalysis) -> dict[str, float]:
         if row["measured"]:
             times[f"{row['measure']}_hours"] = row["mean_hours"]
     return times
-
-
-SPARE_PROBABILITY = 0.99
-
-
-def spares_for_job(
-    repair: models.RepairTimes,
-    instances: int,
-    rate_per_instance_hour: float,
-    probability: float = SPARE_PROBABILITY,
-) -> dict:
-    """Hot spares for a job of ``instances`` such that a failure finds a free spare with at least
-    ``probability``: nodes in repair ~ Poisson(N * rate * E[repair]) (M/G/inf, see
-    :func:`pipeline.models.spares_needed`), E[repair] the fleet's measured MTTR (a lower bound when
-    the longest repair is still open, ``mttr_restricted``)."""
-    mean_in_repair = instances * rate_per_instance_hour * repair.mean_hours_
-    return {
-        "spares": models.spares_needed(mean_in_repair, probability),
-        "probability": probability,
-        "mean_in_repair": mean_in_repair,
-        "mttr_hours": repair.mean_hours_,
-        "mttr_restricted": repair.mean_restricted_,
-        "instances": instances,
-        "rate_per_instance_hour": rate_per_instance_hour,
-    }

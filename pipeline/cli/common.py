@@ -110,8 +110,9 @@ def recovery_option(default: str | None = "assumed"):
         default=default,
         show_default=default is not None,
         help="measured: the manual mode waits for the fleet's measured mean repair time (MTTR) from "
-        "the warehouse; detection and restart times come from training-job logs where ingested; the "
-        "rest stays assumed (docs/projection.md).",
+        "the warehouse, the automatic mode for the swap or, with no spare free, the earliest repair "
+        "(the spare pool at the 99% row); detection and restart times come from training-job logs "
+        "where ingested; the rest stays assumed (docs/projection.md).",
     )
 
 
@@ -155,6 +156,7 @@ COMMANDS = {
     "run": "run",
     "runs": "run",
     "sample": "sample",
+    "spares": "spares",
 }
 
 

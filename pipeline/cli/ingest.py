@@ -36,7 +36,12 @@ Formats (auto-detected from the name or the first lines, or --format); any may b
               2026-03-02T04:26:29.892511+00:00 node-017 kernel: NVRM: Xid (PCI:0000:18:00): 79, GPU has ...
               Mar  2 04:26:29 node-017 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=10895, name=python3, ...
               [Mon Mar  2 04:26:29 2026] NVRM: Xid (PCI:0000:18:00): 79, ...   (needs --node)
+              and a GPU fallen off the bus without an Xid (NVRM: GPU at 0000:01:00.0 has fallen off
+              the bus.; the three-line NVRM: The NVIDIA GPU ... fallen off the bus ... message);
               other kernel messages are counted as ignored; syslog lines have no year: see --year
+  journald-json  journalctl -k -o json (one entry per line): the same messages in MESSAGE, time
+              __REALTIME_TIMESTAMP, node _HOSTNAME (else --node); entries of other sources ignored
+              {"__REALTIME_TIMESTAMP":"1772425589892511","_HOSTNAME":"node-017","MESSAGE":"NVRM: Xid ..."}
   sacct       sacct -P (--parsable2) with its header, any column order; needs JobID,State,Start,End,NodeList
               JobID|JobName|State|Start|End|ElapsedRaw|NNodes|NodeList
               881204|pretrain-7b|NODE_FAIL|2024-03-01T10:00:03|2024-03-01T13:12:44|11561|4|gpu-[001-004]

@@ -32,9 +32,12 @@ from pipeline.cli.project import required_measured_recovery
 @until_option
 @click.option(
     "--job",
-    "job_path",
+    "job_paths",
+    multiple=True,
     type=click.Path(dir_okay=False, path_type=Path),
-    help="TOML job spec to project (see failcast project); without [failures] the fleet's rate is used.",
+    help="TOML job spec to project (see failcast project); without [failures] the fleet's rate is used. "
+    "Repeatable: the first is projected in detail, every one in the configured-jobs and hot-spares "
+    "sections.",
 )
 @recovery_option()
 @click.option("--monte-carlo-runs", type=int, default=10_000, show_default=True)
@@ -54,7 +57,7 @@ def report(
     db: Path,
     out: Path,
     observed_until,
-    job_path,
+    job_paths: tuple[Path, ...],
     recovery_source: str,
     monte_carlo_runs: int,
     seed: int,
@@ -65,13 +68,21 @@ def report(
     result = analysis_mod.analyze(warehouse.connect(db, read_only=True), observed_until=observed_until)
     baselines = {p.stem: _baseline(p) for p in baseline_dbs}
     outlook = None
-    if job_path is not None:
-        spec = projection.job_spec_for_fleet(
-            job_path, fleet_failure=lambda n: analysis_mod.failure_model_for(result, n)
-        )
+    if job_paths:
+        specs = [
+            projection.job_spec_for_fleet(
+                path, fleet_failure=lambda n: analysis_mod.failure_model_for(result, n)
+            )
+            for path in job_paths
+        ]
         measured = required_measured_recovery(result, db) if recovery_source == "measured" else None
         outlook = report_mod.job_outlook(
-            spec, monte_carlo_runs=monte_carlo_runs, seed=seed, measured=measured
+            specs[0],
+            monte_carlo_runs=monte_carlo_runs,
+            seed=seed,
+            measured=measured,
+            repair=analysis_mod.repair_curve(result),
+            others=specs[1:],
         )
     folder, name = (out.parent, out.name) if out.suffix.lower() in (".html", ".htm") else (out, None)
     if folder.exists() and not folder.is_dir():

@@ -8,7 +8,8 @@ codes mapped by :mod:`.xid`); Slurm ``sacct`` parsable output (:mod:`.sacct`), n
 -o json``, ``kubectl get nodes -o json``, :mod:`.kubernetes`); cloud maintenance and host-error events
 ``ec2-status`` (``aws ec2 describe-instance-status``) and ``gce-audit`` (Compute Engine system-event audit
 log entries), :mod:`.cloud_events`; SageMaker HyperPod health-monitoring agent detections
-``hyperpod-hma`` (CloudWatch exports, :mod:`.hyperpod_hma`); PyTorch job logs ``training-log`` (NCCL
+``hyperpod-hma`` (CloudWatch exports, :mod:`.hyperpod_hma`); the systemd journal as JSON ``journald-json``
+(``journalctl -k -o json``, :mod:`.journald`); PyTorch job logs ``training-log`` (NCCL
 watchdog, torchelastic restarts: :mod:`.training_log`); a log lake written by ``failcast extract``
 (a directory, :mod:`.lake`); public data sets ``lanl``, ``titan``, ``bgl`` (named only,
 :mod:`pipeline.datasets.load`). Any may be ``.gz``.
@@ -59,6 +60,9 @@ from pipeline.ingest.common import FileSummary, InputError, check_time_format, c
 from pipeline.ingest.hyperpod_hma import FORMAT as HMA_FORMAT
 from pipeline.ingest.hyperpod_hma import SNIFF as HMA_SNIFF
 from pipeline.ingest.hyperpod_hma import ingest_hyperpod_hma
+from pipeline.ingest.journald import FORMAT as JOURNALD_FORMAT
+from pipeline.ingest.journald import ingest_journald_json
+from pipeline.ingest.journald import looks_like as looks_like_journald
 from pipeline.ingest.json_array import is_json_document
 from pipeline.ingest.kernel_log import SpanWorkers, ingest_kernel_log, parallel_parts
 from pipeline.ingest.kubernetes import ingest_kubernetes
@@ -83,6 +87,7 @@ LOG_READERS = {
     "kubernetes": (ingest_kubernetes, ("cluster",)),
     "training-log": (ingest_training_log, ("cluster", "node", "job", "year")),
     HMA_FORMAT: (ingest_hyperpod_hma, ("cluster", "node")),
+    JOURNALD_FORMAT: (ingest_journald_json, ("cluster", "node", "bus_order")),
 }
 FORMATS = (*TABLE_FORMATS, *LOG_READERS, *CLOUD_FORMATS, *DATASET_FORMATS)
 
@@ -163,8 +168,13 @@ def detect_format(path: Path) -> str:
     (first character ``{`` or ``[``) that holds Kubernetes Events or Nodes is ``kubernetes``, EC2 or
     GCE cloud events when its keys say so, whatever the file's name; other JSON is ``json`` (one
     document: an array of records, or an object holding one) or ``jsonl`` (a record per line).
-    A file (CSV too) naming HyperPod's ``HealthMonitoringAgentDetectionEvent`` is ``hyperpod-hma``."""
+    A file (CSV too) naming HyperPod's ``HealthMonitoringAgentDetectionEvent`` is ``hyperpod-hma``;
+    one whose first line is a journal entry (``__REALTIME_TIMESTAMP``, ``__CURSOR``) is ``journald-json``."""
     name = path.name.lower().removesuffix(".gz")
+    if not name.endswith((".csv", ".tsv", ".parquet")) and looks_like_journald(
+        head_text(path).removeprefix(BOM)
+    ):
+        return JOURNALD_FORMAT  # first: a node's journal may hold other tools' JSON in its messages
     if not name.endswith(".parquet") and HMA_SNIFF.search(head_text(path)):
         return HMA_FORMAT
     if not name.endswith((".csv", ".tsv", ".parquet")):

@@ -1,4 +1,4 @@
-"""NVIDIA XID lines in kernel logs (syslog, journalctl, ``dmesg -T``) -> ``events``.
+"""NVIDIA driver messages in kernel logs (syslog, journalctl, ``dmesg -T``) -> ``events``.
 
 Line forms read (everything else in the log is an ordinary kernel message and counts as ignored):
 
@@ -14,10 +14,15 @@ Line forms read (everything else in the log is an ordinary kernel message and co
 
     [Mon Mar  2 04:26:29 2026] NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.
 
-A line is *relevant* when it contains ``Xid`` (``NVRM: Xid`` or NVSwitch ``SXid``); a relevant line
-that cannot be used is rejected with the reason (no date, no code, not UTF-8 ...). The driver's PCI
-id (``PCI:`` prefix optional, as on old drivers) identifies the GPU; with a bus order (the PCI bus
-number of each gpu_index, identical on every node of one board type) it becomes a gpu_index.
+A line is *relevant* when it contains ``Xid`` (``NVRM: Xid`` or NVSwitch ``SXid``) or is one of the
+driver's fallen-off-the-bus messages that carry no Xid (:mod:`.xid`: ``NVRM: GPU at 0000:01:00.0 has
+fallen off the bus.``, and the three-line ``NVRM: The NVIDIA GPU 0000:b3:00.0`` ... ``fallen off the
+bus and is not responding to commands.``, one event at its first line); a relevant line that cannot
+be used is rejected with the reason (no date, no code, not UTF-8 ...). Only lines whose bytes hold
+``Xid`` or ``NVRM`` become strings (:meth:`.lines.Block.containing`). The driver's PCI id (``PCI:``
+prefix optional, as on old drivers) identifies the GPU; with a bus order (the PCI bus number of each
+gpu_index, identical on every node of one board type) it becomes a gpu_index. The staged lines are
+stored by :mod:`.kernel_store` (classes, multi-line messages, reasons, counts).
 
 Years of syslog lines (they have none): :mod:`.syslog_years`.
 
@@ -39,16 +44,10 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from pipeline.categories import FailureCategory
 from pipeline.ingest import lines
 from pipeline.ingest import xid as xid_catalog
-from pipeline.ingest.common import (
-    FileSummary,
-    account_lines,
-    count,
-    register_file,
-    registered,
-)
+from pipeline.ingest.common import FileSummary, register_file
+from pipeline.ingest.kernel_store import STAGED_ARROW, STAGED_SCHEMA, store_staged
 from pipeline.ingest.lines import MAX_DECOMPRESSED_BYTES, is_gzip, read_blocks
 from pipeline.ingest.syslog_years import (
     MONTH_PATTERN,
@@ -57,7 +56,6 @@ from pipeline.ingest.syslog_years import (
     syslog_base_year,
     year_offsets_at,
 )
-from pipeline.warehouse import UNKNOWN_CLUSTER
 
 _ISO = (
     r"^(?<iso_ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)"
@@ -77,36 +75,16 @@ _KERNEL_PREFIX = r"^(?:kernel:\s*)?(?:\[\s*\d+\.\d+\]\s*)?"
 SPAN_BYTES = 32 << 20
 """Plain logs of two spans or more are parsed in parallel, one span of about this many bytes a task."""
 
-_STAGED_SCHEMA = {
-    "line": pl.Int64,
-    "text": pl.String,
-    "bad_utf8": pl.Boolean,
-    "truncated": pl.Boolean,
-    "form": pl.String,
-    "ts_text": pl.String,
-    "month": pl.Int32,
-    "day": pl.Int32,
-    "hms": pl.String,
-    "year": pl.Int32,
-    "year_offset": pl.Int32,
-    "node_id": pl.String,
-    "message": pl.String,
-    "xid": pl.Int32,
-    "pci_bus_id": pl.String,
-    "is_sxid": pl.Boolean,
-    "gpu_index": pl.Int32,
-}
-_STAGED_ARROW = pl.DataFrame(schema=_STAGED_SCHEMA).to_arrow().schema
-
 
 def _relevant_lines(
     block: lines.Block, carry: tuple[int | None, int]
 ) -> tuple[pl.DataFrame, tuple[int | None, int], tuple[int, int] | None]:
-    """The relevant lines of one block (``Xid`` in the bytes, or where a truncated .gz ends: the
-    only lines made strings) with the New Years passed before each; ``carry`` is (last syslog
-    month, New Years so far). Also returns the first month change of the block (row, month)."""
+    """The candidate lines of one block (``Xid`` or ``NVRM`` in the bytes, or where a truncated
+    .gz ends: the only lines made strings) with the New Years passed before each; ``carry`` is
+    (last syslog month, New Years so far). Also returns the first month change of the block (row,
+    month)."""
     changes = block_month_changes(block)
-    relevant = block.containing(b"Xid")
+    relevant = block.containing(b"Xid", b"NVRM")
     if block.truncated and (not len(relevant) or relevant[-1] != block.lines - 1):
         relevant = np.append(relevant, block.lines - 1)
     year_offset, new_carry = year_offsets_at(changes, relevant, carry)
@@ -114,15 +92,17 @@ def _relevant_lines(
     return block.frame(relevant).with_columns(year_offset), new_carry, first
 
 
-def _parse_xid_lines(rel: pl.DataFrame, node: str | None, bus_order: Mapping[str, int]) -> pl.DataFrame:
-    """The relevant lines (``line``, ``text``, ``bad_utf8``, ``truncated``, ``year_offset``) split
-    into the staged columns by the line-form regexes."""
-    parts = rel.with_columns(
+def _parse_lines(rel: pl.DataFrame, node: str | None, bus_order: Mapping[str, int]) -> pl.DataFrame:
+    """The candidate lines (``line``, ``text``, ``bad_utf8``, ``truncated``, ``year_offset``) split
+    into the staged columns (:data:`.kernel_store.STAGED_SCHEMA`) by the line-form regexes; NVRM
+    lines that carry nothing (``kind`` null) are dropped (ignored), a truncated .gz's last line is
+    kept to be rejected."""
+    driver = xid_catalog.driver_messages(rel, "text", bus_order, keep=pl.col("truncated"))
+    parts = driver.with_columns(
         pl.col("text").str.extract_groups(_ISO).alias("iso"),
         pl.col("text").str.extract_groups(_BSD).alias("bsd"),
         pl.col("text").str.extract_groups(_CTIME).alias("ct"),
-        pl.col("text").str.extract_groups(xid_catalog.XID_LINE).alias("x"),
-    ).unnest("iso", "bsd", "ct", "x")
+    ).unnest("iso", "bsd", "ct")
     form = (
         pl.when(pl.col("iso_ts").is_not_null())
         .then(pl.lit("iso"))
@@ -133,13 +113,13 @@ def _parse_xid_lines(rel: pl.DataFrame, node: str | None, bus_order: Mapping[str
         .when(pl.col("text").str.contains(_MONOTONIC))
         .then(pl.lit("monotonic"))
     )
-    rest = pl.coalesce("iso_rest", "bsd_rest", "ct_rest")
-    pci = pl.col("pci").str.to_lowercase()
+    rest = pl.coalesce("iso_rest", "bsd_rest", "ct_rest", "text")  # a continuation line has no prefix
     staged = parts.select(
         "line",
         "text",
         "bad_utf8",
         "truncated",
+        pl.lit(None, pl.String).alias("problem"),
         form.alias("form"),
         pl.col("iso_ts").str.replace(",", ".", literal=True).alias("ts_text"),
         month_number(pl.coalesce("bsd_mon", "ct_mon")).alias("month"),
@@ -148,70 +128,10 @@ def _parse_xid_lines(rel: pl.DataFrame, node: str | None, bus_order: Mapping[str
         pl.col("ct_year").cast(pl.Int32).alias("year"),
         pl.col("year_offset").cast(pl.Int32),
         pl.coalesce("iso_host", "bsd_host", pl.lit(node, pl.String)).alias("node_id"),
-        rest.str.replace(_KERNEL_PREFIX, "").str.strip_chars().alias("message"),
-        pl.col("code").cast(pl.Int32, strict=False).alias("xid"),
-        pci.alias("pci_bus_id"),
-        (pl.col("sxid") == "S").alias("is_sxid"),
-        pci.str.slice(5, 2)
-        .replace_strict(dict(bus_order), default=None, return_dtype=pl.Int32)
-        .alias("gpu_index"),
+        rest.str.strip_chars().str.replace(_KERNEL_PREFIX, "").str.strip_chars().alias("message"),
+        *(column for column in STAGED_SCHEMA if column in driver.columns and column not in rel.columns),
     )
-    return staged.cast(_STAGED_SCHEMA)
-
-
-_STAGE = """
-CREATE OR REPLACE TEMP TABLE xid_parsed AS
-WITH staged AS (  -- the spans' lines numbered and dated as in one pass over the file
-    SELECT s.* EXCLUDE (line, year_offset, filename), s.line + o.line_base AS line,
-           s.year_offset + o.year_base + CASE WHEN s.line >= o.new_year_from THEN 1 ELSE 0 END
-               AS year_offset
-    FROM read_parquet($staged_paths, filename = true) s JOIN span_offsets o ON o.file = s.filename
-), shown AS (
-    SELECT *,
-           CASE form
-             WHEN 'iso' THEN ts_text
-             WHEN 'bsd' THEN printf('%04d-%02d-%02d %s', $base_year + year_offset, month, day, hms)
-             WHEN 'ctime' THEN printf('%04d-%02d-%02d %s', year, month, day, hms)
-           END AS ts_shown
-    FROM staged
-), timed AS (
-    SELECT *,
-           CASE WHEN form = 'iso' THEN TRY_CAST(ts_shown AS TIMESTAMPTZ)
-                ELSE TRY_CAST(TRY_CAST(ts_shown AS TIMESTAMP) AS TIMESTAMPTZ) END AS ts
-    FROM shown
-)
-SELECT t.line, t.text, t.ts, t.node_id, t.message, t.xid, t.pci_bus_id, t.gpu_index,
-       CASE
-         WHEN truncated THEN 'truncated .gz: the compressed stream ends here, the rest of the file is '
-                             || 'lost; copy the file again'
-         WHEN bad_utf8 THEN 'line is not valid UTF-8 (undecodable bytes shown as U+FFFD); fix the encoding'
-         WHEN form = 'monotonic' THEN 'dmesg time since boot has no date; export with dmesg -T or '
-                                      || 'journalctl -k -o short-iso'
-         WHEN form IS NULL THEN 'no timestamp and host prefix; expected ISO 8601 '
-                                || '(2026-03-02T04:26:29+00:00 host ...) or syslog (Mar  2 04:26:29 host ...)'
-         WHEN node_id IS NULL THEN 'dmesg -T line has no hostname; pass --node NAME'
-         WHEN ts IS NULL THEN 'timestamp ' || ts_shown || ' is not a valid date and time'
-         WHEN t.xid IS NULL THEN 'Xid line without (PCI:dddd:bb:dd): CODE; cannot tell the GPU and the code'
-       END AS reason,
-       CASE WHEN is_sxid THEN $sxid_category ELSE coalesce(c.category, $unknown_category) END AS category,
-       CASE WHEN is_sxid THEN $sxid_interrupting
-            ELSE coalesce(c.interrupting, $unknown_interrupting) END AS interrupting,
-       md5(concat_ws(chr(31), CAST(timezone('UTC', ts) AS VARCHAR), node_id, message)) AS event_key
-FROM timed t LEFT JOIN xid_catalog c ON c.xid = t.xid AND NOT t.is_sxid
-"""
-
-# The first line of each event not yet stored. A GROUP BY rather than a window over all lines:
-# DuckDB spills it to disk under a memory cap (the window ran out of memory at 64 MB).
-_INSERT = """
-INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id, category, interrupting,
-                    gpu_index, job_id, message, resolved_at_utc, xid, pci_bus_id, source_format)
-SELECT event_key, $file_id, line, timezone('UTC', ts), $cluster, node_id, category, interrupting,
-       gpu_index, NULL, message, NULL, xid, pci_bus_id, 'kernel-log'
-FROM xid_parsed
-WHERE line IN (SELECT min(line) FROM xid_parsed s
-               WHERE reason IS NULL AND NOT EXISTS (SELECT 1 FROM events e WHERE e.event_key = s.event_key)
-               GROUP BY event_key)
-"""
+    return staged.select(list(STAGED_SCHEMA)).cast(STAGED_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -250,26 +170,33 @@ def _stage_span(span: _Span, progress: Callable[[int], None] | None = None) -> _
     DuckDB would stay alive until the file's transaction commits). Runs in a worker thread for the
     spans of a parallel read."""
     carry: tuple[int | None, int] = (None, 0)
-    rows, bad_ignored, done = 0, 0, 0
+    rows, bad_lines, bad_staged, done = 0, 0, 0, 0
     first_dated: tuple[int, int] | None = None
-    held: list[pl.DataFrame] = []  # relevant lines not parsed yet: the regexes run on a few thousand
+    held: list[pl.DataFrame] = []  # candidate lines not parsed yet: the regexes run on a few thousand
     blocks = read_blocks(span.path, span.block_bytes, span.max_decompressed_bytes, span.bounds)
-    with pq.ParquetWriter(span.out, _STAGED_ARROW) as writer:
+
+    def stage(writer: pq.ParquetWriter) -> int:
+        staged = _parse_lines(pl.concat(held), span.node, span.bus_order)
+        writer.write_table(staged.to_arrow())
+        return int(staged["bad_utf8"].sum())
+
+    with pq.ParquetWriter(span.out, STAGED_ARROW) as writer:
         for block in blocks:
             relevant, carry, first = _relevant_lines(block, carry)
             if first_dated is None and first is not None:
                 first_dated = (rows + first[0] + 1, first[1])
             rows += block.lines
-            bad_ignored += block.bad_utf8_lines() - relevant["bad_utf8"].sum()
+            bad_lines += block.bad_utf8_lines()
             held.append(relevant)
             if sum(frame.height for frame in held) >= _PARSE_ROWS:
-                writer.write_table(_parse_xid_lines(pl.concat(held), span.node, span.bus_order).to_arrow())
+                bad_staged += stage(writer)
                 held = []
             if progress:
                 progress(block.bytes_done - done)
             done = block.bytes_done
         if held:
-            writer.write_table(_parse_xid_lines(pl.concat(held), span.node, span.bus_order).to_arrow())
+            bad_staged += stage(writer)
+    bad_ignored = bad_lines - bad_staged
     return _Parsed(rows, first_dated, carry[0], carry[1], int(bad_ignored))
 
 
@@ -443,34 +370,14 @@ def ingest_kernel_log(
         file_id = register_file(con, path, sha if isinstance(sha, str) else sha(), "xid_log", "kernel-log")
         summary.file_id = file_id
         base_year = syslog_base_year(path, year, carry, summary) if any_syslog else 0
-        with (
-            registered(con, "xid_catalog", xid_catalog.catalog_frame()),
-            registered(con, "span_offsets", offsets),
-        ):
-            con.execute(
-                _STAGE,
-                {
-                    "staged_paths": offsets["file"].to_list(),
-                    "base_year": base_year,
-                    "sxid_category": xid_catalog.SXID_CATEGORY.value,
-                    "sxid_interrupting": xid_catalog.SXID_CATEGORY.interrupting,
-                    "unknown_category": FailureCategory.UNKNOWN_XID.value,
-                    "unknown_interrupting": FailureCategory.UNKNOWN_XID.interrupting,
-                },
-            )
-    before = count(con, "SELECT count(*) FROM events")
-    con.execute(_INSERT, {"file_id": file_id, "cluster": cluster or UNKNOWN_CLUSTER})
-    summary.rows_ingested = count(con, "SELECT count(*) FROM events") - before
-    account_lines(con, file_id, path, summary, "xid_parsed")
-    unknown = con.sql(
-        "SELECT count(*), list(DISTINCT xid ORDER BY xid) FROM xid_parsed"
-        " WHERE reason IS NULL AND category = $c",
-        params={"c": FailureCategory.UNKNOWN_XID.value},
-    ).fetchall()[0]
-    con.execute("DROP TABLE xid_parsed")
-    if unknown[0]:
-        summary.notes.append(
-            f"{unknown[0]} Xid line(s) with codes not in the catalog kept as unknown_xid: {unknown[1]}"
+        store_staged(
+            con,
+            path,
+            summary,
+            offsets=offsets,
+            base_year=base_year,
+            cluster=cluster,
+            source_format="kernel-log",
         )
     if bad_ignored:
         summary.notes.append(f"{bad_ignored} ignored (non-Xid) line(s) had non-UTF-8 bytes")

@@ -42,7 +42,7 @@ from pipeline.warehouse import transaction
 
 MANIFEST = "manifest"
 TABLES = ("events", "jobs", "inventory", "rejects")
-LAKE_FORMATS = (*TABLE_FORMATS, "kernel-log", "sacct", SLURM_EVENTS)
+LAKE_FORMATS = (*TABLE_FORMATS, "kernel-log", "journald-json", "sacct", SLURM_EVENTS)
 """Formats a lake holds: those whose merge into the warehouse is one of the rules above. The other
 readers (slurmctld, kubernetes, cloud events, training logs, public data sets) are ingested directly."""
 

@@ -23,7 +23,6 @@ EXPORTS = {
     "LemonTest": "lemons",
     "benjamini_hochberg": "lemons",
     "RepairTimes": "repair",
-    "spares_needed": "repair",
     "FAMILIES": "survival",
     "KaplanMeier": "survival",
     "MTBFScaling": "survival",

@@ -14,12 +14,6 @@
   so its 95% interval is the log-scale Wald interval (delta method, se(log mu) = se(mu) / mu):
   exp(log mu -/+ 1.96 se / mu), never below zero (the raw mu -/+ 1.96 se went negative with a few
   heavy-tailed repairs and had to be clipped at 0).
-* Spares (:func:`spares_needed`): with failures arriving at rate lambda and repairs of mean E[R]
-  running in parallel, the number of nodes in repair is Poisson with mean lambda E[R] whatever the
-  repair-time distribution (M/G/inf queue: Palm 1938; Takács 1962, *Introduction to the Theory of
-  Queues*, ch. 3; Ross, *Introduction to Probability Models*, 2.5). By PASTA (Wolff 1982) a new
-  failure sees that same distribution, so it finds a hot spare when fewer than s nodes are
-  already in repair: s spares suffice with probability P(Poisson(lambda E[R]) <= s - 1).
 """
 
 from __future__ import annotations
@@ -28,7 +22,6 @@ import math
 
 import lifelines
 import numpy as np
-from scipy.stats import poisson
 
 from pipeline.models.survival import log_scale_interval
 
@@ -97,13 +90,3 @@ class RepairTimes:
         self.mean_horizon_hours_ = tau
         last = hours == hours.max()
         self.mean_restricted_ = bool(horizon_hours is not None or not done[last].all())
-
-
-def spares_needed(mean_in_repair: float, probability: float = 0.99) -> int:
-    """Smallest s with P(Poisson(mean_in_repair) <= s - 1) >= probability: hot spares such that a
-    failure finds one free (see the module docstring; ``mean_in_repair`` = N * rate * E[repair])."""
-    if not 0 < probability < 1:
-        raise ValueError("probability must be in (0, 1)")
-    if mean_in_repair < 0 or not math.isfinite(mean_in_repair):
-        raise ValueError("the mean number of nodes in repair must be finite and >= 0")
-    return int(poisson.ppf(probability, mean_in_repair)) + 1

@@ -21,8 +21,13 @@ Formulas and sources (details in docs/projection.md):
 - Fitted Weibull model (renewal.py): every instance slot a Weibull renewal process (fresh node
   after replacement, stationary or new node ages at start), failures drawn in bulk, O(failures).
 - Measured recovery: without a spare a job waits for the node's repair (the fleet's MTTR); with
-  a spare only for detection and the swap; detection and restart times measured in training-job
-  logs replace the assumed ones (:func:`measured_recovery`, :func:`recovery_sources`).
+  hot spares for the swap when one is free, else for the earliest repair (spares.py); detection
+  and restart times measured in training-job logs replace the assumed ones
+  (:func:`measured_recovery`, :func:`recovery_sources`).
+- Spare pool (spares.py): N + S nodes failing at the fleet's rate and repaired in parallel;
+  p(S) = 1 - Engset's B(N + S, S, r m), mean wait m / (S + 1), the stall of the birth-death chain,
+  Daly's wall time per S, the recommended S and its interval ends (:func:`spare_advice`); checked
+  against a node-by-node simulation (spares_sim.py).
 - Monte Carlo: renewal-reward sampling (negative-binomial failure counts, truncated-exponential
   lost work), vectorised over runs with numpy.random.default_rng(seed).
 """
@@ -50,6 +55,16 @@ from .results import (
     sweep_cluster_size,
     sweep_failure_rate,
 )
+from .spares import (
+    MIN_SAVING_PCT,
+    SPARE_PROBABILITY,
+    RepairCurve,
+    SpareAdvice,
+    SparePool,
+    pool_for,
+    pool_profile,
+    spare_advice,
+)
 from .spec import (
     DEFAULT_RECOVERY,
     GPU_PEAK_BF16_FLOPS,
@@ -67,6 +82,14 @@ from .spec import (
 )
 
 __all__ = [
+    "MIN_SAVING_PCT",
+    "SPARE_PROBABILITY",
+    "RepairCurve",
+    "SpareAdvice",
+    "SparePool",
+    "pool_for",
+    "pool_profile",
+    "spare_advice",
     "CANNOT_FINISH",
     "NODE_AGES",
     "cannot_finish",

@@ -10,6 +10,11 @@ def _fmt_days(days: float) -> str:
     return f"{days:,.1f} days" if days < 1e7 else "never (the job cannot finish)"
 
 
+def _usd(value: float | None, before: str = ", cost ") -> str:
+    """``before`` and the dollars; nothing without a price (or for a job that never finishes)."""
+    return "" if value is None or value == float("inf") else f"{before}${value:,.0f}"
+
+
 def weibull_difference(spec: JobSpec, m: ModeProjection) -> str:
     """One sentence: how and why the fitted Weibull (renewal) figure differs from the exponential."""
     f, fitted, poisson = spec.failure, m.renewal, m.monte_carlo
@@ -62,10 +67,14 @@ def explain(projection: Projection) -> str:
             "Published training MFU is usually higher (Llama 3 reports 38-43%), so the "
             "GPU-hours include overheads (evaluation, restarts, stragglers, idle time)."
         )
+    priced = (
+        f"; cost at ${s.price_per_gpu_hour_usd:.2f} per GPU-hour = ${p.failure_free_cost_usd:,.0f}."
+        if s.price_per_gpu_hour_usd is not None
+        else ". No price given: costs are left out (days, goodput and interruptions need none)."
+    )
     out.append(
         f"- Failure-free wall time = GPU-hours / ({s.instances} instances x "
-        f"{s.gpus_per_instance} GPUs) = {_fmt_days(p.failure_free_days)}; cost at "
-        f"${s.price_per_gpu_hour_usd:.2f} per GPU-hour = ${p.failure_free_cost_usd:,.0f}."
+        f"{s.gpus_per_instance} GPUs) = {_fmt_days(p.failure_free_days)}{priced}"
     )
     out += ["", "FAILURES"]
     if f.kind == "weibull":
@@ -118,19 +127,29 @@ def explain(projection: Projection) -> str:
             f"restart {pr.restart_hours:g} h = R {pr.downtime_hours:.2f} h; checkpoint every "
             f"{pr.checkpoint_interval_hours:g} h, writing takes {pr.checkpoint_write_hours:g} h."
         )
-        out.append(
-            f"  analytic: {_fmt_days(m.expected_days)}, {m.expected_interruptions:,.0f} "
-            f"interruptions, goodput {m.goodput:.1%} (first-order ETTR "
-            f"{m.first_order_ettr:.1%}), cost ${m.cost_usd:,.0f}."
-        )
+        if not m.finishes:
+            out.append(
+                f"  analytic: {m.status} ({m.goodput:.2%}): the job never finishes in this mode, so "
+                "it has no days or cost and is compared with nothing."
+            )
+        else:
+            out.append(
+                f"  analytic: {_fmt_days(m.expected_days)}, {m.expected_interruptions:,.0f} "
+                f"interruptions, goodput {m.goodput:.1%} (first-order ETTR "
+                f"{m.first_order_ettr:.1%}){_usd(m.cost_usd)}."
+            )
         if m.monte_carlo is not None:
             mc = m.monte_carlo
             diff = mc.mean_days / m.expected_days - 1
+            costs = (
+                f", ${mc.p10_cost_usd:,.0f} / ${mc.p50_cost_usd:,.0f} / ${mc.p90_cost_usd:,.0f}"
+                if mc.p10_cost_usd is not None
+                else ""
+            )
             out.append(
                 f"  Monte Carlo ({mc.runs:,} runs, seed {mc.seed}): mean {mc.mean_days:,.1f} days "
                 f"({diff:+.2%} vs analytic), P10/P50/P90 {mc.p10_days:,.1f} / {mc.p50_days:,.1f}"
-                f" / {mc.p90_days:,.1f} days, ${mc.p10_cost_usd:,.0f} / ${mc.p50_cost_usd:,.0f}"
-                f" / ${mc.p90_cost_usd:,.0f}."
+                f" / {mc.p90_days:,.1f} days{costs}."
             )
         if m.monte_carlo_with_rate_uncertainty is not None:
             mu = m.monte_carlo_with_rate_uncertainty
@@ -154,14 +173,20 @@ def explain(projection: Projection) -> str:
             )
         if m.note:
             out.append(f"  {m.note}")
+        saves = (
+            f", saving {m.optimal_saves_days:,.1f} days{_usd(m.optimal_saves_usd, ' and ')}"
+            if m.optimal_saves_days is not None
+            else ""
+        )
         out.append(
             f"  optimal checkpoint interval {m.optimal_interval_hours:.2f} h (Young/Daly "
-            f"{m.young_daly_interval_hours:.2f} h) would take {_fmt_days(m.optimal_expected_days)}"
-            f", saving {m.optimal_saves_days:,.1f} days and ${m.optimal_saves_usd:,.0f}."
+            f"{m.young_daly_interval_hours:.2f} h) would take {_fmt_days(m.optimal_expected_days)}{saves}."
         )
     for sv in p.savings:
         out.append(
-            f"- {sv.mode} instead of {sv.baseline} saves {sv.days:,.1f} days ({sv.percent:.1f}%) "
-            f"and ${sv.usd:,.0f}."
+            f"- {sv.mode} instead of {sv.baseline} saves {sv.days:,.1f} days ({sv.percent:.1f}%)"
+            f"{_usd(sv.usd, ' and ')}."
         )
+    if p.not_compared:
+        out.append(f"- Not compared: {', '.join(p.not_compared)} cannot finish (goodput < 1%).")
     return "\n".join(out)

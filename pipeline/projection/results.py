@@ -26,16 +26,21 @@ class MonteCarloSummary:
     p10_days: float
     p50_days: float
     p90_days: float
-    p10_cost_usd: float
-    p50_cost_usd: float
-    p90_cost_usd: float
+    p10_cost_usd: float | None  # None without a price
+    p50_cost_usd: float | None
+    p90_cost_usd: float | None
     mean_interruptions: float
     days: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
 class ModeProjection:
-    """Expected outcome of the job under one recovery profile (analytic, plus Monte Carlo)."""
+    """Expected outcome of the job under one recovery profile (analytic, plus Monte Carlo).
+
+    A mode that cannot finish (goodput < 1%, :func:`cannot_finish`) has ``status`` saying so and
+    infinite days, interruptions and cost (null in JSON, "∞" in tables): its expectation is an
+    astronomical number that means only "never"; so are its optimum's when that cannot finish
+    either, and what the optimum saves is then None. Costs are None without a price."""
 
     mode: str
     profile: RecoveryProfile
@@ -43,29 +48,35 @@ class ModeProjection:
     expected_interruptions: float
     goodput: float  # failure-free compute time / expected wall time (the job's ETTR)
     first_order_ettr: float
-    cost_usd: float
+    cost_usd: float | None
     young_daly_interval_hours: float
     optimal_interval_hours: float
     optimal_expected_days: float
-    optimal_saves_days: float
-    optimal_saves_usd: float
+    optimal_saves_days: float | None
+    optimal_saves_usd: float | None
     monte_carlo: MonteCarloSummary | None = None
     monte_carlo_with_rate_uncertainty: MonteCarloSummary | None = None
     note: str = ""
     # the fitted Weibull model, every instance slot a renewal process (pipeline.projection.renewal)
     renewal: MonteCarloSummary | None = None
     renewal_with_parameter_uncertainty: MonteCarloSummary | None = None
+    status: str = "finishes"
+
+    @property
+    def finishes(self) -> bool:
+        return self.status == "finishes"
 
 
 @dataclass(frozen=True)
 class Savings:
-    """What ``mode`` saves over ``baseline`` (positive = faster / cheaper)."""
+    """What ``mode`` saves over ``baseline`` (positive = faster / cheaper); only between modes that
+    both finish, ``usd`` None without a price."""
 
     baseline: str
     mode: str
     days: float
     percent: float
-    usd: float
+    usd: float | None
 
 
 @dataclass(frozen=True)
@@ -73,11 +84,16 @@ class Projection:
     spec: JobSpec
     work_gpu_hours: float
     failure_free_days: float
-    failure_free_cost_usd: float
+    failure_free_cost_usd: float | None
     cluster_rate_per_hour: float
     cluster_mtbf_hours: float
     modes: dict[str, ModeProjection]
     savings: list[Savings]
+
+    @property
+    def not_compared(self) -> list[str]:
+        """Modes left out of the comparison because they cannot finish (in ``modes`` order)."""
+        return [m for m, r in self.modes.items() if not r.finishes] if len(self.modes) > 1 else []
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (infinities become null); raw Monte Carlo days are dropped."""
@@ -121,8 +137,8 @@ def _summary(
     spec: JobSpec, wall: np.ndarray, fails: np.ndarray, seed: int, uncertain: bool, keep_days: bool
 ) -> MonteCarloSummary:
     days = wall / HOURS_PER_DAY
-    usd_per_day = HOURS_PER_DAY * spec.gpus * spec.price_per_gpu_hour_usd
     p10, p50, p90 = np.percentile(days, [10, 50, 90])
+    cost = [spec.cost_usd(float(d) * HOURS_PER_DAY) for d in (p10, p50, p90)]
     return MonteCarloSummary(
         wall.size,
         seed,
@@ -131,9 +147,7 @@ def _summary(
         float(p10),
         float(p50),
         float(p90),
-        float(p10 * usd_per_day),
-        float(p50 * usd_per_day),
-        float(p90 * usd_per_day),
+        *cost,
         float(fails.mean()),
         days if keep_days else None,
     )
@@ -226,44 +240,48 @@ def cannot_finish(goodput: float) -> bool:
 def _mode(spec: JobSpec, mode: str, runs: int, seed: int) -> ModeProjection:
     profile = _profile(spec, mode)
     work, lam = spec.failure_free_hours, spec.failure.cluster_rate_per_hour(spec.instances)
-    usd_per_hour = spec.gpus * spec.price_per_gpu_hour_usd
     wall = model.expected_wall_hours(work, lam, profile)
     best_tau = model.optimal_interval_hours(work, lam, profile)
     best_wall = model.expected_wall_hours(work, lam, profile.with_interval(best_tau))
     mc = mc_unc = fitted = fitted_unc = None
-    note = ""
-    if runs > 0:
+    finishes, best_finishes = not cannot_finish(work / wall), not cannot_finish(work / best_wall)
+    note = "" if finishes else "not simulated: the job never finishes (goodput < 1%)"
+    if runs > 0 and finishes:
         try:
             mc = monte_carlo(spec, mode, runs, seed)
             if spec.failure.rate_ci_low_per_instance_hour is not None:
                 mc_unc = monte_carlo(spec, mode, runs, seed, rate_uncertainty=True)
         except SpecError as exc:
             note = f"not simulated: {exc}"
-    if runs > 0 and spec.failure.kind == "weibull" and work / wall >= MIN_GOODPUT:
+    if runs > 0 and spec.failure.kind == "weibull" and finishes:
         try:
             fitted = renewal_monte_carlo(spec, mode, runs, seed)
             if spec.failure.weibull_log_covariance is not None:
                 fitted_unc = renewal_monte_carlo(spec, mode, runs, seed, parameter_uncertainty=True)
         except SpecError as exc:
             note = (note + "; " if note else "") + f"fitted Weibull model not simulated: {exc}"
+    shown = wall if finishes else math.inf  # "never", not an astronomical number
+    best_shown = best_wall if best_finishes else math.inf
+    saved = (wall - best_wall) if finishes and best_finishes else None
     return ModeProjection(
         mode=mode,
         profile=profile,
-        expected_days=wall / HOURS_PER_DAY,
-        expected_interruptions=lam * wall,
+        expected_days=shown / HOURS_PER_DAY,
+        expected_interruptions=lam * shown,
         goodput=work / wall,
         first_order_ettr=model.first_order_ettr(lam, profile),
-        cost_usd=wall * usd_per_hour,
+        cost_usd=spec.cost_usd(shown),
         young_daly_interval_hours=model.young_daly_interval_hours(profile.checkpoint_write_hours, 1 / lam),
         optimal_interval_hours=best_tau,
-        optimal_expected_days=best_wall / HOURS_PER_DAY,
-        optimal_saves_days=(wall - best_wall) / HOURS_PER_DAY,
-        optimal_saves_usd=(wall - best_wall) * usd_per_hour,
+        optimal_expected_days=best_shown / HOURS_PER_DAY,
+        optimal_saves_days=None if saved is None else saved / HOURS_PER_DAY,
+        optimal_saves_usd=None if saved is None else spec.cost_usd(saved),
         monte_carlo=mc,
         monte_carlo_with_rate_uncertainty=mc_unc,
         note=note,
         renewal=fitted,
         renewal_with_parameter_uncertainty=fitted_unc,
+        status="finishes" if finishes else CANNOT_FINISH,
     )
 
 
@@ -273,7 +291,9 @@ def project(
     seed: int = 0,
     modes: Sequence[str] | None = None,
 ) -> Projection:
-    """Project wall time, goodput and cost of ``spec`` per recovery mode, and the savings."""
+    """Project wall time, goodput and cost of ``spec`` per recovery mode, and the savings of each
+    mode over the baseline (manual, else the first) where both finish: a mode that cannot finish
+    is compared with nothing (``Projection.not_compared``)."""
     names = list(modes) if modes else list(spec.recovery)
     if monte_carlo_runs < 0:
         raise SpecError(f"monte-carlo runs must be >= 0, got {monte_carlo_runs}")
@@ -281,17 +301,17 @@ def project(
     base = _baseline(names)
     savings = []
     for m in names:
-        if m != base:
-            b, o = results[base], results[m]
+        b, o = results[base], results[m]
+        if m != base and b.finishes and o.finishes:
             days = b.expected_days - o.expected_days
-            pct = 100 * days / b.expected_days if math.isfinite(b.expected_days) else math.nan
-            savings.append(Savings(base, m, days, pct, b.cost_usd - o.cost_usd))
+            usd = None if b.cost_usd is None or o.cost_usd is None else b.cost_usd - o.cost_usd
+            savings.append(Savings(base, m, days, 100 * days / b.expected_days, usd))
     lam = spec.failure.cluster_rate_per_hour(spec.instances)
     return Projection(
         spec=spec,
         work_gpu_hours=spec.work_gpu_hours,
         failure_free_days=spec.failure_free_hours / HOURS_PER_DAY,
-        failure_free_cost_usd=spec.work_gpu_hours * spec.price_per_gpu_hour_usd,
+        failure_free_cost_usd=spec.cost_usd(spec.failure_free_hours),
         cluster_rate_per_hour=lam,
         cluster_mtbf_hours=1 / lam,
         modes=results,
@@ -315,7 +335,6 @@ def _sweep_rows(specs: Sequence[JobSpec], key: str, values: Sequence[float]) -> 
             "cluster_mtbf_hours": p.cluster_mtbf_hours,
             "failure_free_days": p.failure_free_days,
         }
-        usd_per_day = HOURS_PER_DAY * spec.gpus * spec.price_per_gpu_hour_usd
         for m, r in p.modes.items():
             best_goodput = p.failure_free_days / r.optimal_expected_days
             hopeless, best_hopeless = cannot_finish(r.goodput), cannot_finish(best_goodput)
@@ -329,18 +348,20 @@ def _sweep_rows(specs: Sequence[JobSpec], key: str, values: Sequence[float]) -> 
                 f"{m}_optimal_status": CANNOT_FINISH if best_hopeless else "finishes",
                 f"{m}_optimal_expected_days": None if best_hopeless else r.optimal_expected_days,
                 f"{m}_optimal_goodput": best_goodput,
-                f"{m}_optimal_cost_usd": None if best_hopeless else r.optimal_expected_days * usd_per_day,
+                f"{m}_optimal_cost_usd": None
+                if best_hopeless
+                else spec.cost_usd(r.optimal_expected_days * HOURS_PER_DAY),
             }
-        if p.savings:
-            s = p.savings[0]
-            either = cannot_finish(p.modes[s.baseline].goodput) or cannot_finish(p.modes[s.mode].goodput)
+        if len(p.modes) > 1:  # the first mode over the baseline; nothing when either cannot finish
+            s = p.savings[0] if p.savings else None
             row |= {
-                "savings_days": None if either else s.days,
-                "savings_pct": None if either else s.percent,
-                "savings_usd": None if either else s.usd,
+                "savings_days": s and s.days,
+                "savings_pct": s and s.percent,
+                "savings_usd": s and s.usd,
             }
         rows.append(row)
-    return pl.DataFrame(rows)
+    frame = pl.DataFrame(rows, infer_schema_length=None)
+    return frame.cast({c: pl.Float64 for c, t in frame.schema.items() if t == pl.Null})  # no price: costs
 
 
 DEFAULT_SWEEP_INSTANCES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -394,17 +415,17 @@ def sensitivity_table(
         p = project(
             dataclasses.replace(spec, recovery={base: prof, other: spec.recovery[other]}), monte_carlo_runs=0
         )
-        s = p.savings[0]
+        s = p.savings[0] if p.savings else None  # None: a mode cannot finish, nothing to compare
         row: dict[str, Any] = {
             f"{base}_downtime_hours": hours,
             f"{base}_hours_lost_per_failure": hours
             + (b.checkpoint_interval_hours + b.checkpoint_write_hours) / 2,
-            "savings_pct": s.percent,
-            "savings_days": s.days,
+            "savings_pct": s and s.percent,
+            "savings_days": s and s.days,
         }
         for price in prices_per_gpu_hour_usd:
             row[f"savings_musd_at_{price:g}_usd_per_gpu_hour"] = (
-                s.days * HOURS_PER_DAY * spec.gpus * price / 1e6
+                s and s.days * HOURS_PER_DAY * spec.gpus * price / 1e6
             )
         rows.append(row)
-    return pl.DataFrame(rows)
+    return pl.DataFrame(rows, infer_schema_length=None)

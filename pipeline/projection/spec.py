@@ -230,10 +230,11 @@ PRESETS: dict[str, tuple[float, float, str, bool]] = {
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One training job. Work is GPU-hours, or 6*params*tokens FLOPs at ``mfu`` of GPU peak."""
+    """One training job. Work is GPU-hours, or 6*params*tokens FLOPs at ``mfu`` of GPU peak. Without
+    a price (None) the projection gives days, goodput and interruptions and no costs."""
 
     instances: int
-    price_per_gpu_hour_usd: float
+    price_per_gpu_hour_usd: float | None
     failure: FailureModel
     gpus_per_instance: int = 8
     gpu: str = "H100"
@@ -260,7 +261,8 @@ class JobSpec:
             self.gpu.upper() in GPU_PEAK_BF16_FLOPS,
             f"unknown gpu {self.gpu!r}; choose one of {', '.join(GPU_PEAK_BF16_FLOPS)}",
         )
-        _positive("price_per_gpu_hour_usd", self.price_per_gpu_hour_usd)
+        if self.price_per_gpu_hour_usd is not None:
+            _positive("price_per_gpu_hour_usd", self.price_per_gpu_hour_usd)
         if self.mfu is not None:
             _require(
                 isinstance(self.mfu, int | float) and 0 < self.mfu <= 1,
@@ -291,6 +293,11 @@ class JobSpec:
     @property
     def gpus(self) -> int:
         return self.instances * self.gpus_per_instance
+
+    def cost_usd(self, wall_hours: float) -> float | None:
+        """What ``wall_hours`` of the job's GPUs cost (None without a price)."""
+        price = self.price_per_gpu_hour_usd
+        return None if price is None else wall_hours * self.gpus * price
 
     @property
     def peak_flops_per_gpu(self) -> float:
@@ -489,11 +496,6 @@ def job_spec_from_mapping(doc: dict[str, Any], **overrides: Any) -> JobSpec:
     _require(
         kwargs["instances"] is not None,
         "instances is required ([cluster] instances in the job spec; failcast project --instances N)",
-    )
-    _require(
-        kwargs["price_per_gpu_hour_usd"] is not None,
-        "a price is required ([cluster] price_per_gpu_hour_usd in the job spec; failcast project "
-        "--price-per-gpu-hour USD)",
     )
     _require(kwargs["failure"] is not None, "a failure model is required ([failures] preset=...)")
     return JobSpec(**kwargs)

@@ -4,12 +4,21 @@
 projection into plain frames with documented columns, so the charts and the page can be built
 (and tested) from frames alone:
 
-- ``modes``: mode, expected_days, cost_usd, goodput, expected_interruptions, p10_days, p50_days,
-  p90_days, checkpoint_interval_hours, optimal_interval_hours, optimal_expected_days
+- ``modes``: mode, status, expected_days, cost_usd, goodput, expected_interruptions, p10_days,
+  p50_days, p90_days, checkpoint_interval_hours, optimal_interval_hours, optimal_expected_days (a
+  mode that cannot finish: infinite days, interruptions and cost, no Monte Carlo; cost NaN
+  without a price)
 - ``failure_models``: mode, model ("exponential" / "fitted Weibull model"), mean_days, p10_days,
   p90_days, interruptions (Monte Carlo; the Weibull P10-P90 includes the fit's parameter
   uncertainty when known); ``failure_model_note`` says in words why the two differ
-- ``savings``: baseline, mode, days, percent, usd
+- ``savings``: baseline, mode, days, percent, usd (only between modes that both finish; usd NaN
+  without a price)
+- ``jobs``: every configured job (this one first) per mode: job, instances, gpus_per_instance,
+  gpu_hours_of_work, mode, outcome, expected_days, goodput, expected_interruptions, cost_usd
+  (analytic; days, interruptions and cost null where the mode cannot finish)
+- ``spares``: per job (with repair times), :func:`pipeline.projection.spare_advice`'s table with
+  a ``job`` and a ``note`` column (recommended, the 99% row); ``spares_summary``: job, recommended,
+  recommended_low, recommended_high, probability_row, rule, intervals
 - ``size_sweep``: instances, mode, status, checkpoint_interval_hours, expected_days, cost_usd,
   goodput, and the same at the interval re-optimised for each size: optimal_interval_hours,
   optimal_status, optimal_expected_days, optimal_cost_usd, optimal_goodput (work held fixed; days
@@ -22,6 +31,8 @@ projection into plain frames with documented columns, so the charts and the page
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import altair as alt
@@ -31,6 +42,7 @@ import polars as pl
 from pipeline import projection as proj
 from pipeline.projection.spec import HOURS_PER_DAY
 from pipeline.report.charts import WIDTH, mode_color
+from pipeline.report.planning import jobs_frame, spares_frames
 
 CHECKPOINT_GRID_POINTS = 60
 
@@ -52,6 +64,34 @@ class JobOutlook:
     failure_model_note: str = ""
     name: str = ""  # the job spec's name (a metric label)
     failure: proj.FailureModel | None = None  # the failure model the projection used
+    jobs: pl.DataFrame | None = None
+    spares: pl.DataFrame | None = None
+    spares_summary: pl.DataFrame | None = None
+    priced: bool = True
+
+
+def _nan(value: float | None) -> float:
+    """A cost for a frame the metrics and tables read: NaN where there is none (no price)."""
+    return math.nan if value is None else value
+
+
+def mode_card(row: dict) -> tuple[str, str]:
+    """(value, note) of a headline card from a ``modes`` row: days and cost, or that the mode
+    cannot finish (no astronomical numbers), or days alone without a price."""
+    if row.get("status", "finishes") != "finishes" or not math.isfinite(row["expected_days"]):
+        return "cannot finish", f"goodput {row['goodput']:.2%} < 1%: never, in this mode"
+    spread = (
+        f"P10–P90 {row['p10_days']:,.1f}–{row['p90_days']:,.1f} days, " if row["p10_days"] is not None else ""
+    )
+    cost = row["cost_usd"]
+    value = f"{row['expected_days']:,.1f} days" + ("" if math.isnan(cost) else f" · ${cost / 1e6:,.2f}M")
+    return value, f"{spread}goodput {row['goodput']:.1%}"
+
+
+def saving_card(row: dict) -> str:
+    """The value of a savings card: days, and dollars with a price."""
+    usd = row["usd"]
+    return f"{row['days']:,.1f} days" + ("" if math.isnan(usd) else f" · ${usd / 1e6:,.2f}M")
 
 
 def job_outlook(
@@ -60,12 +100,18 @@ def job_outlook(
     monte_carlo_runs: int = 10_000,
     seed: int = 0,
     measured: dict[str, float] | None = None,
+    repair: proj.RepairCurve | None = None,
+    others: Sequence[proj.JobSpec] = (),
 ) -> JobOutlook:
     """Project ``spec`` and collect what the report draws, as frames. ``measured``: recovery
     times the fleet measured (``pipeline.analysis.measured_recovery_hours``), used in place of the
-    profiles' assumptions (:func:`pipeline.projection.measured_recovery`) and marked so."""
+    profiles' assumptions (:func:`pipeline.projection.measured_recovery`) and marked so.
+    ``repair``: the fleet's repair curve, for every job's spare table. ``others``: the other
+    configured jobs, projected analytically beside this one in ``jobs`` (and ``spares``)."""
+    specs = [spec, *others]
     sources = []
     if measured:
+        specs = [proj.with_measured_recovery(s, measured)[0] for s in specs]
         spec, sources = proj.with_measured_recovery(spec, measured)
     result = proj.project(spec, monte_carlo_runs=monte_carlo_runs, seed=seed)
     modes = list(result.modes)
@@ -75,8 +121,9 @@ def job_outlook(
         rows.append(
             {
                 "mode": m.mode,
+                "status": m.status,
                 "expected_days": m.expected_days,
-                "cost_usd": m.cost_usd,
+                "cost_usd": _nan(m.cost_usd),
                 "goodput": m.goodput,
                 "expected_interruptions": m.expected_interruptions,
                 "p10_days": mc.p10_days if mc else None,
@@ -88,7 +135,7 @@ def job_outlook(
             }
         )
     savings = pl.DataFrame(
-        [dataclasses.asdict(s) for s in result.savings],
+        [dataclasses.asdict(s) | {"usd": _nan(s.usd)} for s in result.savings],
         schema={"baseline": pl.String, "mode": pl.String, "days": pl.Float64, "percent": pl.Float64,
                 "usd": pl.Float64},
     )  # fmt: skip
@@ -146,6 +193,9 @@ def job_outlook(
         failure_model_note=" ".join(differences),
         name=spec.name,
         failure=spec.failure,
+        jobs=jobs_frame(specs, result),
+        priced=spec.price_per_gpu_hour_usd is not None,
+        **spares_frames(specs, repair),
     )
 
 
@@ -184,7 +234,12 @@ def _assumptions(
         ("job", spec.name),
         ("instances × GPUs per instance", f"{spec.instances} × {spec.gpus_per_instance} {spec.gpu}"),
         ("work", f"{result.work_gpu_hours:,.0f} GPU-hours"),
-        ("price", f"${spec.price_per_gpu_hour_usd:,.2f} per GPU-hour"),
+        (
+            "price",
+            "none given: costs are left out"
+            if spec.price_per_gpu_hour_usd is None
+            else f"${spec.price_per_gpu_hour_usd:,.2f} per GPU-hour",
+        ),
         ("failure model", f"{f.kind}, {f.rate_per_instance_hour:.4%} per instance-hour ({f.source})"),
         ("cluster MTBF", f"{result.cluster_mtbf_hours:,.2f} h"),
         ("Monte Carlo", f"{runs:,} runs, seed {seed}"),
@@ -224,7 +279,8 @@ def size_sweep_chart(size_sweep: pl.DataFrame, job_instances: int) -> alt.VConca
                 interval=pl.lit(intervals[1]),
             ),
         ]
-    ).filter(pl.col("expected_days").is_finite() & pl.col("cost_usd").is_finite())  # fmt: skip
+    ).filter(pl.col("expected_days").is_finite())  # fmt: skip
+    priced = data["cost_usd"].is_finite().any()
     modes = data["mode"].unique(maintain_order=True).to_list()
     color = alt.Color("mode:N", title="recovery", scale=mode_color(modes))
     dash = alt.StrokeDash(
@@ -259,6 +315,9 @@ def size_sweep_chart(size_sweep: pl.DataFrame, job_instances: int) -> alt.VConca
         )
         return (line + marker.encode(x="instances:Q")).properties(width=WIDTH, height=220)
 
+    if not priced:  # no price: days alone
+        tooltip.pop()
+        return alt.vconcat(panel("expected_days", "expected training days", ",.0f"))
     return alt.vconcat(
         panel("expected_days", "expected training days", ",.0f"),
         panel("cost_usd", "expected cost (USD)", "$,.2s"),

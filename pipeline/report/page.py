@@ -24,7 +24,7 @@ import vl_convert
 
 from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, left_out_note, spares_for_job
 from pipeline.report.format import column_label, format_value
-from pipeline.report.outlook import JobOutlook
+from pipeline.report.outlook import JobOutlook, mode_card, saving_card
 from pipeline.report.sections import Section, sections
 
 REPORT_FILENAME = "failcast-report.html"
@@ -119,23 +119,12 @@ def summary_cards(
     cards += _trend_card(analysis)
     if projection is not None:
         for m in projection.modes.iter_rows(named=True):
-            spread = (
-                f"P10–P90 {m['p10_days']:,.1f}–{m['p90_days']:,.1f} days, "
-                if m["p10_days"] is not None
-                else ""
-            )
-            cards.append(
-                (
-                    f"Projected job{at}, {m['mode']} recovery",
-                    f"{m['expected_days']:,.1f} days · ${m['cost_usd'] / 1e6:,.2f}M",
-                    f"{spread}goodput {m['goodput']:.1%}",
-                )
-            )
+            cards.append((f"Projected job{at}, {m['mode']} recovery", *mode_card(m)))
         for s in projection.savings.iter_rows(named=True):
             cards.append(
                 (
                     f"{s['mode'].capitalize()} recovery saves",
-                    f"{s['days']:,.1f} days · ${s['usd'] / 1e6:,.2f}M",
+                    saving_card(s),
                     f"{s['percent']:.1f}% of the {s['baseline']} training time",
                 )
             )

@@ -17,6 +17,7 @@ from pipeline.report import charts, comparisons, drivers, lemons, recovery, repa
 from pipeline.report.backtest import backtest_section
 from pipeline.report.badput import badput_section
 from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_chart, size_sweep_chart
+from pipeline.report.planning import planning_sections
 from pipeline.report.reliability import reliability_sections
 
 
@@ -324,5 +325,5 @@ def sections(
     return (
         fleet_sections(analysis)
         + ([baseline_section(analysis, baselines)] if analysis.has_failures else [])  # no rate to place
-        + (projection_sections(projection) if projection else [])
+        + (projection_sections(projection) + planning_sections(projection) if projection else [])
     )

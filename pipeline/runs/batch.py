@@ -163,19 +163,16 @@ def _after_success(
 
 
 def _job_outlook(cfg: RunConfig, result: analysis.FleetAnalysis) -> report.JobOutlook | None:
-    """The first configured job projected on this fleet (the report shows one job)."""
+    """Every configured job projected on this fleet: the first in detail, all of them (and their
+    spare tables) side by side."""
     if not cfg.jobs:
         return None
-    if len(cfg.jobs) > 1:
-        log(
-            "project",
-            "the report shows the first of the configured jobs",
-            logging.WARNING,
-            jobs=len(cfg.jobs),
+    specs = [
+        projection.job_spec_for_fleet(
+            job, fleet_failure=lambda n: analysis.failure_model_for(result, n), recovery=cfg.recovery
         )
-    spec = projection.job_spec_for_fleet(
-        cfg.jobs[0], fleet_failure=lambda n: analysis.failure_model_for(result, n), recovery=cfg.recovery
-    )
+        for job in cfg.jobs
+    ]
     measured = analysis.measured_recovery_hours(result) if cfg.recovery_source == "measured" else None
     if measured == {}:
         log(
@@ -184,7 +181,9 @@ def _job_outlook(cfg: RunConfig, result: analysis.FleetAnalysis) -> report.JobOu
             "the projection uses the assumed recovery times",
             logging.WARNING,
         )
-    return report.job_outlook(spec, measured=measured)
+    return report.job_outlook(
+        specs[0], measured=measured, repair=analysis.repair_curve(result), others=specs[1:]
+    )
 
 
 def _ingest(con, cfg: RunConfig, record: RunRecord, progress: bool) -> dict[str, int]:

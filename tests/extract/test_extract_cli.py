@@ -51,7 +51,7 @@ def test_bad_input_is_one_line_and_exit_2(fleet, tmp_path):
     assert "1 of 2 file(s) extracted" in partly.stdout
     assert partly.stderr.strip().splitlines() == [
         f"failcast: {odd}: format kubernetes is not extracted to a lake (formats: csv, jsonl, json, parquet, "
-        "kernel-log, sacct, slurm-events); ingest it directly with failcast ingest"
+        "kernel-log, journald-json, sacct, slurm-events); ingest it directly with failcast ingest"
     ]
 
 

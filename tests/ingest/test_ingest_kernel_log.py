@@ -27,7 +27,8 @@ def iso(ts: str, msg: str, host: str = HOST) -> str:
 
 
 # An XID 79 storm as a real driver logs it: the GPU line, the Xid line repeated within seconds
-# (one exact repeat), the follow-up message, and unrelated kernel noise around it.
+# (one exact repeat), the follow-up fallen-off line (an event of the same GPU and class: one
+# incident with the Xid lines), and unrelated kernel noise around it.
 STORM = "\n".join(
     [
         iso("2026-03-02T04:26:20.000001", "EXT4-fs (nvme0n1p1): re-mounted. Opts: (null)"),
@@ -50,16 +51,16 @@ def summary_counts(s):
 def test_xid_storm_exact_counts(con, write, sql):
     path = write("kern.log", STORM + "\n")
     [s] = ingest_files(con, [path], ReaderOptions(cluster="c1"))
-    assert summary_counts(s) == (9, 5, 1, 0, 3)
+    assert summary_counts(s) == (9, 6, 1, 0, 2)
     assert sum(summary_counts(s)[1:]) == s.rows_read
     incidents = warehouse.table(con, "incidents").sort("timestamp_utc")
     assert incidents.select("category", "events", "interrupting", "xid").rows() == [
-        ("gpu_fell_off_bus", 3, True, 79),
+        ("gpu_fell_off_bus", 4, True, 79),
         ("application", 2, False, 13),
     ]
     assert incidents["timestamp_utc"][0] == datetime(2026, 3, 2, 4, 26, 29, 892511)
     recorded = sql("SELECT rows_read, rows_ingested, rows_duplicate, rows_rejected FROM ingested_files")
-    assert recorded == [(9, 5, 1, 0)]
+    assert recorded == [(9, 6, 1, 0)]
 
 
 def test_rerun_is_a_no_op_and_grown_log_adds_only_new_lines(con, write, sql):
@@ -71,8 +72,8 @@ def test_rerun_is_a_no_op_and_grown_log_adds_only_new_lines(con, write, sql):
     assert ingest_files(con, [copy], ReaderOptions(cluster="c1"))[0].skipped
     grown = write("kern.log", STORM + "\n" + iso("2026-03-03T00:00:00", XID79.replace("79,", "48,")) + "\n")
     [s] = ingest_files(con, [grown], ReaderOptions(cluster="c1"))
-    assert summary_counts(s) == (10, 1, 6, 0, 3)
-    assert sql("SELECT count(*) FROM events") == [(6,)]
+    assert summary_counts(s) == (10, 1, 7, 0, 2)
+    assert sql("SELECT count(*) FROM events") == [(7,)]
     assert sql("SELECT count(*) FROM incidents") == [(3,)]
 
 
@@ -194,7 +195,7 @@ def test_whole_gz_reads_like_plain(con, write):
     [s] = ingest_files(
         con, [write("kern.log.gz", gzip.compress(STORM.encode()))], ReaderOptions(cluster="c1")
     )
-    assert summary_counts(s) == (9, 5, 1, 0, 3)  # no newline at the end: last line still counted
+    assert summary_counts(s) == (9, 6, 1, 0, 2)  # no newline at the end: last line still counted
 
 
 @pytest.mark.parametrize(
@@ -320,7 +321,7 @@ def test_interrupted_file_leaves_the_warehouse_as_before(con, write, tmp_path, m
     assert {t: warehouse.table(con, t).height for t in warehouse.TABLES} == before
     assert list(spill.iterdir()) == []  # the parsed lines' temp folder is gone too
     assert (
-        ingest_files(con, [second], ReaderOptions(cluster="c1"))[0].rows_ingested == 5
+        ingest_files(con, [second], ReaderOptions(cluster="c1"))[0].rows_ingested == 6
     )  # not marked as done
 
 
@@ -444,7 +445,7 @@ def test_tiny_blocks_give_the_same_result(tmp_path, write, monkeypatch, packed):
         snapshots.append(_snapshot(con))
     assert snapshots[0] == snapshots[1]
     events, files, rejects = snapshots[0]
-    assert files == [(13, 7, 1, 1)]
+    assert files == [(13, 8, 1, 1)]
     assert [e[1].year for e in events[:2]] == [2025, 2026]
 
 
@@ -498,6 +499,12 @@ def _hostile_log(seed: int) -> bytes:
                         f"[ 5107.644336] {XID79}",
                         iso("2026-03-02T04:26:29", XID79),
                         "",
+                        # a GPU lost at probe: one message over three lines (one event), and
+                        # a last line alone (rejected); records may be cut by spans and blocks
+                        f"{stamp} node-{i % 7} kernel: NVRM: The NVIDIA GPU 0000:{code % 256:02x}:00.0\n"
+                        f"{' ' * 30}NVRM: (PCI ID: 10de:2330) installed in this system has\n"
+                        f"{' ' * 30}NVRM: fallen off the bus and is not responding to commands.",
+                        f"{stamp} node-{i % 7} kernel: NVRM: fallen off the bus and is not responding.",
                     ]
                 )
             )
@@ -539,6 +546,8 @@ def test_parallel_spans_give_the_same_result_as_one_pass(tmp_path, monkeypatch, 
     assert counts[0] == len(physical)
     assert all(physical[line - 1].removesuffix("\r") == raw for line, raw, _ in rejects)
     assert {e[2].year for e in events} == {2025, 2026, 2027}
+    assert any(e[5] == "gpu_fell_off_bus" and e[4] is None for e in events)  # the three-line message
+    assert any("without its first line" in r[2] for r in rejects)
     assert any("not valid UTF-8" in r[2] for r in rejects) and any("no date" in r[2] for r in rejects)
     assert "syslog times carry no year: read as 2025..2027 (2 New Year rollover(s)) (--year)" in notes
 

@@ -1,5 +1,6 @@
-"""The kernel-log reader's byte-level path: only lines with ``Xid`` become strings, the year scan reads
-line heads, the file is hashed beside the parse and one set of workers serves every file.
+"""The kernel-log reader's byte-level path: only lines with ``Xid`` or ``NVRM`` become strings, the
+year scan reads line heads, the file is hashed beside the parse and one set of workers serves every
+file.
 
 Each byte-level result is checked against the string-per-line reading it replaces (``Block.frame()``
 of all lines, ``syslog_years.month_changes``), which the rest of the readers still use."""
@@ -42,6 +43,11 @@ XID_FORMS = [
     "Mar  2 04:26:29 node17 kernel: NVRM: Xid without a code",
     "XidXid",
     "Xid",
+    # a GPU fallen off the bus without an Xid (docs/ingest.md cites each): found by NVRM
+    "Apr 16 12:39:12 blake kernel: [12149.628762] NVRM: GPU at 0000:02:00.0 has fallen off the bus.",
+    "May 18 19:02:39 node17 kernel: NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.",
+    "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",
+    "               NVRM: fallen off the bus and is not responding to commands.",
 ]
 NOISE = [
     "May 18 19:02:41 node17 kernel: EXT4-fs (nvme0n1p1): re-mounted. Opts: errors=remount-ro",
@@ -66,7 +72,7 @@ def test_every_xid_form_is_kept_with_its_line_number(tmp_path, form, ending):
     lines = [b"\xef\xbb\xbf" + NOISE[0].encode(), *(n.encode() for n in NOISE)]
     lines += [form.encode(), b"caf\xc3\xa9 \xff not UTF-8", form.encode() + b" \xfe", NOISE[0].encode()]
     [block] = _blocks(tmp_path, ending.join(lines) + ending, 1 << 20)
-    kept = block.frame(block.containing(b"Xid"))
+    kept = block.frame(block.containing(b"Xid", b"NVRM"))
     assert kept["line"].to_list() == [6, 8]
     assert kept["text"].to_list() == [form, form + " \ufffd"]
     assert kept["bad_utf8"].to_list() == [False, True]
@@ -89,6 +95,12 @@ _PIECES = [
     b"caf\xc3\xa9",
     b"ab\r",
     b"Mar  2 04:26:29 h kernel: Xid\r",
+    b"NVRM",
+    b"NV",
+    b"xNVRM: GPU at 0000:01:00.0 has fallen off the bus.",
+    b"  NVRM: fallen off the bus",
+    b"NVR",
+    b"XNVRMXi",
 ]
 
 
@@ -112,6 +124,10 @@ def test_byte_level_block_equals_the_string_per_line_reading(
         rows = b.containing(b"Xid")
         expected = np.flatnonzero(full["text"].str.contains("Xid", literal=True).to_numpy())
         assert rows.tolist() == expected.tolist()
+        either = full["text"].str.contains("Xid", literal=True) | full["text"].str.contains(
+            "NVRM", literal=True
+        )
+        assert b.containing(b"Xid", b"NVRM").tolist() == np.flatnonzero(either.to_numpy()).tolist()
         assert b.frame(rows).equals(_rows(full, rows))
         every_other = np.arange(0, b.lines, 2)  # more than half of the lines: the other path
         assert b.frame(every_other).equals(_rows(full, every_other))
