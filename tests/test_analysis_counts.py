@@ -110,7 +110,7 @@ def edge_con(tmp_path_factory):
 @pytest.fixture(scope="module")
 def overlap_con(tmp_path_factory):
     """The edge fleet with a second service interval of n2 inside its first (inventory rows that
-    overlap: the interval match takes the range join instead of the as-of join)."""
+    overlap: the failure at 270 h goes to the interval that starts first)."""
     inventory = _inventory([*EDGE_INVENTORY, ("a", "n2", "p5", 8, 150, 260)])
     # at 270 h the latest interval to start (150-260 h) has ended, the first holds it
     incidents = _incidents([*EDGE_INCIDENTS, (270, "a", "n2", "xid", "gpu", True, None)])

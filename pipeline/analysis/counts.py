@@ -31,6 +31,10 @@ needs the failure rows (gaps, outages, trend tests), and once they are in Polars
 group-bys take less CPU than handing the rows to DuckDB (bench/RESULTS.md, "Issue 18, lemons and
 analyze (h18v)").
 
+Every match of an interruption or an outage to an interval is an as-of join by node (or one
+``unnest`` per interval of the periods or up segments it meets), whose size is the output; a join
+on the node with a range filter grew as interruptions x intervals per node (issue 27).
+
 Why: at 10 M incidents (3.4 M interrupting) the row frames of steps 1-4 held 3.5 GB in Polars;
 DuckDB keeps them within its memory cap (spilling past it) and sorts the string keys faster.
 bench/RESULTS.md, "Issue 18, rates in DuckDB (h18s)", has the numbers. Intermediate results are
@@ -147,43 +151,38 @@ SELECT _node, min(timestamp_utc) AS out_from, max(end_utc) AS out_to
 FROM numbered GROUP BY _node, _outage HAVING max(end_utc) IS NOT NULL
 """
 
-# step 3 as transform.uptime_intervals does it: each node's downtime (of positive length) merged
-# into disjoint spans 1..m; up segment k (0..m) runs from the end of span k to the start of span
-# k + 1 (unbounded before the first and after the last). An interval [s, e] meets the segments
-# from the number of spans starting at or before s to the number ending before e (two as-of
-# joins); each piece is the interval clipped to one of them. Output-sized: never intervals x
-# outages per node
+# step 3 as transform.uptime_intervals does it: the gaps between a node's downtime windows (of
+# positive length, merged where they overlap: a running maximum of their ends) are its up
+# segments, numbered in (node, time) order; the first before its first window and the last after
+# its last one are unbounded (-infinity, infinity). An interval [s, e] meets the segments from the
+# first ending after s to the last starting before e (two as-of joins); each piece is the
+# interval clipped to one of them. Output-sized: never intervals x outages per node
 _UPTIME_PIECES = """
 CREATE OR REPLACE TEMP TABLE _fc_pieces AS
-WITH d AS (
-    SELECT _node, out_from, out_to, coalesce(out_from > max(out_to) OVER (
+WITH w AS (
+    SELECT _node, out_from, out_to, max(out_to) OVER (
         PARTITION BY _node ORDER BY out_from, out_to ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    ), true) AS _new
+    ) AS _before
     FROM _fc_downtime WHERE out_to > out_from
-), spans AS (
-    SELECT _node, _k, min(out_from) AS out_from, max(out_to) AS out_to FROM (
-        SELECT *, (sum(_new::INTEGER) OVER (PARTITION BY _node ORDER BY out_from, out_to))::BIGINT AS _k
-        FROM d
-    ) GROUP BY _node, _k
 ), segments AS (
-    SELECT _node, _k - 1 AS _k, lag(out_to) OVER (PARTITION BY _node ORDER BY _k) AS seg_from,
-        out_from AS seg_to
-    FROM spans
+    SELECT _node, coalesce(_before, '-infinity'::TIMESTAMP) AS seg_from, out_from AS seg_to
+    FROM w WHERE _before IS NULL OR out_from > _before
     UNION ALL
-    SELECT _node, max(_k), max(out_to), NULL FROM spans GROUP BY _node
+    SELECT _node, max(out_to), 'infinity'::TIMESTAMP FROM w GROUP BY _node
+), numbered AS (
+    SELECT *, row_number() OVER (ORDER BY _node, seg_to) AS _g FROM segments
 ), bounds AS (
-    SELECT x._interval, x._node, x.start_utc, x.end_utc,
-        coalesce(f._k, 0) AS _first, coalesce(l._k, 0) AS _last
+    SELECT x._interval, x._node, x.start_utc, x.end_utc, f._g AS _first, l._g AS _last
     FROM _fc_intervals x
-    ASOF LEFT JOIN spans f ON f._node = x._node AND x.start_utc >= f.out_from
-    ASOF LEFT JOIN spans l ON l._node = x._node AND x.end_utc > l.out_to
-), pieces AS (
-    SELECT b._interval, b._node, greatest(b.start_utc, g.seg_from) AS start_utc,
-        least(b.end_utc, g.seg_to) AS end_utc
-    FROM (SELECT *, unnest(range(_first, _last + 1)) AS _k FROM bounds WHERE _last >= _first) b
-    LEFT JOIN segments g USING (_node, _k)
+    ASOF LEFT JOIN numbered f ON f._node = x._node AND f.seg_to > x.start_utc
+    ASOF LEFT JOIN numbered l ON l._node = x._node AND l.seg_from < x.end_utc
 )
-SELECT _interval, _node, start_utc, end_utc FROM pieces WHERE end_utc > start_utc
+SELECT _interval, _node, start_utc, end_utc FROM bounds WHERE _first IS NULL
+UNION ALL
+SELECT b._interval, b._node, greatest(b.start_utc, g.seg_from), least(b.end_utc, g.seg_to)
+FROM (SELECT *, unnest(range(_first, _last + 1)) AS _g FROM bounds WHERE _last >= _first) b
+JOIN numbered g USING (_g)
+WHERE least(b.end_utc, g.seg_to) > greatest(b.start_utc, g.seg_from)
 """
 
 _CALENDAR_PIECES = """

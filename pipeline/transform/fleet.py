@@ -16,12 +16,15 @@ one of its node's intervals, so a failure stamped at the moment its node leaves 
 (availability traces write ``in_service_to`` = failure time; a node removed for repair at its
 failure) counts, and so does a failure at the window end (``--until``, by default the latest time
 in the data). A failure that matches two adjacent intervals (``[a, b]`` and ``[b, c]``, ``t = b``)
-counts once, in the interval it ends (the earlier one); in calendar periods, a failure at a
-period boundary that ends its interval counts in the period it ends. Failures while the node was
-out of service (between intervals, before its first, after its last), of nodes with no interval
-in the window, or after the window end are kept as incidents but are not failures: they have no
-exposure behind them and would bias rates upwards. :func:`failures_left_out` counts them by
-reason so every output can say how many were left out and why.
+counts once, in the interval it ends (the earlier one), and one held by overlapping intervals of
+its node (a dirty inventory) counts once, in the one that starts first; in calendar periods, a
+failure at a period boundary that ends its interval counts in the period it ends. Failures while
+the node was out of service (between intervals, before its first, after its last), of nodes
+with no interval in the window, or after the window end are kept as incidents but are not
+failures: they have no exposure behind them and would bias rates upwards.
+:func:`failures_left_out` counts them by reason so every output can say how many were left out
+and why. Matching is an as-of join (:func:`first_holding`), linear in rows however long a node's
+history.
 
 The quasi-Poisson interval of over-dispersed counts is in :mod:`.dispersion`; node
 interruptions, times between failures and operating times in :mod:`.interruptions`.

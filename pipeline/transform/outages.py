@@ -192,9 +192,11 @@ def uptime_intervals(exposure: pl.DataFrame, outages: pl.DataFrame) -> pl.DataFr
     on the node with an overlap filter, whose size is intervals x windows per node."""
     rows = exposure.lazy().with_row_index("_interval")
     unit = finest_time_unit(exposure.schema["start_utc"], outages.schema["end_utc"])
-    windows = outages.lazy().select(
-        *NODE, pl.col("start_utc").alias("out_from"), pl.col("end_utc").alias("out_to")
-    ).with_columns(pl.col("out_from", "out_to").dt.cast_time_unit(unit))
+    windows = (
+        outages.lazy()
+        .select(*NODE, pl.col("start_utc").alias("out_from"), pl.col("end_utc").alias("out_to"))
+        .with_columns(pl.col("out_from", "out_to").dt.cast_time_unit(unit))
+    )
     after_earlier = (pl.col("out_from") > pl.col("out_to").cum_max().shift(1)).fill_null(True)
     spans = (
         windows.filter(pl.col("out_to") > pl.col("out_from"))
