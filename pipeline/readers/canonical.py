@@ -204,7 +204,8 @@ def ingest_canonical(
     cluster: str | None = None,
 ) -> FileSummary:
     """One canonical incidents or inventory file; the caller holds the transaction and time zone.
-    With a ``category_map`` the new events are stored classified (else :mod:`pipeline.store.taxonomy` does it).
+    With a ``category_map`` the new events are stored classified (else
+    :mod:`pipeline.store.taxonomy` does it).
     ``time_format``: the strptime format of times that are not ISO 8601 (``--time-format``);
     ``cluster``: the cluster of a file with no cluster_id column (``--cluster``)."""
     check_decompressed_size(path, max_decompressed_bytes)  # Polars decompresses a .gz whole, in memory

@@ -3,8 +3,9 @@ earlier batches and the stored rows by content key (see :mod:`.canonical_checks`
 open events it closes (a ticket exported while open, then again once resolved); and the one-time
 migration of keys stored while the key still depended on the session's time zone.
 
-Kept apart from :mod:`pipeline.readers.canonical` (which reads, validates and accounts for the file) because this
-is the part that must stay exactly right for re-ingests and exactly cheap for first ingests.
+Kept apart from :mod:`pipeline.readers.canonical` (which reads, validates and accounts for the
+file) because this is the part that must stay exactly right for re-ingests and exactly cheap for
+first ingests.
 SQL reads the batch (``staged``) and the file's categories (``classes``) by their Python names.
 """
 

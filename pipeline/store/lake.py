@@ -15,15 +15,16 @@ read / accepted (records: stored + duplicate in the file) / stored / duplicate /
 the reader's notes and its part files. ``<cluster>`` is percent-encoded (:func:`partition_value`);
 the rows keep their ``cluster_id`` as written.
 
-Reading a lake (:func:`ingest_lake`) takes the inputs whose sha256 is not in ``ingested_files`` yet, in
-the order they were listed for extraction, each in its own transaction, by the store's rules that
-the reader which parsed it applied: an event whose content key is stored is a duplicate (one with
-an end closes a stored open one: :func:`pipeline.store.events.close_open_events`, as for a Slurm
-node event or a ticket row with its resolved_at), jobs and inventory rows replace the stored ones
-(:mod:`pipeline.store.jobs`, :mod:`pipeline.store.inventory`). Lines: read = ingested + duplicate + rejected + ignored,
-where duplicate = accepted - ingested; rejects keep their original file and line. An event row
-whose ``resolved_at_utc`` is before its ``timestamp_utc`` (the readers reject those, so the part
-was damaged or made by hand) is rejected with its line, as the readers would, never stored.
+Reading a lake (:func:`ingest_lake`) takes the inputs whose sha256 is not in ``ingested_files`` yet,
+in the order they were listed for extraction, each in its own transaction, by the store's rules that
+the reader which parsed it applied: an event whose content key is stored is a duplicate (one with an
+end closes a stored open one: :func:`pipeline.store.events.close_open_events`, as for a Slurm node
+event or a ticket row with its resolved_at), jobs and inventory rows replace the stored ones
+(:mod:`pipeline.store.jobs`, :mod:`pipeline.store.inventory`). Lines: read = ingested + duplicate +
+rejected + ignored, where duplicate = accepted - ingested; rejects keep their original file and
+line. An event row whose ``resolved_at_utc`` is before its ``timestamp_utc`` (the readers reject
+those, so the part was damaged or made by hand) is rejected with its line, as the readers would,
+never stored.
 """
 
 from __future__ import annotations
