@@ -45,6 +45,12 @@ LINE_SCHEMA = {"line": pl.Int64, "text": pl.String, "bad_utf8": pl.Boolean, "tru
 """The columns of a batch of lines (:class:`LineBatch`), which every line reader's staging table
 starts with."""
 
+LINE_REASONS = """\
+WHEN truncated THEN 'truncated .gz: the compressed stream ends here; copy the file again'
+         WHEN bad_utf8 THEN 'line is not valid UTF-8 (undecodable bytes shown as U+FFFD); fix the encoding'"""
+"""The first reasons of a reader's ``CASE ... END AS reason`` over a staging table of
+:data:`LINE_SCHEMA`'s columns: a line cut by a truncated ``.gz``, a line that is not UTF-8."""
+
 
 @dataclass
 class LineBatch:

@@ -19,7 +19,14 @@ import polars as pl
 
 from pipeline.readers import hostlist
 from pipeline.readers.contract import Head, ReadContext
-from pipeline.readers.slurm_pipe import Header, PipeExport, pipe_columns, slurm_time, stage_pipe_export
+from pipeline.readers.slurm_pipe import (
+    PIPE_REASONS,
+    Header,
+    PipeExport,
+    pipe_columns,
+    slurm_time,
+    stage_pipe_export,
+)
 from pipeline.store import jobs
 from pipeline.store.files import FileSummary, account_lines
 
@@ -74,10 +81,7 @@ WITH typed AS (
 )
 SELECT *,
        CASE
-         WHEN truncated THEN 'truncated .gz: the compressed stream ends here; copy the file again'
-         WHEN bad_utf8 THEN 'line is not valid UTF-8 (undecodable bytes shown as U+FFFD); fix the encoding'
-         WHEN fields <> $fields THEN 'expected ' || $fields || ' |-separated fields like the header, found '
-                                    || fields
+         {PIPE_REASONS}
          WHEN jobid IS NULL OR jobid = '' THEN 'JobID is empty'
          WHEN state_word = '' THEN 'State is empty'
          WHEN start_ts IS NULL AND start NOT IN ('', 'Unknown', 'None')

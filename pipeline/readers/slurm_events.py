@@ -33,7 +33,14 @@ import polars as pl
 
 from pipeline.readers import hostlist
 from pipeline.readers.contract import Head, ReadContext
-from pipeline.readers.slurm_pipe import Header, PipeExport, pipe_columns, slurm_time, stage_pipe_export
+from pipeline.readers.slurm_pipe import (
+    PIPE_REASONS,
+    Header,
+    PipeExport,
+    pipe_columns,
+    slurm_time,
+    stage_pipe_export,
+)
 from pipeline.store import events, staging
 from pipeline.store.files import FileSummary, account_lines, count
 from pipeline.warehouse import UNKNOWN_CLUSTER
@@ -100,10 +107,7 @@ WITH typed AS (
 )
 SELECT *,
        CASE
-         WHEN truncated THEN 'truncated .gz: the compressed stream ends here; copy the file again'
-         WHEN bad_utf8 THEN 'line is not valid UTF-8 (undecodable bytes shown as U+FFFD); fix the encoding'
-         WHEN fields <> $fields THEN 'expected ' || $fields || ' |-separated fields like the header, found '
-                                    || fields
+         {PIPE_REASONS}
          WHEN state IS NULL OR state = '' THEN 'State is empty'
          WHEN start_ts IS NULL THEN 'TimeStart ' || coalesce(timestart, '') || ' is not a time '
                                     || '(ISO 8601 or epoch seconds)'

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from pipeline.readers.contract import ReadContext
-from pipeline.readers.lines import LINE_SCHEMA
+from pipeline.readers.lines import LINE_REASONS, LINE_SCHEMA
 from pipeline.store import staging
 from pipeline.store.files import FileSummary, InputError, time_sql
 
@@ -25,6 +25,13 @@ def slurm_time(column: str) -> str:
     ``%FT%T`` in the session time zone, epoch seconds with ``SLURM_TIME_FORMAT=%s``, or ``Unknown``
     (0 or INFINITE) / ``None`` (NO_VAL), which are NULL. ``column`` must be a trusted SQL name."""
     return f"CASE WHEN {column} IN ('', 'Unknown', 'None') THEN NULL ELSE {time_sql(column)} END"
+
+
+PIPE_REASONS = f"""{LINE_REASONS}
+         WHEN fields <> $fields THEN 'expected ' || $fields || ' |-separated fields like the header, found '
+                                    || fields"""
+"""The first reasons of both ``-P`` readers' SQL: :data:`LINE_REASONS`, then a line whose field
+count is not the header's (``$fields``)."""
 
 
 Header = tuple[str, dict[str, int], int]

@@ -33,7 +33,7 @@ import polars as pl
 
 from pipeline.readers import hostlist
 from pipeline.readers.contract import Head, ReadContext
-from pipeline.readers.lines import LINE_SCHEMA
+from pipeline.readers.lines import LINE_REASONS, LINE_SCHEMA
 from pipeline.readers.slurm_events import state_base
 from pipeline.readers.syslog_years import MONTHS, syslog_base_year, year_offsets
 from pipeline.store import staging
@@ -115,7 +115,7 @@ def _parse_batch(frame: pl.DataFrame, carry: tuple[int | None, int]) -> tuple[pl
     return expanded.cast(_SCHEMA).select(list(_SCHEMA)), carry
 
 
-_STAGE = """
+_STAGE = f"""
 CREATE OR REPLACE TEMP TABLE slurmctld_parsed AS
 WITH timed AS (
     SELECT *,
@@ -128,8 +128,7 @@ WITH timed AS (
 )
 SELECT *,
        CASE
-         WHEN truncated THEN 'truncated .gz: the compressed stream ends here; copy the file again'
-         WHEN bad_utf8 THEN 'line is not valid UTF-8 (undecodable bytes shown as U+FFFD); fix the encoding'
+         {LINE_REASONS}
          WHEN iso IS NULL AND month IS NULL
            THEN 'no date: expected Slurm''s [2024-05-01T12:00:00.123] prefix or a syslog prefix '
                 || '(LogTimeFormat=clock or thread_id logs carry none)'
@@ -138,7 +137,7 @@ SELECT *,
          WHEN hostlist_error IS NOT NULL THEN hostlist_error
        END AS reason
 FROM timed
-"""
+"""  # noqa: S608 - LINE_REASONS is a constant
 
 # One row per node and event: update_node lines of one node within one second are one event
 # (category: the reason, else the state); kills take the category of the node's nearest outage.
