@@ -3,6 +3,7 @@ whether the two scaling laws agree; the fleet's repair curve for the job's spare
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,10 +37,18 @@ def rate_model_for(
     analysis: FleetAnalysis, instances: int, instance_type: str | None = None
 ) -> projection.FailureModel:
     """The per-instance failure model of a job on ``instances`` instances of this fleet, for
-    :func:`pipeline.projection.project`, from the most direct evidence there is:
+    :func:`pipeline.projection.project`: :meth:`SizeRates.model` of :func:`size_rates`."""
+    return size_rates(analysis, instance_type).model(instances)
+
+
+@dataclass(frozen=True)
+class SizeRates:
+    """The evidence a job's failure rate is taken from, for any job size (the report's planner
+    embeds it to redraw the rate at another size). :meth:`model` picks the most direct:
 
     1. the measured rate of the clusters in the job's size bucket (the power of two nearest
-       ``instances``, as in ``rates_by_size_bucket``) with its exact interval, if they failed;
+       ``instances``, as in ``rates_by_size_bucket``) with its exact interval, if they failed
+       (``measured``: bucket -> (failures, instance-hours));
     2. else the scaling law MTBF(N) = MTBF_1 / N^alpha at N = ``instances``: per-instance rate
        1 / (N MTBF(N)), its interval from the law's 95% interval (wider the further N is from the
        observed sizes), e.g. a 16 384-instance job on a fleet of 32-1 024-instance clusters;
@@ -47,12 +56,47 @@ def rate_model_for(
     4. with no failure yet, the fleet's exact one-sided 95% upper bound (-ln 0.05 / T = 3.0 / T for
        T instance-hours, :func:`pipeline.transform.poisson_upper_bound`): a worst case, labelled
        as such in ``source``.
-
-    Failures are the analysis' interruptions. ``instance_type`` restricts all three to nodes of
-    that type (the law is refitted on their clusters). The model's ``source`` says which was used.
     """
-    if instances < 1:
-        raise ValueError(f"instances must be at least 1, got {instances}")
+
+    label: str  # "fleet", "H100 nodes", with "(exposure estimated)" when it is
+    measured: dict[int, tuple[int, float]]
+    law: models.MTBFScaling | None
+    failures: int
+    exposure_node_hours: float
+    upper_bound: float
+
+    def model(self, instances: int) -> projection.FailureModel:
+        if instances < 1:
+            raise ValueError(f"instances must be at least 1, got {instances}")
+        bucket = pl.select(transform.size_bucket(pl.lit(instances))).item()
+        if bucket in self.measured:
+            failures, hours = self.measured[bucket]
+            source = f"{self.label}: measured rate of clusters of ~{bucket} instances"
+            return projection.FailureModel.from_counts(failures, hours, source)
+        if (law := self.law) is not None:
+            (mtbf,), (low,), (high,) = law.predict_mtbf_hours([instances])
+            source = (
+                f"{self.label}: scaling law MTBF(N) = {law.mtbf_one_hours_:.0f} h / N^{law.alpha_:.2f} "
+                f"at N = {instances}"
+            )
+            return projection.FailureModel.exponential(
+                1 / (instances * mtbf), 1 / (instances * high), 1 / (instances * low), source
+            )
+        if not self.failures:
+            return projection.FailureModel.exponential(
+                self.upper_bound,
+                source=f"{self.label}: no failures yet in {self.exposure_node_hours:,.0f} instance-hours; "
+                "UPPER BOUND (95% one-sided, -ln 0.05 / T), a worst case",
+            )
+        return projection.FailureModel.from_counts(
+            self.failures, self.exposure_node_hours, f"{self.label}: rate"
+        )
+
+
+def size_rates(analysis: FleetAnalysis, instance_type: str | None = None) -> SizeRates:
+    """The fleet's :class:`SizeRates` (failures are the analysis' interruptions);
+    ``instance_type`` restricts all of it to nodes of that type (the law refitted on their
+    clusters)."""
     exposure, at_risk, label = analysis.exposure, analysis.rate_exposure, "fleet"
     if instance_type is not None:
         of_type = pl.col("instance_type") == instance_type
@@ -63,15 +107,13 @@ def rate_model_for(
     if analysis.exposure_estimated:
         label += " (exposure estimated)"
     failures = analysis.interruptions
-    bucket = pl.select(transform.size_bucket(pl.lit(instances))).item()
-    measured = transform.failure_rates(failures, at_risk, by=["size_bucket"]).filter(
-        (pl.col("size_bucket") == bucket) & (pl.col("failures") > 0)
-    )
-    if measured.height:
-        row = measured.row(0, named=True)
-        source = f"{label}: measured rate of clusters of ~{bucket} instances"
-        return projection.FailureModel.from_counts(row["failures"], row["exposure_node_hours"], source)
+    buckets = transform.failure_rates(failures, at_risk, by=["size_bucket"]).filter(pl.col("failures") > 0)
+    measured = {
+        int(b): (int(f), float(h))
+        for b, f, h in buckets.select("size_bucket", "failures", "exposure_node_hours").iter_rows()
+    }
     per_cluster = cluster_mtbf(transform.failure_rates(failures, at_risk, by=["cluster_id"]), exposure)
+    law = None
     if sizes_that_failed(per_cluster) >= 2:
         law = models.MTBFScaling().fit(
             per_cluster["instances"],
@@ -79,24 +121,11 @@ def rate_model_for(
             per_cluster["exposure_cluster_hours"],
             dispersion=analysis.count_dispersion,
         )
-        (mtbf,), (low,), (high,) = law.predict_mtbf_hours([instances])
-        source = (
-            f"{label}: scaling law MTBF(N) = {law.mtbf_one_hours_:.0f} h / N^{law.alpha_:.2f} "
-            f"at N = {instances}"
-        )
-        return projection.FailureModel.exponential(
-            1 / (instances * mtbf), 1 / (instances * high), 1 / (instances * low), source
-        )
     total = transform.failure_rates(failures, at_risk, by=[]).row(0, named=True)
-    if not total["failures"]:
-        return projection.FailureModel.exponential(
-            total["rate_upper_bound"],
-            source=f"{label}: no failures yet in {total['exposure_node_hours']:,.0f} instance-hours; "
-            "UPPER BOUND (95% one-sided, -ln 0.05 / T), a worst case",
-        )
-    return projection.FailureModel.from_counts(
-        total["failures"], total["exposure_node_hours"], f"{label}: rate"
-    )
+    return SizeRates(
+        label, measured, law, int(total["failures"]), float(total["exposure_node_hours"]),
+        float(total["rate_upper_bound"]),
+    )  # fmt: skip
 
 
 def size_laws_agreement(analysis: FleetAnalysis) -> str:
