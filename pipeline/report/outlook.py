@@ -18,7 +18,9 @@ projection into plain frames with documented columns, so the charts and the page
   (analytic; days, interruptions and cost null where the mode cannot finish)
 - ``spares``: per job (with repair times), :func:`pipeline.projection.spare_advice`'s table with
   a ``job`` and a ``note`` column (recommended, the 99% row); ``spares_summary``: job, recommended,
-  recommended_low, recommended_high, probability_row, rule, intervals
+  recommended_low, recommended_high, probability_row, rule, intervals; both on the jobs with only
+  their measured detection and restart times (``pool_spec`` for the first: the swap stays
+  assumed, the pool builds its replace time on ``mean_repair_hours``), as ``failcast spares``
 - ``size_sweep``: instances, mode, status, checkpoint_interval_hours, expected_days, cost_usd,
   goodput, and the same at the interval re-optimised for each size: optimal_interval_hours,
   optimal_status, optimal_expected_days, optimal_cost_usd, optimal_goodput (work held fixed; days
@@ -68,6 +70,8 @@ class JobOutlook:
     spares: pl.DataFrame | None = None
     spares_summary: pl.DataFrame | None = None
     priced: bool = True
+    pool_spec: proj.JobSpec | None = None  # the job as its spare pool plans it (the swap assumed)
+    mean_repair_hours: float | None = None  # the fleet's MTTR behind the spare tables
 
 
 def _nan(value: float | None) -> float:
@@ -109,6 +113,7 @@ def job_outlook(
     ``repair``: the fleet's repair curve, for every job's spare table. ``others``: the other
     configured jobs, projected analytically beside this one in ``jobs`` (and ``spares``)."""
     specs = [spec, *others]
+    pool_specs = [proj.with_measured_job_times(s, measured) for s in specs]  # the swap stays assumed
     sources = []
     if measured:
         specs = [proj.with_measured_recovery(s, measured)[0] for s in specs]
@@ -195,7 +200,9 @@ def job_outlook(
         failure=spec.failure,
         jobs=jobs_frame(specs, result),
         priced=spec.price_per_gpu_hour_usd is not None,
-        **spares_frames(specs, repair),
+        pool_spec=pool_specs[0],
+        mean_repair_hours=None if repair is None else repair.mean_hours,
+        **spares_frames(pool_specs, repair),
     )
 
 
