@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from scipy import integrate
 
-from pipeline import analysis, ingest, models, sample, warehouse
+from pipeline import analysis, ingest, models, report, sample, warehouse
 from pipeline.cli import main
 from pipeline.projection import (
     FailureModel,
@@ -261,3 +261,20 @@ def test_run_reports_every_configured_job_and_their_spares(fleet_400):
     for needle in ("id='configured-jobs'", "id='hot-spares'", "small-run", "big-run", "None given: costs"):
         assert needle.lower() in html.lower()
     assert "$nan" not in html.lower() and "inf days" not in html
+
+
+def test_a_measured_reports_spare_table_is_failcast_spares_with_the_assumed_swap(fleet_400):
+    """The report measures recovery for its projection, but its spare table keeps the assumed swap
+    (the pool builds its own replace time), as failcast spares --recovery measured does."""
+    _, db, _ = fleet_400
+    args = ["spares", "--db", str(db), "--instances", "256", "--gpu-hours", "3000000", "--recovery", "measured"]
+    cli = json.loads(_invoke(*args, "--json").stdout)
+    fleet = analysis.analyze(warehouse.connect(db, read_only=True))
+    spec = JobSpec(256, None, gpu_hours=3e6, failure=analysis.failure_model_for(fleet, 256))
+    outlook = report.job_outlook(
+        spec, monte_carlo_runs=0, measured=analysis.measured_recovery_hours(fleet),
+        repair=analysis.repair_curve(fleet),
+    )  # fmt: skip
+    assert cli["swap_hours"] == pytest.approx(10 / 60)
+    table = outlook.spares.filter(outlook.spares["spares"] < len(cli["table"]))
+    assert table["expected_days"].to_list() == pytest.approx([r["expected_days"] for r in cli["table"]])
