@@ -267,8 +267,8 @@ def test_a_measured_reports_spare_table_is_failcast_spares_with_the_assumed_swap
     """The report measures recovery for its projection, but its spare table keeps the assumed swap
     (the pool builds its own replace time), as failcast spares --recovery measured does."""
     _, db, _ = fleet_400
-    args = ["spares", "--db", str(db), "--instances", "256", "--gpu-hours", "3000000", "--recovery", "measured"]
-    cli = json.loads(_invoke(*args, "--json").stdout)
+    args = ["spares", "--db", str(db), "--instances", "256", "--gpu-hours", "3000000", "--recovery"]
+    cli = json.loads(_invoke(*args, "measured", "--json").stdout)
     fleet = analysis.analyze(warehouse.connect(db, read_only=True))
     spec = JobSpec(256, None, gpu_hours=3e6, failure=analysis.failure_model_for(fleet, 256))
     outlook = report.job_outlook(
