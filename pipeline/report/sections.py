@@ -17,6 +17,7 @@ from pipeline.report import charts, comparisons, drivers, lemons, recovery, repa
 from pipeline.report.backtest import backtest_section
 from pipeline.report.badput import badput_section
 from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_chart, size_sweep_chart
+from pipeline.report.planner import planner_section
 from pipeline.report.planning import planning_sections
 from pipeline.report.reliability import reliability_sections
 
@@ -314,6 +315,12 @@ def projection_sections(outlook: JobOutlook) -> list[Section]:
     ]
 
 
+def _projection_parts(analysis: FleetAnalysis, outlook: JobOutlook) -> list[Section]:
+    """The planner first (the question people come with), then the configured job's charts."""
+    planner = planner_section(analysis, outlook)
+    return ([planner] if planner else []) + projection_sections(outlook) + planning_sections(outlook)
+
+
 def sections(
     analysis: FleetAnalysis,
     projection: JobOutlook | None = None,
@@ -325,5 +332,5 @@ def sections(
     return (
         fleet_sections(analysis)
         + ([baseline_section(analysis, baselines)] if analysis.has_failures else [])  # no rate to place
-        + (projection_sections(projection) + planning_sections(projection) if projection else [])
+        + (_projection_parts(analysis, projection) if projection else [])
     )
