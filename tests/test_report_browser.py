@@ -183,9 +183,7 @@ VERDICT = "() => document.querySelector('#chart-planner svg .mark-text.role-mark
 def _planner_verdict(spec: proj.JobSpec, repair: proj.RepairCurve, spares: int) -> str:
     """What the model gives (failcast spares' row of ``spares``), as the planner's verdict reads."""
     row = proj.spare_advice(spec, repair).table.row(spares, named=True)
-    return (
-        f"{row['expected_days']:,.1f} days, goodput {row['goodput']:.1%}, cost ${row['cost_usd']:,.0f}"
-    )
+    return f"{row['expected_days']:,.1f} days, goodput {row['goodput']:.1%}, cost ${row['cost_usd']:,.0f}"
 
 
 def test_planner_redraws_when_a_slider_moves(sample_warehouse, tmp_path):
