@@ -15,7 +15,8 @@ projection into plain frames with documented columns, so the charts and the page
   without a price)
 - ``jobs``: every configured job (this one first) per mode: job, instances, gpus_per_instance,
   gpu_hours_of_work, mode, outcome, expected_days, goodput, expected_interruptions, cost_usd
-  (analytic; days, interruptions and cost null where the mode cannot finish)
+  (analytic; days, interruptions and cost null where the mode cannot finish), priced;
+  ``job_savings``: job, baseline, mode, days, percent, usd (every job's ``savings``)
 - ``spares``: per job (with repair times), :func:`pipeline.projection.spare_advice`'s table with
   a ``job`` and a ``note`` column (recommended, the 99% row); ``spares_summary``: job, recommended,
   recommended_low, recommended_high, probability_row, rule, intervals; both on the jobs with only
@@ -44,7 +45,7 @@ import polars as pl
 from pipeline import projection as proj
 from pipeline.projection.spec import HOURS_PER_DAY
 from pipeline.report.charts import WIDTH, mode_color
-from pipeline.report.planning import jobs_frame, spares_frames
+from pipeline.report.planning import jobs_frames, spares_frames
 
 CHECKPOINT_GRID_POINTS = 60
 
@@ -67,6 +68,7 @@ class JobOutlook:
     name: str = ""  # the job spec's name (a metric label)
     failure: proj.FailureModel | None = None  # the failure model the projection used
     jobs: pl.DataFrame | None = None
+    job_savings: pl.DataFrame | None = None
     spares: pl.DataFrame | None = None
     spares_summary: pl.DataFrame | None = None
     priced: bool = True
@@ -198,10 +200,10 @@ def job_outlook(
         failure_model_note=" ".join(differences),
         name=spec.name,
         failure=spec.failure,
-        jobs=jobs_frame(specs, result),
         priced=spec.price_per_gpu_hour_usd is not None,
         pool_spec=pool_specs[0],
         mean_repair_hours=None if repair is None else repair.mean_hours,
+        **jobs_frames(specs, result),
         **spares_frames(pool_specs, repair),
     )
 

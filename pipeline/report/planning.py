@@ -5,6 +5,7 @@ and its interval ends; :func:`pipeline.projection.spare_advice`). Both come from
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -21,9 +22,11 @@ JOBS_SLUG, JOBS_TITLE = "configured-jobs", "Every configured job: training days,
 SPARES_SLUG, SPARES_TITLE = "hot-spares", "Hot spares: what each spare is worth"
 
 
-def jobs_frame(specs: Sequence[proj.JobSpec], first: proj.Projection) -> pl.DataFrame:
-    """Every job per mode, analytic (the first job's projection is ``first``)."""
-    rows = []
+def jobs_frames(specs: Sequence[proj.JobSpec], first: proj.Projection) -> dict[str, pl.DataFrame]:
+    """Every job per mode (``jobs``) and what each mode saves over the job's baseline
+    (``job_savings``: job, baseline, mode, days, percent, usd; only between modes that both
+    finish, usd null without a price), analytic (the first job's projection is ``first``)."""
+    rows, savings = [], []
     for spec in specs:
         p = first if spec is specs[0] else proj.project(spec, monte_carlo_runs=0)
         rows += [
@@ -38,12 +41,18 @@ def jobs_frame(specs: Sequence[proj.JobSpec], first: proj.Projection) -> pl.Data
                 "goodput": m.goodput,
                 "expected_interruptions": m.expected_interruptions if m.finishes else None,
                 "cost_usd": m.cost_usd if m.finishes else None,
+                "priced": spec.price_per_gpu_hour_usd is not None,
             }
             for m in p.modes.values()
         ]
-    return pl.DataFrame(rows, infer_schema_length=None).with_columns(
-        pl.col("expected_days", "expected_interruptions", "cost_usd").cast(pl.Float64)
-    )
+        savings += [{"job": spec.name, **dataclasses.asdict(s)} for s in p.savings]
+    floats = ("expected_days", "expected_interruptions", "cost_usd")
+    schema = {"job": pl.String, "baseline": pl.String, "mode": pl.String, "days": pl.Float64,
+              "percent": pl.Float64, "usd": pl.Float64}  # fmt: skip
+    return {
+        "jobs": pl.DataFrame(rows, infer_schema_length=None).with_columns(pl.col(*floats).cast(pl.Float64)),
+        "job_savings": pl.DataFrame(savings, schema=schema),
+    }
 
 
 def spares_frames(
@@ -162,7 +171,7 @@ def planning_sections(outlook: JobOutlook) -> list:
 
     out = []
     if outlook.jobs is not None:
-        jobs = outlook.jobs.drop([] if outlook.priced else ["cost_usd"])
+        jobs = outlook.jobs.drop(["priced"] + ([] if outlook.priced else ["cost_usd"]))
         cannot = jobs.filter(pl.col("outcome") != "finishes").height
         out.append(
             Section(
