@@ -22,9 +22,10 @@ import altair as alt
 import polars as pl
 import vl_convert
 
-from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, left_out_note, spares_for_job
+from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, left_out_note
 from pipeline.report.format import column_label, format_value
 from pipeline.report.outlook import JobOutlook, mode_card, saving_card
+from pipeline.report.planning import spares_card
 from pipeline.report.sections import Section, sections
 
 REPORT_FILENAME = "failcast-report.html"
@@ -152,18 +153,7 @@ def _fleet_action_cards(analysis: FleetAnalysis, projection: JobOutlook | None) 
                 "false-discovery rate",
             )
         )
-    if projection is not None and analysis.repair_times is not None and analysis.has_failures:
-        spares = spares_for_job(analysis.repair_times, projection.instances, analysis.fleet_rate.rate_)
-        cards.append(
-            (
-                f"Hot spares for {projection.instances:,} instances",
-                f"{spares['spares']:,}",
-                f"a failure finds a free spare with ≥ {spares['probability']:.0%} probability; "
-                f"{spares['mean_in_repair']:,.1f} nodes in repair on average (MTTR "
-                f"{spares['mttr_hours']:,.1f} h)",
-            )
-        )
-    return cards
+    return cards + (spares_card(projection) if projection is not None else [])
 
 
 def _cause_card(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:

@@ -165,6 +165,29 @@ def _spares_note(outlook: JobOutlook) -> str:
     )
 
 
+def spares_card(outlook: JobOutlook) -> list[tuple[str, str, str]]:
+    """The headline's hot-spares card: the first job's spare table at its 99% row (the same
+    numbers as the table, at the job's own failure rate), and the recommended count."""
+    if outlook.spares is None or outlook.spares_summary is None:
+        return []
+    summary = outlook.spares_summary.row(0, named=True)
+    table = outlook.spares.filter(pl.col("job") == summary["job"])
+    row = table.filter(pl.col("spares") == summary["probability_row"]).row(0, named=True)
+    recommended = (
+        "cannot finish at any number of spares"
+        if summary["recommended"] is None
+        else f"recommended for days and cost: {summary['recommended']:,}"
+    )
+    return [
+        (
+            f"Hot spares for {outlook.instances:,} instances",
+            f"{row['spares']:,}",
+            f"a failure finds a free spare {row['free_spare_probability']:.1%} of the time (the fewest "
+            f"with ≥ 99%; MTTR {outlook.mean_repair_hours:,.1f} h); {recommended} (see Hot spares)",
+        )
+    ]
+
+
 def planning_sections(outlook: JobOutlook) -> list:
     """The two sections (the spares one a note naming the input when there are no repair times)."""
     from pipeline.report.sections import Section  # sections imports this module
