@@ -302,5 +302,10 @@ def test_failure_model_with_one_cluster_size_uses_the_fleet_rate(tmp_path):
     fleet = analysis.analyze(con)
     con.close()
     model = analysis.failure_model_for(fleet, 1024)
-    assert model.source == "fleet: rate"
+    assert model.source == f"fleet: rate ({fleet.interval_method} 95% interval)"
     assert model.rate_per_instance_hour == pytest.approx(fleet.fleet_rate.rate_)
+    overall = fleet.rates_overall.row(0, named=True)  # the rate table's interval, not another one
+    assert (model.rate_ci_low_per_instance_hour, model.rate_ci_high_per_instance_hour) == (
+        overall["rate_ci_low"],
+        overall["rate_ci_high"],
+    )

@@ -351,7 +351,8 @@ def test_rates_name_their_interval(sample_warehouse, args, method):
             format_value("rate_per_node_hour", fleet[k])
             for k in ("rate_per_node_hour", "rate_ci_low", "rate_ci_high")
         )
-        assert f"Fleet: {rate} failures per instance-hour (95% CI {low} to {high})" in verdict
+        name = "quasi-Poisson (overdispersed)" if expected == "overdispersed" else "exact Poisson (Garwood)"
+        assert f"Fleet: {rate} failures per instance-hour (95% CI {low} to {high}, {name})" in verdict
         assert f"{fleet['failures']:,} failures" in verdict
     # a table for people: headers in words with units, one row per cluster, rates in percent
     assert table[0].split("  ")[0] == "Cluster" and "Rate (% per instance-hour)" in table[0]

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from pipeline import analysis, datasets, ingest, models, projection, report, transform, warehouse
 from pipeline.cli import main
 from pipeline.report import charts, comparisons, drivers, page
+from pipeline.report.format import duration_text, format_value
 from tests._fleets import simulated_jobs
 from tests.conftest import SAMPLE_SPEC
 
@@ -338,10 +339,10 @@ def test_mode_colour_does_not_depend_on_order(order):
 def test_headline_quotes_fleet_rate_and_projection(hostile_analysis):
     outlook = outlook_frames()
     cards = report.summary_cards(hostile_analysis, outlook)
-    rate = hostile_analysis.fleet_rate
-    low, high = rate.confidence_interval_
-    assert f"{rate.rate_ * 100:.4f}%" in cards[0][1]
-    assert f"{low * 100:.4f}–{high * 100:.4f}%" in cards[0][2]
+    row = hostile_analysis.rates_overall.row(0, named=True)  # the rate table's figures, as printed there
+    assert cards[0][1] == f"{format_value('rate_per_node_hour', row['rate_per_node_hour'])} per instance-hour"
+    low, high = (format_value("rate_ci_low", row[k]) for k in ("rate_ci_low", "rate_ci_high"))
+    assert f"{low}–{high}" in cards[0][2]
     for m in outlook.modes.iter_rows(named=True):
         assert any(f"{m['expected_days']:,.1f} days" in v and m["mode"] in k for k, v, _ in cards)
     assert any("saves" in k and "10.0 days" in v for k, v, _ in cards)
@@ -578,7 +579,7 @@ def test_both_size_laws_are_drawn_and_tabled(pages, rich_analysis):
     }
     assert laws == {charts.COUNT_LAW, charts.AFT_LAW}
     alpha = next(c for c in report.summary_cards(rich_analysis) if "exponent" in c[0])
-    assert f"Weibull AFT view {rich_analysis.size_regression.alpha_:.2f}" in alpha[2]
+    assert f"Weibull AFT view {rich_analysis.size_regression.alpha_:.3f}" in alpha[2]  # the note's digits
 
 
 def test_job_section_is_a_chart_with_jobs_and_a_note_without(pages, rich_analysis, hostile_analysis):
@@ -623,14 +624,17 @@ def test_headline_says_what_the_weibull_shape_means(rich_analysis):
     # no job: the law's MTBF at the smallest planned size, the larger ones in the note
     projected = next(c for c in cards if c[0].startswith("Projected cluster MTBF at 256 instances"))
     mtbf = rich_analysis.scaling_projection.filter(instances=256.0)["mtbf_hours"][0]
-    assert projected[1] == (f"{mtbf * 60:,.1f} min" if mtbf < 1 else f"{mtbf:,.1f} h")
+    assert projected[1] == duration_text(mtbf)
+    # the size-law table's cell, in the same digits
+    table = charts.size_law_table(rich_analysis).filter(instances=256)
+    assert projected[1] == f"{format_value('count_mtbf_hours', table['count_mtbf_hours'][0])} h"
     assert "16,384: " in projected[2]
 
 
 @pytest.mark.parametrize("method", ["exact", "overdispersed"])
 def test_headline_rate_interval_is_the_default_one_and_named(rich_analysis, method):
     """The card quotes the same interval as `failcast rates` (the default method's), not always
-    the exact one, and says when it is widened for clustering."""
+    the exact one, and names its method."""
     phi = 1.7 if method == "overdispersed" else 1.0
     row = rich_analysis.rates_overall.row(0, named=True)
     low, high = transform.poisson_interval([row["failures"]], [row["exposure_node_hours"]], dispersion=phi)
@@ -641,8 +645,9 @@ def test_headline_rate_interval_is_the_default_one_and_named(rich_analysis, meth
     )
     title, _, note = report.summary_cards(fleet)[0]
     assert title == "Fleet interruption rate"
-    widened = " (quasi-Poisson: failures cluster)" if method == "overdispersed" else ""
-    assert note.startswith(f"95% CI{widened} {low[0] * 100:.4f}–{high[0] * 100:.4f}%")
+    name = "quasi-Poisson (overdispersed)" if method == "overdispersed" else "exact Poisson (Garwood)"
+    cells = (format_value("rate_ci_low", v) for v in (low[0], high[0]))
+    assert note.startswith(f"95% CI {'–'.join(cells)}, {name};")
 
 
 def test_headline_mtbf_is_the_planned_jobs_from_the_model_its_projection_uses(rich_analysis):
@@ -654,7 +659,7 @@ def test_headline_mtbf_is_the_planned_jobs_from_the_model_its_projection_uses(ri
     title, value, note = next(c for c in cards if "MTBF at" in c[0])
     assert title == "Cluster MTBF at 500 instances (the job)"
     assert value == "10.0 h"  # 1 / (500 × 2e-4 per instance-hour)
-    assert note.startswith("95% CI 5.0 h–20.0 h; source: fleet: measured rate of clusters of ~512")
+    assert note.startswith("95% CI 5.00 h–20.0 h; source: fleet: measured rate of clusters of ~512")
     assert "16,384: " in note and not any(c[0].startswith("Projected cluster MTBF") for c in cards)
 
 
@@ -751,8 +756,8 @@ def test_biggest_cause_card_names_the_top_category_and_its_share(rich_analysis):
 @pytest.mark.parametrize(
     ("failures", "value", "note"),
     [
-        ((5, 1, 0), "gpu_memory", "5 of 6 interruptions (83%)"),
-        ((3, 3, 1), "gpu_memory, network", "a tie: gpu_memory, network, 3 of 7 interruptions (43%) each"),
+        ((5, 1, 0), "gpu_memory", "5 of 6 interruptions (83.3%)"),  # the root-cause table's share
+        ((3, 3, 1), "gpu_memory, network", "a tie: gpu_memory, network, 3 of 7 interruptions (42.9%) each"),
         ((2, 2, 2), "gpu_memory, network, software", "a tie: gpu_memory, network, software, 2 of 6"),
         ((1, 1, 1, 1), "4 causes tie", "a tie: gpu_memory, host, network, software, 1 of 4 interruptions"),
     ],

@@ -71,6 +71,15 @@ def rate_exposure(
     return transform.uptime_intervals(exposure, outages), outages
 
 
+def counted_failures(failures: pl.DataFrame, in_service: pl.DataFrame) -> pl.DataFrame:
+    """The rows of ``failures`` that count, given their match to the rate exposure
+    (``in_service``, :func:`pipeline.transform.failures_in_service`): one row per failure, in
+    order, with the columns of ``failures`` only. Why: trend tests and plots on the calendar
+    intervals would count a failure during a known repair of its node, which the rates leave out
+    as part of that outage ("node out of service"), and show more failures than the rate table."""
+    return in_service.select(failures.columns)
+
+
 def left_out_note(left_out: pl.DataFrame) -> str | None:
     """One line saying how many failures the statistics leave out and why, or None when none
     are (``left_out`` from :func:`pipeline.transform.failures_left_out`)."""

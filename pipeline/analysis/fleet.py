@@ -13,6 +13,7 @@ from pipeline import models, record_checks, transform, warehouse
 from pipeline.analysis.failures import (
     LEMON_FDR,
     cluster_mtbf,
+    counted_failures,
     left_out_warning,
     node_evidence,
     rate_exposure,
@@ -55,6 +56,12 @@ class FleetAnalysis:
     they are. ``incidents`` is the warehouse's whole table, one row per fault, as a lazy frame
     (:func:`pipeline.warehouse.scan_incidents`: collect what you need while the connection is
     open); nothing in the analysis loads it.
+    ``failures_counted`` holds the interruptions the rates count (in service on the rate exposure:
+    :func:`counted_failures`), so every table and plot that shows a count of failures (rates, trend
+    tests, the mean cumulative function) shows the same ones; ``failure_operating_times`` places
+    them on each cluster's calendar service clock (the trend tests' and the Duane plot's input).
+    Times between failures alone keep the failures during a node's known repair: the fits estimate
+    the failure process on the calendar clock, which does not stop for repairs.
     ``failures_left_out`` counts the failures no statistic counts, by reason
     (:func:`pipeline.transform.failures_left_out`: after the window end, node without a service
     interval, node out of service); :func:`left_out_note` says it in one line. ``late_records``
@@ -128,6 +135,8 @@ class FleetAnalysis:
     repair_times: models.RepairTimes | None
     job_recoveries: pl.DataFrame
     badput: pl.DataFrame
+    failures_counted: pl.DataFrame
+    failure_operating_times: pl.DataFrame
     job_backtest: JobBacktestResult | None = None
     late_records: tuple[record_checks.LateRecords, ...] = ()
     left_out_warning: str | None = None
@@ -223,7 +232,8 @@ def analyze(
     overall = rates([])
     left_out = transform.failures_left_out(failures, at_risk, end, in_service=in_service)
 
-    # the same match on the calendar intervals, for gaps and trend tests
+    # the same match on the calendar intervals, for gaps (failures keep coming on the calendar
+    # clock while a node is in repair: the renewal process the fits estimate)
     calendar = (
         in_service
         if at_risk is exposure
@@ -271,6 +281,9 @@ def analyze(
         )
         regression_projection = _projection(regression.predict_mtbf_hours, sizes)
 
+    # trend tests count the failures the rates count (one during a known repair of its node is
+    # part of that outage, not a new failure), on the calendar clock
+    operating_times = transform.failure_operating_times(failures, exposure, in_service=in_service)
     jobs = job_interruptions(con, by_cluster)
     recoveries = read_job_recoveries(con)
     backtest = job_backtest(con, failures, exposure)
@@ -296,9 +309,9 @@ def analyze(
         category_shares=transform.category_shares(
             failures, at_risk, by=["cluster_id"], in_service=in_service
         ),
-        trend_tests=trend_tests(
-            transform.failure_operating_times(failures, exposure, in_service=calendar), exposure
-        ),
+        trend_tests=trend_tests(operating_times, exposure),
+        failure_operating_times=operating_times,
+        failures_counted=counted_failures(failures, in_service),
         first_gap=first_gap,
         node_durations=durations,
         nelson_aalen=models.NelsonAalen().fit(*args) if fitted else None,

@@ -47,32 +47,35 @@ class SizeRates:
     embeds it to redraw the rate at another size). :meth:`model` picks the most direct:
 
     1. the measured rate of the clusters in the job's size bucket (the power of two nearest
-       ``instances``, as in ``rates_by_size_bucket``) with its exact interval, if they failed
-       (``measured``: bucket -> (failures, instance-hours));
+       ``instances``: the row of ``rates_by_size_bucket``) with its interval, if they failed
+       (``measured``: bucket -> that row);
     2. else the scaling law MTBF(N) = MTBF_1 / N^alpha at N = ``instances``: per-instance rate
        1 / (N MTBF(N)), its interval from the law's 95% interval (wider the further N is from the
        observed sizes), e.g. a 16 384-instance job on a fleet of 32-1 024-instance clusters;
-    3. else (one cluster size only: no law) the rate of the whole fleet;
+    3. else (one cluster size only: no law) the rate of the whole fleet (``rates_overall``,
+       ``total``);
     4. with no failure yet, the fleet's exact one-sided 95% upper bound (-ln 0.05 / T = 3.0 / T for
        T instance-hours, :func:`pipeline.transform.poisson_upper_bound`): a worst case, labelled
        as such in ``source``.
+
+    The rates and the law are the analysis' own (its rate tables and ``scaling``), so the job's
+    rate and interval are the figures the report shows beside it, by the analysis' interval method
+    (``interval``, named in ``source``).
     """
 
     label: str  # "fleet", "H100 nodes", with "(exposure estimated)" when it is
-    measured: dict[int, tuple[int, float]]
+    interval: str
+    measured: dict[int, dict]
     law: models.MTBFScaling | None
-    failures: int
-    exposure_node_hours: float
-    upper_bound: float
+    total: dict
 
     def model(self, instances: int) -> projection.FailureModel:
         if instances < 1:
             raise ValueError(f"instances must be at least 1, got {instances}")
         bucket = pl.select(transform.size_bucket(pl.lit(instances))).item()
         if bucket in self.measured:
-            failures, hours = self.measured[bucket]
-            source = f"{self.label}: measured rate of clusters of ~{bucket} instances"
-            return projection.FailureModel.from_counts(failures, hours, source)
+            source = f"{self.label}: measured rate of clusters of ~{bucket} instances ({self.interval})"
+            return _rate_model(self.measured[bucket], source)
         if (law := self.law) is not None:
             (mtbf,), (low,), (high,) = law.predict_mtbf_hours([instances])
             source = (
@@ -82,21 +85,20 @@ class SizeRates:
             return projection.FailureModel.exponential(
                 1 / (instances * mtbf), 1 / (instances * high), 1 / (instances * low), source
             )
-        if not self.failures:
+        total = self.total
+        if not total["failures"]:
             return projection.FailureModel.exponential(
-                self.upper_bound,
-                source=f"{self.label}: no failures yet in {self.exposure_node_hours:,.0f} instance-hours; "
-                "UPPER BOUND (95% one-sided, -ln 0.05 / T), a worst case",
+                total["rate_upper_bound"],
+                source=f"{self.label}: no failures yet in {total['exposure_node_hours']:,.0f} "
+                "instance-hours; UPPER BOUND (95% one-sided, -ln 0.05 / T), a worst case",
             )
-        return projection.FailureModel.from_counts(
-            self.failures, self.exposure_node_hours, f"{self.label}: rate"
-        )
+        return _rate_model(total, f"{self.label}: rate ({self.interval})")
 
 
 def size_rates(analysis: FleetAnalysis, instance_type: str | None = None) -> SizeRates:
-    """The fleet's :class:`SizeRates` (failures are the analysis' interruptions);
-    ``instance_type`` restricts all of it to nodes of that type (the law refitted on their
-    clusters)."""
+    """The fleet's :class:`SizeRates`. ``instance_type`` restricts all of it to nodes of that
+    type: the same computation on their failures and hours (the fleet's interval method and
+    dispersion, the law refitted on their clusters)."""
     exposure, at_risk, label = analysis.exposure, analysis.rate_exposure, "fleet"
     if instance_type is not None:
         of_type = pl.col("instance_type") == instance_type
@@ -106,26 +108,44 @@ def size_rates(analysis: FleetAnalysis, instance_type: str | None = None) -> Siz
             raise ValueError(f"no nodes of instance type {instance_type!r} in the fleet; it has {known}")
     if analysis.exposure_estimated:
         label += " (exposure estimated)"
-    failures = analysis.interruptions
-    buckets = transform.failure_rates(failures, at_risk, by=["size_bucket"]).filter(pl.col("failures") > 0)
+    if instance_type is None:
+        by_bucket, by_cluster, total = (
+            analysis.rates_by_size_bucket,
+            analysis.rates_by_cluster,
+            analysis.rates_overall,
+        )
+    else:
+        phi = analysis.dispersion_test.dispersion(analysis.interval_method)
+        by_bucket, by_cluster, total = (
+            transform.failure_rates(analysis.interruptions, at_risk, by=by, dispersion=phi)
+            for by in (["size_bucket"], ["cluster_id"], [])
+        )
     measured = {
-        int(b): (int(f), float(h))
-        for b, f, h in buckets.select("size_bucket", "failures", "exposure_node_hours").iter_rows()
+        int(r["size_bucket"]): r for r in by_bucket.filter(pl.col("failures") > 0).iter_rows(named=True)
     }
-    per_cluster = cluster_mtbf(transform.failure_rates(failures, at_risk, by=["cluster_id"]), exposure)
+    per_cluster = cluster_mtbf(by_cluster, exposure)
     law = None
     if sizes_that_failed(per_cluster) >= 2:
-        law = models.MTBFScaling().fit(
-            per_cluster["instances"],
-            per_cluster["failures"],
-            per_cluster["exposure_cluster_hours"],
-            dispersion=analysis.count_dispersion,
+        law = (
+            analysis.scaling
+            if instance_type is None and analysis.scaling is not None
+            else models.MTBFScaling().fit(
+                per_cluster["instances"],
+                per_cluster["failures"],
+                per_cluster["exposure_cluster_hours"],
+                dispersion=analysis.count_dispersion,
+            )
         )
-    total = transform.failure_rates(failures, at_risk, by=[]).row(0, named=True)
     return SizeRates(
-        label, measured, law, int(total["failures"]), float(total["exposure_node_hours"]),
-        float(total["rate_upper_bound"]),
-    )  # fmt: skip
+        label, f"{analysis.interval_method} 95% interval", measured, law, total.row(0, named=True)
+    )
+
+
+def _rate_model(row: dict, source: str) -> projection.FailureModel:
+    """An exponential failure model from one row of a rate table: its rate and interval as they are."""
+    return projection.FailureModel.exponential(
+        row["rate_per_node_hour"], row["rate_ci_low"], row["rate_ci_high"], source
+    )
 
 
 def size_laws_agreement(analysis: FleetAnalysis) -> str:

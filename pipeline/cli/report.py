@@ -16,10 +16,14 @@ from pipeline.cli.common import (
     until_option,
 )
 from pipeline.cli.project import required_measured_recovery
+from pipeline.report.format import RATE_INTERVAL_SCOPE
 
 
 # --- report --------------------------------------------------------------------------------------
-@main.command()
+@main.command(
+    help="Write the self-contained HTML report (and a PNG/SVG of each chart). Rate intervals are "
+    f"exact Poisson or quasi-Poisson, named where shown. {RATE_INTERVAL_SCOPE}"
+)
 @db_option
 @click.option(
     "--out",
@@ -64,7 +68,6 @@ def report(
     images: bool,
     baseline_dbs: tuple[Path, ...],
 ):
-    """Write the self-contained HTML report (and a PNG/SVG of each chart)."""
     result = analysis_mod.analyze(warehouse.connect(db, read_only=True), observed_until=observed_until)
     baselines = {p.stem: _baseline(p) for p in baseline_dbs}
     outlook = None

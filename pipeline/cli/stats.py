@@ -1,4 +1,5 @@
-"""failcast rates and failcast fit: failure rates with exact intervals, survival models."""
+"""failcast rates and failcast fit: failure rates with their intervals (exact or quasi-Poisson,
+named in the output), survival models."""
 
 from __future__ import annotations
 
@@ -21,7 +22,13 @@ from pipeline.cli.common import (
     safe_text,
     until_option,
 )
-from pipeline.report.format import format_value, p_value_text, text_table
+from pipeline.report.format import (
+    RATE_INTERVAL_SCOPE,
+    format_value,
+    interval_name,
+    p_value_text,
+    text_table,
+)
 
 # --- rates ---------------------------------------------------------------------------------------
 RATE_VIEWS = ("rates", "shares", "trend", "jobs")
@@ -64,9 +71,10 @@ def interval_line(check: transform.DispersionTest, method: str) -> str:
         f"{f', {check.nodes_excluded} lemon nodes left out' if check.nodes_excluded else ''}"
     )
     if method == "overdispersed":
+        phi = check.dispersion(method)
         return (
-            f"95% intervals: quasi-Poisson (overdispersed, widened x{check.dispersion(method) ** 0.5:.2f} "
-            f"by the unremarkable nodes' phi); {test}"
+            f"95% intervals: quasi-Poisson (overdispersed, widened x{phi**0.5:.2f} = sqrt(phi), phi = "
+            f"{phi:.2f} the lemon test's dispersion of the unremarkable nodes); {test}"
         )
     return f"95% intervals: exact Poisson (Garwood); {test}"
 
@@ -82,7 +90,16 @@ exposure_option = click.option(
 )
 
 
-@main.command()
+RATES_HELP = f"""Failure rates per instance-hour and GPU-hour with 95% intervals (see --interval).
+
+Interrupting failures are node interruptions (see --interruption-window); --all-categories counts
+every incident, interrupting or not. Exposure is uptime by default (--exposure); the
+``exposure_basis`` column says which.
+
+{RATE_INTERVAL_SCOPE}"""
+
+
+@main.command(help=RATES_HELP)
 @db_option
 @click.option(
     "--by",
@@ -128,11 +145,6 @@ def rates(
     observed_until,
     as_json: bool,
 ) -> None:
-    """Failure rates per instance-hour and GPU-hour with 95% intervals (see --interval).
-
-    Interrupting failures are node interruptions (see --interruption-window); --all-categories
-    counts every incident, interrupting or not. Exposure is uptime by default (--exposure); the
-    ``exposure_basis`` column says which."""
     con = warehouse.connect(db, read_only=True)
     by, attributes = _group_keys(con, by)
     inventory = warehouse.table(con, "inventory")
@@ -166,18 +178,23 @@ def rates(
         in_service = transform.failures_in_service(incidents, at_risk, with_interval=True)
         left_out = transform.failures_left_out(incidents, at_risk, end, in_service=in_service)
         overall = transform.failure_rates(incidents, at_risk, by=[], in_service=in_service)
+        # every view counts the failures the rates count (one during a known repair of its node is
+        # part of that outage), as analyze and the report do
         if view == "shares":
             incident_keys = [k for k in by if k not in transform.EXPOSURE_KEYS]
             frame = transform.category_shares(
                 incidents,
-                exposure,
+                at_risk,
                 by=[k for k in by if k in transform.EXPOSURE_KEYS],
                 key=incident_keys[0] if len(incident_keys) == 1 else "failure_class",
+                in_service=in_service,
             )
         elif view == "trend":
-            frame = analysis_mod.trend_tests(transform.failure_operating_times(incidents, exposure), exposure)
+            operating = transform.failure_operating_times(incidents, exposure, in_service=in_service)
+            frame = analysis_mod.trend_tests(operating, exposure)
         elif view == "jobs":
-            frame = analysis_mod.job_interruptions(con, transform.failure_rates(incidents, exposure))
+            rates_by_cluster = transform.failure_rates(incidents, at_risk, in_service=in_service)
+            frame = analysis_mod.job_interruptions(con, rates_by_cluster)
             if frame is None:
                 raise ValueError(
                     "the warehouse has no Slurm jobs on clusters in the inventory; ingest sacct output first"
@@ -215,7 +232,7 @@ def rates(
         echo_json(records(frame))
         return
     if view == "rates":
-        click.echo(rate_verdict(fleet.row(0, named=True), exposure_basis))
+        click.echo(rate_verdict(fleet.row(0, named=True), exposure_basis, method))
         click.echo(interval_line(check, method))
         # said once above, not in every row; the per-GPU interval is in --json (the text keeps to
         # the instance-hour one); the rate bound only where a group has no failure
@@ -234,7 +251,7 @@ def rates(
     click.echo(safe_lines(text_table(frame.drop("exposure_estimated"))))
 
 
-def rate_verdict(fleet: dict, exposure_basis: str) -> str:
+def rate_verdict(fleet: dict, exposure_basis: str, method: str) -> str:
     """One line first: the fleet's rate with its interval, the MTBF of one instance, and the counts
     behind them (the unit of the published figures: % per instance-hour)."""
     hours = f"{fleet['exposure_node_hours']:,.0f} instance-hours of {exposure_basis}"
@@ -245,7 +262,8 @@ def rate_verdict(fleet: dict, exposure_basis: str) -> str:
     low, high = (format_value("rate_per_node_hour", fleet[k]) for k in ("rate_ci_low", "rate_ci_high"))
     mtbf = format_value("mtbf_hours", 1 / fleet["rate_per_node_hour"])
     return (
-        f"Fleet: {rate} failures per instance-hour (95% CI {low} to {high}), MTBF of one instance "
+        f"Fleet: {rate} failures per instance-hour (95% CI {low} to {high}, {interval_name(method)}), "
+        "MTBF of one instance "
         f"{mtbf} h: {fleet['failures']:,} failure{'s' if fleet['failures'] != 1 else ''} in {hours}."
     )
 

@@ -2,7 +2,11 @@
 
 Each published rate is failures / (instances x hours), one instance = one node, so it is the same
 quantity as ``rate_per_node_hour`` in :mod:`pipeline.transform`; the exact Poisson (Garwood)
-interval comes from the published counts via :func:`pipeline.transform.poisson_interval`.
+interval comes from the published counts via :func:`pipeline.transform.poisson_interval` (only the
+totals are published: nothing to measure their dispersion with). An analysed fleet's rows are its
+own figures, not recomputed: rate and interval from ``rates_by_cluster``, MTBF and its interval from
+``cluster_mtbf``, the interval by the analysis' method (``interval``: "exact" or "overdispersed"),
+so a cluster reads the same here as in its rate table.
 
 * OPT-175B (Zhang et al. 2022, logbook): 35 manual + 70 automatic restarts on 124 nodes (992 A100)
   over 60 days: 105 / (124 x 1440 h) = 0.0588 % per instance-hour.
@@ -47,12 +51,29 @@ PUBLISHED_GPU_FLEETS = tuple(
 )
 
 
+COLUMNS = (
+    "source",
+    "fleet",
+    "instances",
+    "failures",
+    "exposure_node_hours",
+    "rate_per_node_hour",
+    "rate_ci_low",
+    "rate_ci_high",
+    "interval",
+    "mtbf_hours",
+    "mtbf_ci_low_hours",
+    "mtbf_ci_high_hours",
+)
+
+
 def public_baselines(
     fleets: Mapping[str, FleetAnalysis] | None = None, *, confidence: float = 0.95
 ) -> pl.DataFrame:
     """Published GPU fleets plus every cluster of each given analysis (e.g. ``{"LANL": ...,
     "this fleet": ...}``): source, fleet, instances, failures, exposure_node_hours,
-    rate_per_node_hour with interval, and fleet MTBF with interval."""
+    rate_per_node_hour with interval, ``interval`` (the method: "exact" for the published counts,
+    the analysis' ``interval_method`` for its clusters), and fleet MTBF with interval."""
     published = pl.DataFrame(
         {
             "source": [f.source for f in PUBLISHED_GPU_FLEETS],
@@ -63,11 +84,27 @@ def public_baselines(
         },
         schema_overrides={"failures": pl.Int64},
     )
-    frames = [published]
+    low, high = poisson_interval(
+        published["failures"].to_numpy(), published["exposure_node_hours"].to_numpy(), confidence
+    )
+    published = published.with_columns(
+        rate_per_node_hour=pl.col("failures") / pl.col("exposure_node_hours"),
+        rate_ci_low=pl.Series(low),
+        rate_ci_high=pl.Series(high),
+        interval=pl.lit("exact"),
+    ).with_columns(
+        mtbf_hours=1 / (pl.col("rate_per_node_hour") * pl.col("instances")),
+        mtbf_ci_low_hours=1 / (pl.col("rate_ci_high") * pl.col("instances")),
+        mtbf_ci_high_hours=1 / (pl.col("rate_ci_low") * pl.col("instances")),
+    )
+    frames = [published.select(COLUMNS)]
     for label, analysis in (fleets or {}).items():
         frames.append(
             analysis.rates_by_cluster.join(
-                analysis.cluster_mtbf.select("cluster_id", "instances"), on="cluster_id"
+                analysis.cluster_mtbf.select(
+                    "cluster_id", "instances", "mtbf_hours", "mtbf_ci_low_hours", "mtbf_ci_high_hours"
+                ),
+                on="cluster_id",
             )
             .sort("instances")
             .select(
@@ -76,18 +113,13 @@ def public_baselines(
                 instances=pl.col("instances").cast(pl.Float64),
                 failures=pl.col("failures").cast(pl.Int64),
                 exposure_node_hours="exposure_node_hours",
+                rate_per_node_hour="rate_per_node_hour",
+                rate_ci_low="rate_ci_low",
+                rate_ci_high="rate_ci_high",
+                interval=pl.lit(analysis.interval_method),
+                mtbf_hours="mtbf_hours",
+                mtbf_ci_low_hours="mtbf_ci_low_hours",
+                mtbf_ci_high_hours="mtbf_ci_high_hours",
             )
         )
-    table = pl.concat(frames)
-    low, high = poisson_interval(
-        table["failures"].to_numpy(), table["exposure_node_hours"].to_numpy(), confidence
-    )
-    return table.with_columns(
-        rate_per_node_hour=pl.col("failures") / pl.col("exposure_node_hours"),
-        rate_ci_low=pl.Series(low),
-        rate_ci_high=pl.Series(high),
-    ).with_columns(
-        mtbf_hours=1 / (pl.col("rate_per_node_hour") * pl.col("instances")),
-        mtbf_ci_low_hours=1 / (pl.col("rate_ci_high") * pl.col("instances")),
-        mtbf_ci_high_hours=1 / (pl.col("rate_ci_low") * pl.col("instances")),
-    )
+    return pl.concat(frames)

@@ -9,6 +9,7 @@ import polars as pl
 
 from pipeline.analysis import FleetAnalysis
 from pipeline.report.charts import PALETTE, WIDTH
+from pipeline.report.format import duration_text
 
 SLUG = "what-stops-our-jobs"
 TITLE = "What stops our jobs: job time lost by cause"
@@ -55,7 +56,7 @@ def _note(badput: pl.DataFrame) -> str:
     by_source = dict(badput.group_by("measured_from").agg(pl.col("losses").sum()).iter_rows())
     unattributed = int(badput["losses"].sum() - badput["attributed"].sum())
     return (
-        f"{cls} cost the most job time: {hours:,.1f} h of {total:,.1f} h{share}. "
+        f"{cls} cost the most job time: {duration_text(hours)} of {duration_text(total)}{share}. "
         f"{by_source.get('sacct job', 0):,} Slurm jobs ended by a node failure (NODE_FAIL/BOOT_FAIL) count "
         "their whole run (an upper bound: sacct has no checkpoint times); "
         f"{by_source.get('training restart', 0):,} training restarts count failure to detection to "

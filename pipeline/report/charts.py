@@ -16,6 +16,7 @@ import polars as pl
 
 from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis
 from pipeline.models import ParametricTBF
+from pipeline.report.format import interval_name
 
 MAX_CURVE_POINTS = 300
 WIDTH = 560
@@ -57,6 +58,12 @@ def clusters_by_size(analysis: FleetAnalysis) -> list[str]:
     return analysis.cluster_mtbf.sort("instances", "cluster_id")["cluster_id"].to_list()
 
 
+def rate_ci_words(analysis: FleetAnalysis) -> str:
+    """ "95% CI, <method>" of the fleet's rate tables (``interval_method``: every rate of the
+    analysis but the per-node ones), for axis titles and notes."""
+    return f"95% CI, {interval_name(analysis.interval_method)}"
+
+
 def rate_by_cluster_chart(analysis: FleetAnalysis) -> alt.Chart:
     data = (
         analysis.cluster_mtbf.select("cluster_id", "instances")
@@ -83,7 +90,8 @@ def rate_by_cluster_chart(analysis: FleetAnalysis) -> alt.Chart:
     return (
         base.mark_rule(strokeWidth=2).encode(
             x=alt.X(
-                "ci_low_pct:Q", title="failures per 100 instance-hours (% per instance-hour), 95% exact CI"
+                "ci_low_pct:Q",
+                title=f"failures per 100 instance-hours (% per instance-hour), {rate_ci_words(analysis)}",
             ),
             x2="ci_high_pct:Q",
         )
@@ -94,9 +102,9 @@ def rate_by_cluster_chart(analysis: FleetAnalysis) -> alt.Chart:
                 "instances:Q",
                 "failures:Q",
                 alt.Tooltip("exposure_node_hours:Q", format=",.0f", title="instance-hours"),
-                alt.Tooltip("pct_per_instance_hour:Q", format=".4f", title="% per instance-hour"),
-                alt.Tooltip("ci_low_pct:Q", format=".4f", title="95% CI low"),
-                alt.Tooltip("ci_high_pct:Q", format=".4f", title="95% CI high"),
+                alt.Tooltip("pct_per_instance_hour:Q", format=".3g", title="% per instance-hour"),
+                alt.Tooltip("ci_low_pct:Q", format=".3g", title="95% CI low"),
+                alt.Tooltip("ci_high_pct:Q", format=".3g", title="95% CI high"),
             ],
         )
     ).properties(width=WIDTH, height=30 * max(data.height, 3))
@@ -118,14 +126,14 @@ def rate_over_time_chart(analysis: FleetAnalysis) -> alt.Chart:
     return (
         base.mark_area(opacity=0.12).encode(y="low:Q", y2="high:Q")
         + base.mark_line(point=True).encode(
-            y=alt.Y("pct:Q", title="% per instance-hour (band: 95% CI)"),
+            y=alt.Y("pct:Q", title=f"% per instance-hour (band: {rate_ci_words(analysis)})"),
             tooltip=[
                 alt.Tooltip("cluster_id:N", title="cluster"),
                 alt.Tooltip("period:T", title="month", format="%Y-%m"),
                 "failures:Q",
-                alt.Tooltip("pct:Q", format=".4f", title="% per instance-hour"),
-                alt.Tooltip("low:Q", format=".4f", title="95% CI low"),
-                alt.Tooltip("high:Q", format=".4f", title="95% CI high"),
+                alt.Tooltip("pct:Q", format=".3g", title="% per instance-hour"),
+                alt.Tooltip("low:Q", format=".3g", title="95% CI low"),
+                alt.Tooltip("high:Q", format=".3g", title="95% CI high"),
             ],
         )
     ).properties(width=WIDTH, height=260)
@@ -143,9 +151,11 @@ def category_table(analysis: FleetAnalysis) -> pl.DataFrame:
 def recorded_categories_note(analysis: FleetAnalysis, limit: int = 12) -> str:
     """Root causes are grouped by failure class (a short list, comparable across fleets and with
     published tables); this names the fleet's own categories behind each class, most frequent
-    first, with their interruptions, so a mapping can be checked (and fixed with [categories])."""
+    first, with their interruptions, so a mapping can be checked (and fixed with [categories]).
+    It counts the failures the table beside it counts (``failures_counted``), so a class's
+    categories add up to its row."""
     renamed = (
-        analysis.interruptions.filter(pl.col("category") != pl.col("failure_class"))
+        analysis.failures_counted.filter(pl.col("category") != pl.col("failure_class"))
         .group_by("category", "failure_class")
         .len()
         .sort("len", "category", descending=[True, False])

@@ -13,6 +13,7 @@ import polars as pl
 from pipeline import datasets, models
 from pipeline.analysis import FleetAnalysis
 from pipeline.report.charts import PALETTE, WIDTH, cluster_color, clusters_by_size
+from pipeline.report.format import interval_name
 
 THIS_FLEET = "this fleet"
 ALL_CLUSTERS = "all clusters"
@@ -34,7 +35,7 @@ def job_interruption_chart(analysis: FleetAnalysis) -> alt.LayerChart:
         "ratio_to_node_model",
     )
     x = alt.X("nnodes_bucket:Q", scale=alt.Scale(type="log"), title="nodes per job (bucket)")
-    y_title = "interruptions per job-hour (95% CI); line: node rate × nodes"
+    y_title = f"interruptions per job-hour (95% CI, {interval_name('exact')}); line: node rate × nodes"
     base = alt.Chart(data).encode(x=x)
     return (
         base.mark_line(strokeDash=[6, 3], color="#555", point=alt.OverlayMarkDef(color="#555")).encode(
@@ -60,20 +61,29 @@ def job_interruption_chart(analysis: FleetAnalysis) -> alt.LayerChart:
 
 def baselines(analysis: FleetAnalysis, others: Mapping[str, FleetAnalysis] | None = None) -> pl.DataFrame:
     """:func:`pipeline.datasets.public_baselines` for this fleet (each cluster, plus all clusters
-    as one row) and ``others``, with ``series`` (the colour) and ``label`` (the row) added."""
+    as one row) and ``others``, with ``series`` (the colour) and ``label`` (the row) added.
+
+    This fleet's rows are its own figures: each cluster's from its rate table, the whole fleet's
+    from ``rates_overall`` (the summary card's), all with the analysis' interval. A fleet of one
+    cluster is one row, the whole fleet named by its cluster: two rows of the same failures and
+    hours would be one fact shown twice."""
     table = datasets.public_baselines({THIS_FLEET: analysis, **(others or {})})
     whole = analysis.rates_overall.row(0, named=True)
     instances = float(analysis.cluster_mtbf["instances"].sum())
+    clusters = analysis.rates_by_cluster["cluster_id"]
+    if clusters.len() == 1:
+        table = table.filter(~((pl.col("source") == THIS_FLEET) & (pl.col("fleet") == clusters[0])))
     fleet = pl.DataFrame(
         {
             "source": THIS_FLEET,
-            "fleet": ALL_CLUSTERS,
+            "fleet": clusters[0] if clusters.len() == 1 else ALL_CLUSTERS,
             "instances": instances,
             "failures": whole["failures"],
             "exposure_node_hours": whole["exposure_node_hours"],
             "rate_per_node_hour": whole["rate_per_node_hour"],
             "rate_ci_low": whole["rate_ci_low"],
             "rate_ci_high": whole["rate_ci_high"],
+            "interval": analysis.interval_method,
             "mtbf_hours": models.cluster_mtbf_hours(whole["rate_per_node_hour"], instances),
             "mtbf_ci_low_hours": models.cluster_mtbf_hours(whole["rate_ci_high"], instances),
             "mtbf_ci_high_hours": models.cluster_mtbf_hours(whole["rate_ci_low"], instances),
@@ -82,7 +92,7 @@ def baselines(analysis: FleetAnalysis, others: Mapping[str, FleetAnalysis] | Non
     )
     published = pl.col("source").is_in([f.source for f in datasets.PUBLISHED_GPU_FLEETS])
     mine = pl.col("source") == THIS_FLEET
-    whole_fleet = mine & (pl.col("fleet") == ALL_CLUSTERS)
+    whole_fleet = mine & (pl.col("fleet") == fleet["fleet"][0])
     group = pl.when(published).then(0).when(whole_fleet).then(1).when(mine).then(2).otherwise(3)
     return (
         pl.concat([table, fleet])
@@ -102,9 +112,27 @@ def baselines(analysis: FleetAnalysis, others: Mapping[str, FleetAnalysis] | Non
     )
 
 
+def baseline_ci_words(table: pl.DataFrame) -> str:
+    """The words for the intervals of ``table`` (:func:`baselines`): "95% CI, <method>" when every
+    row has one method, else each method with the fleets it was used for."""
+    whose = pl.when(pl.col("series") == PUBLISHED).then(pl.lit("the published fleets")).otherwise("source")
+    methods = (
+        table.select("interval", whose=whose)
+        .unique(maintain_order=True)
+        .group_by("interval", maintain_order=True)
+        .agg("whose")
+    )
+    if methods.height == 1:
+        return f"95% CI, {interval_name(methods['interval'][0])}"
+    return "95% CI: " + "; ".join(
+        f"{interval_name(method)} for {', '.join(names)}" for method, names in methods.iter_rows()
+    )
+
+
 def baseline_chart(analysis: FleetAnalysis, table: pl.DataFrame) -> alt.LayerChart:
-    """Rates per instance-hour (%) with exact intervals, log axis: published fleets, this fleet
-    (all clusters, then each cluster in its colour), then other fleets, one colour per source."""
+    """Rates per instance-hour (%) with their intervals (:func:`baseline_ci_words`), log axis:
+    published fleets, this fleet (all clusters, then each cluster in its colour), then other
+    fleets, one colour per source."""
     clusters = clusters_by_size(analysis)
     base_scale = cluster_color(clusters)
     extra = [
@@ -137,7 +165,7 @@ def baseline_chart(analysis: FleetAnalysis, table: pl.DataFrame) -> alt.LayerCha
             x=alt.X(
                 "low:Q",
                 scale=alt.Scale(type="log"),
-                title="failures per 100 instance-hours (% per instance-hour), 95% exact CI",
+                title=f"failures per 100 instance-hours (% per instance-hour), {baseline_ci_words(table)}",
             ),
             x2="high:Q",
         )
@@ -149,9 +177,9 @@ def baseline_chart(analysis: FleetAnalysis, table: pl.DataFrame) -> alt.LayerCha
                 alt.Tooltip("instances:Q", format=",.0f"),
                 "failures:Q",
                 alt.Tooltip("exposure_node_hours:Q", format=",.0f", title="instance-hours"),
-                alt.Tooltip("pct:Q", format=".4f", title="% per instance-hour"),
-                alt.Tooltip("low:Q", format=".4f", title="95% CI low"),
-                alt.Tooltip("high:Q", format=".4f", title="95% CI high"),
+                alt.Tooltip("pct:Q", format=".3g", title="% per instance-hour"),
+                alt.Tooltip("low:Q", format=".3g", title="95% CI low"),
+                alt.Tooltip("high:Q", format=".3g", title="95% CI high"),
                 alt.Tooltip("mtbf_hours:Q", format=".3g", title="fleet MTBF (h)"),
             ],
         )

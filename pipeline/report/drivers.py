@@ -86,7 +86,7 @@ def category_share_chart(analysis: FleetAnalysis) -> alt.Chart:
             x=alt.X(
                 "share_ci_low:Q",
                 axis=alt.Axis(format="%"),
-                title="share of the cluster's interruptions (95% CI)",
+                title="share of the cluster's interruptions (95% CI, exact Clopper–Pearson)",
             ),
             x2="share_ci_high:Q",
         )

@@ -9,7 +9,12 @@ in words with its unit, and a value into text with sensible digits:
 * shares, goodput, availability and ratios in percent; money in dollars with thousands
   separators; hours and days with thousands separators and 3 significant digits below 1,000;
 * counts as integers with separators; time-averaged instance counts rounded to whole instances;
-* p-values with 3 digits, below 0.001 as "< 0.001"; timestamps to the second, whole days as dates.
+* p-values with 3 digits, below 0.001 as "< 0.001"; timestamps to the second, whole days as dates;
+* a duration in a sentence (:func:`duration_text`) in hours, minutes below an hour and seconds
+  below a minute, with the digits of the tables; a time in a sentence (:func:`timestamp_text`) to
+  the second, never with microseconds;
+* a rate interval named by the method that made it (:func:`interval_name`), and what it is for
+  (``RATE_INTERVAL_SCOPE``).
 
 A column this module does not know keeps a readable form of its name and the generic number
 format, so a new table is never unreadable, only less polished.
@@ -36,6 +41,7 @@ LABELS: dict[str, str] = {
     "exposure_node_hours": "Exposure (instance-hours)",
     "exposure_gpu_hours": "Exposure (GPU-hours)",
     "exposure_cluster_hours": "Observed (cluster-hours)",
+    "observed_node_hours": "Service (node-hours, trend clock)",
     "rate_per_node_hour": "Rate (% per instance-hour)",
     "rate_ci_low": "95% CI low (% per instance-hour)",
     "rate_ci_high": "95% CI high (% per instance-hour)",
@@ -152,7 +158,7 @@ def format_value(column: str, value) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d" if value.time() == time() else "%Y-%m-%d %H:%M:%S")
+        return value.strftime("%Y-%m-%d" if value.time() == time() else TIMESTAMP_FORMAT)
     if not isinstance(value, float):
         return str(value)
     if math.isnan(value):
@@ -179,6 +185,51 @@ def format_value(column: str, value) -> str:
         # alike: more digits are noise
         return _significant(value, 3)
     return _significant(value, 4 if abs(value) >= 1 else 3)
+
+
+def duration_text(hours: float) -> str:
+    """A duration for a sentence or a card, with the digits of a table's hours: ``1,734 h``,
+    ``7.52 h``; below an hour in minutes (``45.1 min``), below a minute in seconds (``1.37 s``), so
+    a small MTBF never reads ``0.0 min``; ``∞`` for an unbounded one."""
+    if hours is None or math.isnan(hours):
+        return "–"
+    if math.isinf(hours):
+        return "∞ h"
+    for unit, per_hour in (("h", 1), ("min", 60), ("s", 3600)):
+        if abs(hours) * per_hour >= 1 or unit == "s":
+            return f"{format_value('duration_hours', hours * per_hour)} {unit}"
+    raise AssertionError("unreachable")
+
+
+TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+def timestamp_text(value: datetime) -> str:
+    """A UTC time for a sentence: to the second (``2025-07-28 19:01:29 UTC``), never the
+    microseconds ``str(datetime)`` prints."""
+    return f"{value.strftime(TIMESTAMP_FORMAT)} UTC"
+
+
+INTERVAL_NAMES = {
+    "exact": "exact Poisson (Garwood)",
+    "overdispersed": "quasi-Poisson (overdispersed)",
+}
+
+
+def interval_name(method: str) -> str:
+    """The words for a rate interval's method (``exact``, ``overdispersed``: the ``interval``
+    column of ``failcast rates`` and ``FleetAnalysis.interval_method``)."""
+    return INTERVAL_NAMES.get(method, method)
+
+
+# What a rate interval is for, said wherever one is shown (report, failcast rates, docs); the
+# numbers are measured by tests/test_rate_interval_scope.py.
+RATE_INTERVAL_SCOPE = (
+    "A rate's 95% interval is about this fleet as it is, its lemon nodes included: on simulated "
+    "fleets with 5% lemon nodes it covers this fleet's true rate about 95% of the time, but the "
+    "true rate of a freshly drawn fleet of the same kind only 64–76% of the time. It is not a "
+    "prediction for another fleet."
+)
 
 
 def text_table(frame: pl.DataFrame, *, max_rows: int = 200) -> str:

@@ -9,7 +9,7 @@ import polars as pl
 from pipeline import models
 from pipeline.analysis import FleetAnalysis
 from pipeline.models.lemons import MIN_EXCESS
-from pipeline.report.format import p_value_text
+from pipeline.report.format import format_value, p_value_text
 
 LEMON_HEADERS = {
     "cluster_id": "Cluster",
@@ -20,8 +20,8 @@ LEMON_HEADERS = {
     "ratio": "Times expected",
     "p_value": "p (allowing for clustering)",
     "q_value": "q (Benjamini–Hochberg)",
-    "cluster_rate": "Cluster failures per 1000 node-hours",
-    "cluster_rate_without_lemons": "Without its lemons",
+    "cluster_rate": "Cluster rate (% per instance-hour)",
+    "cluster_rate_without_lemons": "Without its lemons (% per instance-hour)",
 }
 
 
@@ -29,21 +29,28 @@ def _significant(column: str) -> pl.Expr:
     return pl.col(column).map_elements("{:.2g}".format, return_dtype=pl.String)
 
 
+def _rate(column: str) -> pl.Expr:
+    """A rate per node-hour as the rate tables print it (% per instance-hour, 3 digits)."""
+    return pl.col(column).map_elements(
+        lambda v: format_value("rate_per_node_hour", v), return_dtype=pl.String
+    )
+
+
 def lemon_table(test: models.LemonTest) -> pl.DataFrame:
     """One row per lemon node, most significant first, with human headers and units: the
     evidence and what its cluster's rate is with and without its lemons (also the text of
-    ``failcast lemons``)."""
+    ``failcast lemons``), in the unit and digits of the rate tables, so the cluster's rate reads
+    as it does there."""
     clusters = test.cluster_rate_without_lemons_.select(
         "cluster_id",
-        cluster_rate=pl.col("rate_per_node_hour") * 1000,
-        cluster_rate_without_lemons=pl.col("rate_without_lemons_per_node_hour") * 1000,
+        cluster_rate=_rate("rate_per_node_hour"),
+        cluster_rate_without_lemons=_rate("rate_without_lemons_per_node_hour"),
     )
     return (
         test.lemons_.join(clusters, on="cluster_id", how="left", maintain_order="left")
         .with_columns(
             pl.col("exposure_node_hours").round(0).cast(pl.Int64),
             pl.col("expected_failures", "ratio").round(2),
-            pl.col("cluster_rate", "cluster_rate_without_lemons").round(3),
             _significant("p_value"),
             _significant("q_value"),
         )
@@ -92,10 +99,10 @@ def interval_note(analysis: FleetAnalysis) -> str:
         + ")"
     )
     if analysis.interval_method == "overdispersed":
-        widened = check.dispersion("overdispersed") ** 0.5
+        phi = check.dispersion("overdispersed")
         return (
-            f"Intervals: quasi-Poisson 95% (overdispersed: widened ×{widened:.2f}"
-            f" over the exact Poisson interval, by the φ of the nodes that are not lemons), because failures "
-            f"are more variable than Poisson. {test}."
+            f"Intervals: quasi-Poisson 95% (overdispersed: widened ×{phi**0.5:.2f} = √φ over the exact "
+            f"Poisson interval, φ = {phi:.2f} the dispersion the lemon test allows for among the nodes "
+            f"that are not lemons), because failures are more variable than Poisson. {test}."
         )
     return f"Intervals: exact Poisson (Garwood) 95%. {test}."

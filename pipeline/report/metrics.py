@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pipeline import transform
 from pipeline.analysis import FleetAnalysis, repair_summary
 from pipeline.report.outlook import JobOutlook
 
@@ -89,9 +88,7 @@ def _best_fit(attribute: str, index: int | None = None) -> Callable[[MetricInput
 def _interruptions(i: MetricInputs) -> Iterable[Sample]:
     """Per cluster and failure class (the ``category`` label: a bounded set, where the fleet's own
     category names could be unbounded label values), counted as the rates count them."""
-    counts = transform.failure_rates(
-        i.analysis.interruptions, i.analysis.rate_exposure, by=["cluster_id", "failure_class"]
-    )
+    counts = i.analysis.category_shares  # the report's root causes per cluster
     return [
         ({"cluster": c, "category": k}, n)
         for c, k, n in counts.select("cluster_id", "failure_class", "failures").iter_rows()
@@ -155,7 +152,10 @@ def _unix(t: datetime) -> float:
 
 
 RATE = "Interruptions per node-hour (instance-hour)"
-CI = "exact 95% Poisson interval"
+CI = (
+    "95% interval, exact Poisson (Garwood) or quasi-Poisson when node counts are overdispersed "
+    "(failcast_rate_interval_dispersion says which)"
+)
 METRICS: tuple[Metric, ...] = (
     Metric(
         "failcast_fleet_interruption_rate_per_node_hour",
@@ -192,6 +192,13 @@ METRICS: tuple[Metric, ...] = (
         "gauge",
         f"{RATE}, per cluster: {CI}, high.",
         _per_cluster("rates_by_cluster", "rate_ci_high"),
+    ),
+    Metric(
+        "failcast_rate_interval_dispersion",
+        "gauge",
+        "Dispersion phi the rate intervals are widened by (quasi-Poisson: the Garwood interval of "
+        "k/phi failures in T/phi hours); 1 = exact Poisson (Garwood).",
+        lambda i: [({}, i.analysis.dispersion_test.dispersion(i.analysis.interval_method))],
     ),
     Metric(
         "failcast_cluster_instances",
@@ -335,7 +342,8 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "failcast_lemon_nodes",
         "gauge",
-        "Nodes failing more often than the rest of their cluster (exact test, Benjamini-Hochberg FDR).",
+        "Nodes failing more often than the rest of their cluster (test against the rest of the "
+        "cluster allowing for failures that cluster in time, Benjamini-Hochberg FDR).",
         _lemon_counts,
     ),
 )

@@ -23,7 +23,13 @@ import polars as pl
 import vl_convert
 
 from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, left_out_note
-from pipeline.report.format import column_label, format_value
+from pipeline.report.format import (
+    column_label,
+    duration_text,
+    format_value,
+    interval_name,
+    timestamp_text,
+)
 from pipeline.report.outlook import JobOutlook, mode_card, saving_card
 from pipeline.report.planning import spares_card
 from pipeline.report.sections import Section, sections
@@ -81,17 +87,16 @@ def summary_cards(
     analysis: FleetAnalysis, projection: JobOutlook | None = None
 ) -> list[tuple[str, str, str]]:
     """(title, value, note) of the headline cards: the numbers people quote."""
-    rate = analysis.fleet_rate
-    overall = analysis.rates_overall.row(0, named=True)  # its interval is the default method's
-    low, high = overall["rate_ci_low"], overall["rate_ci_high"]
-    widened = " (quasi-Poisson: failures cluster)" if analysis.interval_method == "overdispersed" else ""
+    overall = analysis.rates_overall.row(0, named=True)  # the rate table's figures, its interval
+    low, high = (format_value("rate_ci_low", overall[k]) for k in ("rate_ci_low", "rate_ci_high"))
+    hours = format_value("exposure_node_hours", overall["exposure_node_hours"])
     if analysis.has_failures:
         cards = [
             (
                 "Fleet interruption rate",
-                f"{rate.rate_ * 100:.4f}% per instance-hour",
-                f"95% CI{widened} {low * 100:.4f}–{high * 100:.4f}%, {rate.failures_:,} failures in "
-                f"{rate.exposure_hours_:,.0f} instance-hours",
+                f"{format_value('rate_per_node_hour', overall['rate_per_node_hour'])} per instance-hour",
+                f"95% CI {low}–{high}, {interval_name(analysis.interval_method)}; "
+                f"{overall['failures']:,} failures in {hours} instance-hours",
             ),
             (
                 (
@@ -104,13 +109,13 @@ def summary_cards(
             ),
         ]
     else:
-        bound = analysis.rates_overall["rate_upper_bound"][0]
+        bound = format_value("rate_upper_bound", overall["rate_upper_bound"])
         cards = [
             (
                 "Fleet interruption rate",
                 "no failures yet",
-                f"upper bound {bound * 100:.4f}% per instance-hour (95% one-sided, 3.0 / T) after "
-                f"{rate.exposure_hours_:,.0f} instance-hours; nothing to fit",
+                f"upper bound {bound} per instance-hour (95% one-sided, 3.0 / T) after "
+                f"{hours} instance-hours; nothing to fit",
             )
         ]
     cards += _cause_card(analysis)
@@ -165,7 +170,7 @@ def _cause_card(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
         return []
     most = int(causes["failures"].max())
     top = sorted(str(c) for c in causes.filter(pl.col("failures") == most)["failure_class"])
-    each = f"{most:,} of {total:,} interruptions ({most / total:.0%})"
+    each = f"{most:,} of {total:,} interruptions ({format_value('share', most / total)})"
     if len(top) == 1:
         return [("Biggest cause of interruptions", top[0], each)]
     value = ", ".join(top) if len(top) <= MAX_TIED_CAUSES else f"{len(top)} causes tie"
@@ -179,11 +184,12 @@ def _scaling_cards(analysis: FleetAnalysis, projection: JobOutlook | None) -> li
     s, aft = analysis.scaling, analysis.size_regression
     cards, law = [], {}
     if s is not None:
-        note = f"95% CI {s.alpha_confidence_interval_[0]:.2f}–{s.alpha_confidence_interval_[1]:.2f}"
+        # 3 decimals, as the scaling section's note and failcast fit print them
+        note = f"95% CI {s.alpha_confidence_interval_[0]:.3f}–{s.alpha_confidence_interval_[1]:.3f}"
         if aft is not None:
             low, high = aft.alpha_confidence_interval_
-            note += f"; Weibull AFT view {aft.alpha_:.2f} ({low:.2f}–{high:.2f})"
-        cards.append(("MTBF scaling exponent α", f"{s.alpha_:.2f}", f"{note} (1 = independent failures)"))
+            note += f"; Weibull AFT view {aft.alpha_:.3f} ({low:.3f}–{high:.3f})"
+        cards.append(("MTBF scaling exponent α", f"{s.alpha_:.3f}", f"{note} (1 = independent failures)"))
         projected = analysis.scaling_projection.filter(
             pl.col("instances").is_in([float(n) for n in PROJECTED_SIZES])
         )
@@ -192,31 +198,40 @@ def _scaling_cards(analysis: FleetAnalysis, projection: JobOutlook | None) -> li
     if failure is not None:
         n = projection.instances
         low, high = failure.rate_ci_low_per_instance_hour, failure.rate_ci_high_per_instance_hour
-        interval = f"95% CI {_hours(1 / (n * high))}–{_hours(1 / (n * low))}; " if low and high else ""
-        others = " · ".join(f"{k:,}: {_hours(r['mtbf_hours'])}" for k, r in law.items() if k != n)
+        interval = (
+            f"95% CI {duration_text(1 / (n * high))}–{duration_text(1 / (n * low))}; " if low and high else ""
+        )
+        others = " · ".join(f"{k:,}: {duration_text(r['mtbf_hours'])}" for k, r in law.items() if k != n)
         cards.append(
             (
                 f"Cluster MTBF at {n:,} instances (the job)",
-                _hours(failure.cluster_mtbf_hours(n)),
+                duration_text(failure.cluster_mtbf_hours(n)),
                 f"{interval}source: {failure.source}" + (f"; scaling law at {others}" if others else ""),
             )
         )
     elif law:
         n = min(law)
-        others = " · ".join(f"{k:,}: {_hours(r['mtbf_hours'])}" for k, r in law.items() if k != n)
+        others = " · ".join(f"{k:,}: {duration_text(r['mtbf_hours'])}" for k, r in law.items() if k != n)
         cards.append(
             (
                 f"Projected cluster MTBF at {n:,} instances",
-                _hours(law[n]["mtbf_hours"]),
-                f"95% CI {_hours(law[n]['mtbf_ci_low_hours'])}–{_hours(law[n]['mtbf_ci_high_hours'])} "
-                f"(scaling law); {others}",
+                duration_text(law[n]["mtbf_hours"]),
+                f"95% CI {duration_text(law[n]['mtbf_ci_low_hours'])}–"
+                f"{duration_text(law[n]['mtbf_ci_high_hours'])} ({law_interval_words(s)}); {others}",
             )
         )
     return cards
 
 
-def _hours(value: float) -> str:
-    return f"{value * 60:,.1f} min" if value < 1 else f"{value:,.1f} h"
+def law_interval_words(law) -> str:
+    """How a size law's interval was made: the count law's Poisson GLM, widened by the dispersion
+    of every node's counts when they vary more than Poisson (:class:`pipeline.models.MTBFScaling`)."""
+    if law.dispersion_ > 1:
+        return (
+            f"count-model scaling law, quasi-Poisson: widened by φ = {law.dispersion_:.2f} of every "
+            "node's counts"
+        )
+    return "count-model scaling law, Poisson"
 
 
 TREND_CARD_CLUSTERS = 3  # the card names the clusters with the strongest trends; the section has all
@@ -228,7 +243,7 @@ def _trend_card(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
         return []
     moving = tested.filter(pl.col("crow_verdict") != "flat").sort("crow_p_value")
     detail = ", ".join(
-        f"{c} {v} (β {b:.2f})"
+        f"{c} {v} (β {format_value('crow_beta', b)})"
         for c, v, b in moving.head(TREND_CARD_CLUSTERS)
         .select("cluster_id", "crow_verdict", "crow_beta")
         .iter_rows()
@@ -337,6 +352,12 @@ def _headline(analysis: FleetAnalysis, projection: JobOutlook | None) -> str:
     if note := left_out_note(analysis.failures_left_out):
         parts.append(f"<p class='note'>{html.escape(note)}.</p>")
     parts.append(f"<h3>MTBF per cluster size</h3>{table_html(mtbf)}")
+    if analysis.has_failures:
+        parts.append(
+            "<p class='note'>Cluster MTBF = cluster-hours / failures, with the 95% interval of the "
+            f"cluster's rate ({html.escape(interval_name(analysis.interval_method))}: the rate table's "
+            "figures).</p>"
+        )
     if projection is None:
         parts.append(
             "<p class='note'>No job projection: run <code>failcast report --job JOB.toml</code> "
@@ -385,7 +406,7 @@ def _provenance(analysis: FleetAnalysis, projection: JobOutlook | None, generate
     parts = [
         "<section id='provenance'><h2>Provenance</h2>",
         f"<p class='note'>Generated {html.escape(generated_utc)} · observed until "
-        f"{html.escape(str(analysis.observed_until))} UTC · {html.escape(versions())}</p>",
+        f"{html.escape(timestamp_text(analysis.observed_until))} · {html.escape(versions())}</p>",
         f"<h3>Input files</h3>{files}",
         f"<h3>Rejected input lines ({analysis.rejects.height})</h3>{rejects}",
     ]
@@ -427,6 +448,7 @@ def _contents(shown: list[Section], omitted: list[Section]) -> str:
 
 def _page(analysis: FleetAnalysis, projection: JobOutlook | None, parts: list[Section], title: str) -> str:
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    until = html.escape(timestamp_text(analysis.observed_until))
     shown = [s for s in parts if s.chart is not None or s.table is not None]
     omitted = [s for s in parts if s.chart is None and s.table is None]
     body = "".join(_section_html(s) for s in shown)
@@ -437,7 +459,7 @@ def _page(analysis: FleetAnalysis, projection: JobOutlook | None, parts: list[Se
 <title>{html.escape(title)}</title><style>{_CSS}</style>
 <script>{bundle}</script></head><body>
 <h1>{html.escape(title)}</h1>
-<p class="sub">Observed until {html.escape(str(analysis.observed_until))} UTC · generated {generated}</p>
+<p class="sub">Observed until {until} · generated {generated}</p>
 {_banner(analysis)}{_headline(analysis, projection)}
 {_contents(shown, omitted)}
 {body}

@@ -47,19 +47,18 @@ def rate_law(rates: SizeRates | None, failure: proj.FailureModel, instances: int
     if (law := rates.law) is not None:
         c0, c1 = (float(c) for c in law.coef_)
         rate = f"exp({number(c0)} + {number(c1)} * log(datum.N)) / datum.N"
-        words = (
-            f"{rates.label}: scaling law MTBF(N) = {law.mtbf_one_hours_:.0f} h / N^{law.alpha_:.2f} at N = "
-        )
-        source = f"{quote(words)} + datum.N"
-    elif rates.failures:
-        rate, source = number(rates.failures / rates.exposure_node_hours), quote(f"{rates.label}: rate")
+        words = f"{rates.label}: scaling law MTBF(N) = {law.mtbf_one_hours_:.0f} h / N^{law.alpha_:.2f}"
+        source = f"{quote(words + ' at N = ')} + datum.N"
+    elif rates.total["failures"]:
+        rate = number(rates.total["rate_per_node_hour"])
+        source = quote(f"{rates.label}: rate ({rates.interval})")
     else:
-        rate = number(rates.upper_bound)
+        rate = number(rates.total["rate_upper_bound"])
         source = quote(f"{rates.label}: no failures yet, UPPER BOUND (95% one-sided): a worst case")
-    for bucket, (failures, hours) in sorted(rates.measured.items()):
+    for bucket, row in sorted(rates.measured.items()):
         test = f"datum.bucket == {bucket}"
-        words = quote(f"{rates.label}: measured rate of clusters of ~{bucket} instances")
-        rate = f"({test} ? {number(failures / hours)} : {rate})"
+        words = quote(f"{rates.label}: measured rate of clusters of ~{bucket} instances ({rates.interval})")
+        rate = f"({test} ? {number(row['rate_per_node_hour'])} : {rate})"
         source = f"({test} ? {words} : {source})"
     return rate, source
 

@@ -14,6 +14,7 @@ import polars as pl
 
 from pipeline import projection as proj
 from pipeline.report.charts import WIDTH, mode_color
+from pipeline.report.format import duration_text
 
 if TYPE_CHECKING:  # outlook imports this module for the frames below
     from pipeline.report.outlook import JobOutlook
@@ -183,7 +184,7 @@ def spares_card(outlook: JobOutlook) -> list[tuple[str, str, str]]:
             f"Hot spares for {outlook.instances:,} instances",
             f"{row['spares']:,}",
             f"a failure finds a free spare {row['free_spare_probability']:.1%} of the time (the fewest "
-            f"with ≥ 99%; MTTR {outlook.mean_repair_hours:,.1f} h); {recommended} (see Hot spares)",
+            f"with ≥ 99%; MTTR {duration_text(outlook.mean_repair_hours)}); {recommended} (see Hot spares)",
         )
     ]
 

@@ -82,7 +82,9 @@ def duane_chart(points: pl.DataFrame, clusters: list[str]) -> alt.LayerChart:
 
 
 def reliability_sections(analysis: FleetAnalysis) -> list:
-    """The three plots, each left out when its data are missing (too few gaps or failures)."""
+    """The three plots, each left out when its data are missing (too few gaps or failures). They
+    count the failures the rates count (``failures_counted``; the Duane plot the trend tests'
+    operating times), so their totals are the rate and trend tables'."""
     from pipeline.report.sections import Section  # sections imports this module
 
     out = []
@@ -96,11 +98,11 @@ def reliability_sections(analysis: FleetAnalysis) -> list:
                 weibull,
                 note="Points: Kaplan–Meier plotting positions of the gaps (midpoints, censored gaps "
                 f"counted), at most {MAX_POINTS} shown. Line: the fitted Weibull, "
-                f"shape {fit.shape_:.2f} (its slope). Points on the line mean the Weibull fits; a slope "
-                "below 1 is infant mortality, above 1 wear-out.",
+                f"shape {fit.shape_:.3g} (its slope; the summary's figure). Points on the line mean the "
+                "Weibull fits; a slope below 1 is infant mortality, above 1 wear-out.",
             )
         )
-    mcf = transform.mean_cumulative_function(analysis.interruptions, analysis.exposure)
+    mcf = transform.mean_cumulative_function(analysis.failures_counted, analysis.exposure)
     if mcf.height:
         out.append(
             Section(
@@ -113,8 +115,7 @@ def reliability_sections(analysis: FleetAnalysis) -> list:
                 "burn in.",
             )
         )
-    operating = transform.failure_operating_times(analysis.interruptions, analysis.exposure)
-    duane = transform.duane_points(operating, analysis.trend_tests)
+    duane = transform.duane_points(analysis.failure_operating_times, analysis.trend_tests)
     if duane.height:
         out.append(
             Section(

@@ -16,6 +16,7 @@ from pipeline.analysis import FleetAnalysis, left_out_note, size_laws_agreement
 from pipeline.report import charts, comparisons, drivers, lemons, recovery, repairs
 from pipeline.report.backtest import backtest_section
 from pipeline.report.badput import badput_section
+from pipeline.report.format import INTERVAL_NAMES, RATE_INTERVAL_SCOPE, interval_name
 from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_chart, size_sweep_chart
 from pipeline.report.planner import planner_section
 from pipeline.report.planning import planning_sections
@@ -47,7 +48,10 @@ def _fits_table(analysis: FleetAnalysis) -> pl.DataFrame:
 
 
 def _scaling_note(analysis: FleetAnalysis) -> str:
-    note = "Points: observed cluster MTBF with exact 95% intervals."
+    note = (
+        f"Points: observed cluster MTBF with the 95% interval of the cluster's rate "
+        f"({interval_name(analysis.interval_method)}: the headline table's and the rate table's figures)."
+    )
     for name, model, how in (
         (charts.COUNT_LAW, analysis.scaling, "failure counts per cluster-hour"),
         (charts.AFT_LAW, analysis.size_regression, "cluster-level times between failures"),
@@ -55,6 +59,11 @@ def _scaling_note(analysis: FleetAnalysis) -> str:
         if model is not None:
             low, high = model.alpha_confidence_interval_
             note += f" {name} fitted on {how}: α = {model.alpha_:.3f} (95% CI {low:.3f}–{high:.3f})."
+    if analysis.scaling is not None or analysis.size_regression is not None:
+        note += (
+            f" Bands: each law's 95% interval, widened by the dispersion of every node's counts "
+            f"(φ = {analysis.count_dispersion:.2f}) when above 1."
+        )
     agreement = size_laws_agreement(analysis)
     return f"{note} {agreement}" if agreement else note
 
@@ -62,7 +71,8 @@ def _scaling_note(analysis: FleetAnalysis) -> str:
 def _rates_section(analysis: FleetAnalysis) -> Section:
     """Rates per cluster; without failures the exposure and the one-sided upper bound are the news."""
     note = (
-        f"{lemons.interval_note(analysis)} Failures count while their node is in service (closed intervals)."
+        f"{lemons.interval_note(analysis)} {RATE_INTERVAL_SCOPE} Failures count while their node is in "
+        "service (closed intervals)."
     )
     if not analysis.has_failures:
         note = (
@@ -101,7 +111,8 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             "failure-rate-over-time",
             "Failure rate over time",
             charts.rate_over_time_chart(analysis),
-            note="Monthly rate per cluster; the band is the exact 95% Poisson interval.",
+            note="Monthly rate per cluster; the band is its 95% interval, "
+            f"{interval_name(analysis.interval_method)} as in the rate table.",
         ),
         Section(
             "rate-trends",
@@ -117,7 +128,8 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             "Root causes of interruptions",
             charts.category_chart(analysis),
             charts.category_table(analysis),
-            note=charts.recorded_categories_note(analysis),
+            note=f"Rates with {interval_name(analysis.interval_method)} 95% intervals; shares of all "
+            "interruptions. " + charts.recorded_categories_note(analysis),
         ),
         Section(
             "root-causes-by-cluster",
@@ -133,7 +145,9 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             drivers.top_nodes_chart(analysis),
             drivers.top_nodes(analysis),
             note=f"The {drivers.TOP_NODES} nodes with the most interrupting failures; the tick is what "
-            "the node's cluster rate predicts for its hours in service.",
+            "the node's cluster rate predicts for its hours in service. A node's rate has the exact Poisson "
+            "(Garwood) 95% interval of its own count; whether it fails more than its cluster is the lemon "
+            "test's question (below).",
         ),
         Section(
             "lemon-nodes",
@@ -256,11 +270,13 @@ def baseline_section(analysis: FleetAnalysis, others: Mapping[str, FleetAnalysis
             "rate_per_node_hour",
             "rate_ci_low",
             "rate_ci_high",
+            pl.col("interval").replace(INTERVAL_NAMES),
             "mtbf_hours",
         ),  # fmt: skip
-        note="Interruptions per instance-hour (one instance = one node) with exact 95% intervals; "
-        "published counts from OPT-175B, MPT-7B and Llama 3.1 (docs/public-data.md). MTBF is that "
-        "of the whole fleet or cluster.",
+        note="Interruptions per instance-hour (one instance = one node), "
+        f"{comparisons.baseline_ci_words(table)}; published counts from OPT-175B, MPT-7B and Llama 3.1 "
+        "(docs/public-data.md), whose dispersion is not published. This fleet's rows are its rate "
+        "table's. MTBF is that of the whole fleet or cluster.",
     )
 
 
