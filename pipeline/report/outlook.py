@@ -45,6 +45,7 @@ import polars as pl
 from pipeline import projection as proj
 from pipeline.projection.spec import HOURS_PER_DAY
 from pipeline.report.charts import WIDTH, mode_color
+from pipeline.report.format import usd
 from pipeline.report.planning import jobs_frames, spares_frames
 
 CHECKPOINT_GRID_POINTS = 60
@@ -96,8 +97,8 @@ def mode_card(row: dict) -> tuple[str, str]:
 
 def saving_card(row: dict) -> str:
     """The value of a savings card: days, and dollars with a price."""
-    usd = row["usd"]
-    return f"{row['days']:,.1f} days" + ("" if math.isnan(usd) else f" · ${usd / 1e6:,.2f}M")
+    saved = row["usd"]
+    return f"{row['days']:,.1f} days" + ("" if math.isnan(saved) else f" · {usd(saved / 1e6, 2, 'M')}")
 
 
 def job_outlook(
