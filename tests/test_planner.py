@@ -55,7 +55,7 @@ def planner_lines(spec: dict, **values) -> list[str]:
         t
         for t in _texts(vl_convert.vegalite_to_scenegraph(with_values(spec, **values)), [])
         if not t.replace(",", "").isdigit()
-    ][:7]
+    ][:8]
 
 
 def probe(vega: dict, **values) -> dict[str, float]:
@@ -126,7 +126,7 @@ def test_at_the_configured_settings_the_planner_shows_the_clis_numbers(planner, 
     assert f"finds a free spare {row['free_spare_probability']:.1%}" in lines[2]
     assert (
         f"waits {row['mean_wait_hours']:,.1f} h" in lines[2]
-        and f"stalls {row['mean_stall_hours']:,.1f} h" in lines[2]
+        and f"stalls {row['mean_stall_hours']:,.1f} h" in lines[3]
     )
     # failcast project puts the same pool's replace time in its automatic mode (days and goodput;
     # its cost is the job's GPUs alone, the planner's adds the spares')
@@ -147,7 +147,7 @@ def test_at_the_configured_settings_the_planner_shows_the_clis_numbers(planner, 
     assert lines[0].startswith(_verdict(auto["expected_days"], auto["goodput"], None))
     rate = analysis.failure_model_for(analysis.analyze(warehouse.connect(db, read_only=True)), 256)
     assert (
-        f"{rate.rate_per_instance_hour * 100:.4f}% per instance-hour" in lines[4] and rate.source in lines[4]
+        f"{rate.rate_per_instance_hour * 100:.4f}% per instance-hour" in lines[5] and rate.source in lines[5]
     )
 
 
@@ -191,7 +191,7 @@ def test_moved_controls_give_the_model_at_the_new_settings(planner, sample_wareh
         )
         assert lines[0] == _verdict(row["expected_days"], row["goodput"], row["cost_usd"])
         assert f"512 instances × 8 GPUs with {s} hot spares, checkpoint every 30 min" in lines[1]
-        assert "$3.20 per GPU-hour" in lines[5]
+        assert "$3.20 per GPU-hour" in lines[6]
 
 
 def test_the_rate_at_any_size_is_the_one_failcast_project_uses(planner, fleet):
@@ -201,7 +201,7 @@ def test_the_rate_at_any_size_is_the_one_failcast_project_uses(planner, fleet):
     for n in (8, 100, 256, 700, 1024, 3000, 16_384):
         model = analysis.failure_model_for(fleet, n)
         assert probe(vega, instances=n)["r"] == pytest.approx(model.rate_per_instance_hour, rel=1e-12), n
-    assert "scaling law MTBF(N)" in planner_lines(spec, instances=16_384)[4]
+    assert "scaling law MTBF(N)" in planner_lines(spec, instances=16_384)[5]
 
 
 @pytest.mark.parametrize(
@@ -254,7 +254,7 @@ def test_without_a_price_the_cost_is_left_out_and_said(fleet, sample_warehouse, 
     row_s = _cli_json("spares", "--db", str(sample_warehouse), "--spec", str(job))
     row = row_s["table"][row_s["recommended"]]
     assert lines[0] == _verdict(row["expected_days"], row["goodput"], None)
-    assert "No price: the cost is left out" in lines[5]
+    assert "No price: the cost is left out" in lines[6]
     assert planner_lines(spec, price=2.0)[0].endswith(
         f"cost ${row['expected_days'] * 24 * (256 + row_s['recommended']) * 8 * 2:,.0f}"
     )

@@ -285,9 +285,9 @@ th{background:#f3f5f9}td.num{text-align:right;font-variant-numeric:tabular-nums}
 margin:1rem 0;font-weight:500}
 .more,.note{font-size:.8rem;color:#5b6475}.toc ol{columns:2;font-size:.9rem}
 pre{white-space:pre-wrap;font-size:.8rem}
-.vega-bindings{display:grid;grid-template-columns:repeat(auto-fit,minmax(460px,1fr));gap:.3rem 1.5rem;
-font-size:.85rem;margin-top:.6rem}.vega-bind-name{display:inline-block;width:19rem}
-.vega-bind input{vertical-align:middle;width:8rem}
+.vega-bindings{display:grid;grid-template-columns:repeat(auto-fit,minmax(440px,1fr));gap:.3rem 1.5rem;
+font-size:.85rem;margin-top:.6rem}.vega-bind-name{display:inline-block;width:15rem}
+.vega-bind input{vertical-align:middle;width:11rem;margin-right:.4rem}#planner .vega-embed{width:100%}
 """
 
 _EMBED = (

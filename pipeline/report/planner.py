@@ -90,7 +90,7 @@ def planner_settings(analysis: FleetAnalysis, outlook: JobOutlook) -> PlannerSet
         controls += [
             control("spares", "hot spares", spares, 1, 0, max(3 * spares, summary["probability_row"] + 5)),
             _minutes("swap_min", "swap in a free spare", profile.replace_hours),
-            control("repair_x", f"node repair time (× the fleet's mean, {outlook.mean_repair_hours:,.1f} h)",
+            control("repair_x", f"repair time (× fleet mean {outlook.mean_repair_hours:,.1f} h)",
                     1.0, 0.05, 0.05, 4.0),
         ]  # fmt: skip
     else:

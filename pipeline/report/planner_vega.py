@@ -207,11 +207,10 @@ def _duration(field: str) -> str:
 
 def _lines(s: PlannerSettings) -> tuple[str, str]:
     """(the verdict, the detail lines as an array): Vega expressions of the one row."""
-    more = ", more spares" if s.pool else ""
     verdict = (
         "datum.finishes ? format(datum.days, ',.1f') + ' days, goodput ' + format(datum.goodput, '.1%') + "
         "(price > 0 ? ', cost $' + format(datum.cost, ',.0f') : '') : 'Cannot finish: goodput ' + "
-        f"format(datum.goodput, '.2%') + ' is under 1% (fewer instances{more} or faster recovery)'"
+        "format(datum.goodput, '.2%') + ', under 1%'"
     )
     spares = " + ' with ' + datum.S + (datum.S == 1 ? ' hot spare' : ' hot spares')" if s.pool else ""
     lines = [
@@ -222,10 +221,13 @@ def _lines(s: PlannerSettings) -> tuple[str, str]:
     how = ""
     if s.pool:
         lines.append(
-            "'A failure finds a free spare ' + format(1 - datum.B, '.1%') + ' of the time; otherwise it "
-            "waits ' + format(datum.wait, ',.1f') + ' h on average for the earliest of the repairs (mean ' + "
-            "format(datum.m, ',.1f') + ' h) and the job stalls ' + format(datum.stall, ',.1f') + "
-            "' h until ' + format(datum.N, ',') + ' nodes are up'"
+            "'A failure finds a free spare ' + format(1 - datum.B, '.1%') + ' of the time (swapped in in ' + "
+            f"{_duration('swap_min / 60')} + '); otherwise it waits ' + format(datum.wait, ',.1f') + "
+            "' h on average for the earliest repair'"
+        )
+        lines.append(
+            "'(mean repair ' + format(datum.m, ',.1f') + ' h) and the job stalls ' + "
+            "format(datum.stall, ',.1f') + ' h until ' + format(datum.N, ',') + ' nodes are up'"
         )
         how = " (detection, swap or stall, restart)"
     lines.append(
@@ -273,6 +275,7 @@ def planner_spec(s: PlannerSettings) -> dict:
         ],
     }
     text = {"type": "text", "align": "left", "baseline": "middle", "x": 0}
+    more = ", more spares" if s.pool else ""
     color = {"condition": {"test": "!datum.finishes", "value": "#b00020"}, "value": "#1d2330"}
     return {
         "$schema": alt.SCHEMA_URL,
@@ -305,15 +308,30 @@ def planner_spec(s: PlannerSettings) -> dict:
                 "width": WIDTH,
                 "height": 26,
                 "title": {"text": "Where the wall time goes (days)", "anchor": "start", "fontSize": 12},
-                "transform": [
-                    {"filter": "datum.finishes"},
-                    *parts,
-                    {"fold": shown, "as": ["part", "days"]},
-                    *_calc(order=f"indexof({shown}, datum.part)"),
+                "layer": [
+                    {
+                        "transform": [
+                            {"filter": "datum.finishes"},
+                            *parts,
+                            {"fold": shown, "as": ["part", "days"]},
+                            *_calc(order=f"indexof({shown}, datum.part)"),
+                        ],
+                        "mark": "bar",
+                        "encoding": bar,
+                    },
+                    {
+                        "transform": [{"filter": "!datum.finishes"}],
+                        "mark": {**text, "fontSize": 12, "y": 13},
+                        "encoding": {
+                            "text": {
+                                "value": f"no bar: the job cannot finish (fewer instances{more} or "
+                                "faster recovery)"
+                            }
+                        },
+                    },
                 ],
-                "mark": "bar",
-                "encoding": bar,
             },
         ],
+        "autosize": {"type": "pad", "resize": True},  # longer lines after a slider moves widen it
         "config": {"view": {"stroke": None}},
     }
