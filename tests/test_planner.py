@@ -111,7 +111,7 @@ def _verdict(days: float, goodput: float, cost: float | None) -> str:
     return f"{days:,.1f} days, goodput {goodput:.1%}" + ("" if cost is None else f", cost ${cost:,.0f}")
 
 
-def test_at_the_configured_settings_the_planner_shows_the_clis_numbers(planner, sample_warehouse):
+def test_at_the_configured_settings_the_planner_shows_the_clis_numbers(planner, fleet, sample_warehouse):
     spec, outlook = planner
     db = str(sample_warehouse)
     spares = _cli_json("spares", "--db", db, "--spec", str(JOB))
@@ -145,7 +145,7 @@ def test_at_the_configured_settings_the_planner_shows_the_clis_numbers(planner, 
     )
     auto = project["modes"]["automatic"]
     assert lines[0].startswith(_verdict(auto["expected_days"], auto["goodput"], None))
-    rate = analysis.failure_model_for(analysis.analyze(warehouse.connect(db, read_only=True)), 256)
+    rate = analysis.failure_model_for(fleet, 256)
     assert (
         f"{rate.rate_per_instance_hour * 100:.4f}% per instance-hour" in lines[5] and rate.source in lines[5]
     )
@@ -289,3 +289,16 @@ def test_without_repair_times_the_replace_time_is_a_control_and_project_agrees(t
         auto["expected_days"], auto["goodput"], auto["cost_usd"]
     )
     assert "UPPER BOUND" in lines[3] and "hot spare" not in " ".join(lines)
+
+
+def test_a_job_with_its_own_rate_keeps_it_and_any_source_text_is_a_string(fleet, tmp_path):
+    """A spec's own rate (not the fleet's) is the same per instance at every size, and its source
+    text, quotes, backslashes and line breaks included, stays a string in the expressions."""
+    source = 'ops\' "sheet" \\ 2026\n</script><b>x</b>'
+    failure = proj.FailureModel.exponential(0.0004, source=source)
+    spec = proj.JobSpec(128, 2.0, failure, gpu_hours=1e6, name="own-rate")
+    outlook = report.job_outlook(spec, monte_carlo_runs=0, repair=analysis.repair_curve(fleet))
+    vl = planner_spec(planner_settings(fleet, outlook))
+    assert probe(vl_convert.vegalite_to_vega(vl), instances=1024)["r"] == 0.0004
+    (rate_line,) = [t for t in planner_lines(vl) if t.startswith("Failure rate at this size")]
+    assert "0.0400% per instance-hour" in rate_line and source in rate_line

@@ -24,6 +24,7 @@ Without a pool (no repair times) B = 0, no stall, and the replace time is a slid
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -101,8 +102,9 @@ def number(x: float) -> str:
 
 
 def quote(text: str) -> str:
-    """A string literal for a Vega expression."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """A string literal for a Vega expression, whatever ``text`` holds (quotes, backslashes, line
+    breaks: JSON's escapes, which Vega's expression parser reads as JavaScript's)."""
+    return json.dumps(text)
 
 
 def _calc(**fields: str) -> list[dict]:
