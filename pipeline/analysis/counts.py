@@ -125,7 +125,7 @@ WITH service AS (
     GROUP BY c._node, c._n
 ), ends AS (
     SELECT i._node, i._n, i.timestamp_utc,
-        CASE WHEN i.resolved_at_utc > i.timestamp_utc THEN i.resolved_at_utc ELSE r.inventory_end_utc END
+        CASE WHEN i.resolved_at_utc >= i.timestamp_utc THEN i.resolved_at_utc ELSE r.inventory_end_utc END
             AS end_utc
     FROM i LEFT JOIN reopened r USING (_node, _n)
 ), running AS (

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -272,14 +273,15 @@ def analyze(
         )
         projection = _projection(scaling.predict_mtbf_hours, sizes)
     if cluster_durations.filter("observed")["instances"].n_unique() >= 2:
-        regression = models.WeibullSizeRegression().fit(
-            cluster_durations["instances"],
-            cluster_durations["duration_hours"],
-            cluster_durations["observed"],
-            cluster_durations["count"],
-            dispersion=dispersion,
-        )
-        regression_projection = _projection(regression.predict_mtbf_hours, sizes)
+        with suppress(models.NotConverged):  # the second view only: the count law stands alone
+            regression = models.WeibullSizeRegression().fit(
+                cluster_durations["instances"],
+                cluster_durations["duration_hours"],
+                cluster_durations["observed"],
+                cluster_durations["count"],
+                dispersion=dispersion,
+            )
+            regression_projection = _projection(regression.predict_mtbf_hours, sizes)
 
     # trend tests count the failures the rates count (one during a known repair of its node is
     # part of that outage, not a new failure), on the calendar clock

@@ -89,8 +89,8 @@ def extract(
         results = extract_mod.extract_files(
             sources, out, engine=engine, address=address, options=options, workers=workers
         )
-    except extract_mod.EngineMissing as exc:
-        fail(str(exc))
+    except extract_mod.EngineError as exc:
+        fail(safe_text(str(exc)))
     if as_json:
         echo_json([r.to_dict() for r in results])
     else:

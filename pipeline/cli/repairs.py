@@ -37,7 +37,7 @@ def _quantile(name: str) -> tuple[str, str, str]:
     return column, f"{column}_ci_low", f"{column}_ci_high"
 
 
-def _verdict(total: dict, left_out: int) -> list[str]:
+def _verdict(total: dict, left_out: int, zero_length: int) -> list[str]:
     merged = total["interruptions"] - total["outages"]
     lines = [
         f"{total['outages']:,} outages, {total['unresolved']:,} unresolved (right-censored at the window "
@@ -48,6 +48,9 @@ def _verdict(total: dict, left_out: int) -> list[str]:
         f"  MTTR (mean)   {_interval(total, 'mttr_hours', 'mttr_ci_low_hours', 'mttr_ci_high_hours')}"
         + (" — restricted to the longest repair seen: a lower bound" if total["mttr_restricted"] else ""),
     ]
+    if zero_length:
+        they = "repairs ended when they" if zero_length != 1 else "repair ended when it"
+        lines.append(f"  {zero_length:,} {they} began (resolved_at = start): counted as 0 h")
     if merged:
         lines.append(f"  {merged:,} interruptions began while their node was still down: part of that outage")
     if total["unknown_end"]:
@@ -77,7 +80,8 @@ def repairs(db: Path, by, interruption_window: float, observed_until, as_json: b
     """Outages and repair: downtime, availability, MTTR and repair-time quantiles per group.
 
     An outage is an interruption with its end (resolved_at, or the node's return in the
-    inventory); unresolved outages are right-censored at the window end (Kaplan–Meier)."""
+    inventory; a resolved_at equal to the start is a repair of 0 h); unresolved outages are
+    right-censored at the window end (Kaplan–Meier)."""
     con = warehouse.connect(db, read_only=True)
     inventory = warehouse.table(con, "inventory")
     end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
@@ -100,7 +104,8 @@ def repairs(db: Path, by, interruption_window: float, observed_until, as_json: b
     if not total["outages"]:
         click.echo("no outages: no interrupting failures in the window")
         return
-    click.echo("\n".join(_verdict(total, left_out)))
+    zero_length = int((outages["repair_hours"] == 0).sum())
+    click.echo("\n".join(_verdict(total, left_out, zero_length)))
     columns = [*by, "outages", "unresolved", "downtime_hours", "availability", "mttr_hours"]
     table = groups.select(*columns, "repair_hours_p50", "repair_hours_p90")
     click.echo(safe_lines(text_table(table)))

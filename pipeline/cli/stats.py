@@ -409,7 +409,7 @@ def fit(db: Path, observed_until, first_gap: str, interruption_window: float, as
     for name, s in (("counts", result.scaling), ("Weibull AFT", result.size_regression)):
         if s is not None:
             click.echo(
-                f"MTBF(N) = {s.mtbf_one_hours_:,.0f} h / N^{s.alpha_:.3f} "
+                f"MTBF(N) = {format_value('mtbf_hours', s.mtbf_one_hours_)} h / N^{s.alpha_:.3f} "
                 f"(alpha 95% CI {s.alpha_confidence_interval_[0]:.3f}–"
                 f"{s.alpha_confidence_interval_[1]:.3f}; {name})"
             )

@@ -40,7 +40,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pipeline import warehouse
-from pipeline.extract.engines import ATTEMPTS, ENGINES, EngineMissing, run_tasks
+from pipeline.extract.engines import ATTEMPTS, ENGINES, EngineError, EngineMissing, run_tasks
 from pipeline.ingest import (
     InputError,
     ReaderOptions,
@@ -60,7 +60,7 @@ ATTEMPTS_DIR = "attempts"
 still running it, or died running it; the attempt after :data:`ATTEMPTS` deaths reports the input
 as failed instead of parsing it again (Ray Data retries a task that lost its worker without end)."""
 
-__all__ = ["ENGINES", "EngineMissing", "Extracted", "extract_files", "list_inputs"]
+__all__ = ["ENGINES", "EngineError", "EngineMissing", "Extracted", "extract_files", "list_inputs"]
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,49 @@ RAY_EXTRA = "pip install 'failcast[ray]'"
 Task = Callable[[Mapping], dict]
 
 
-class EngineMissing(RuntimeError):
+class EngineError(RuntimeError):
+    """The engine cannot run the tasks (not installed, cluster out of reach); the message is one
+    line for people that says why and what to do."""
+
+
+class EngineMissing(EngineError):
     """The engine's package is not installed; the message says how to install it."""
+
+
+# what Ray's errors say when the cluster uses token authentication and this process has no valid
+# token (Ray >= 2.52: the client's AuthenticationError, "RPC error: InvalidAuthToken: ...", wrapped
+# by ray.init in "Failed to connect to GCS" and then "Failed to connect to Ray cluster at ...")
+_TOKEN_AUTH = ("AuthenticationError", "InvalidAuthToken", "Unauthenticated", "authentication token")
+TOKEN_ADVICE = (
+    "the cluster uses token authentication: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH to a copy of "
+    "its token file (~/.ray/auth_token on the head node), or RAY_AUTH_TOKEN, and run again "
+    "(docs/operations.md)"
+)
+
+
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from, outermost first."""
+    chain: list[BaseException] = []
+    while exc is not None and len(chain) < 10:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return chain
+
+
+def ray_connection_error(exc: BaseException, address: str | None) -> EngineError:
+    """The one line ``failcast extract`` prints when ``ray.init`` fails: where, what to set when the
+    cluster uses token authentication, and Ray's own reason: the innermost message of the chain (of
+    one that carries a traceback as text, ray.init's "Failed to connect to GCS. Last connection
+    error: Traceback ...", its last line, the error that traceback ended in)."""
+    chain = _chain(exc)
+    reason = str(chain[-1]) or type(chain[-1]).__name__
+    if "Traceback (most recent call last)" in reason:
+        reason = next(line for line in reversed(reason.splitlines()) if line.strip())
+    said = "\n".join(f"{type(e).__name__}: {e}" for e in chain)
+    advice = f"{TOKEN_ADVICE}. " if any(word in said for word in _TOKEN_AUTH) else ""
+    where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+    reason = " ".join(reason.split())
+    return EngineError(f"--engine ray: cannot connect to {where}: {advice}Ray says: {reason}")
 
 
 def cores() -> int:
@@ -94,14 +135,17 @@ def run_ray(task: Task, items: Sequence[Mapping], *, workers: int | None, addres
     address = address or os.environ.get("RAY_ADDRESS")  # ray.init's own default: a cluster, not num_cpus
     started = not ray.is_initialized()
     if started:
-        ray.init(
-            address=address,
-            num_cpus=None if address else workers or cores(),
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.ERROR,
-            configure_logging=True,
-        )
+        try:
+            ray.init(
+                address=address,
+                num_cpus=None if address else workers or cores(),
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.ERROR,
+                configure_logging=True,
+            )
+        except Exception as exc:  # joining the cluster is the user's setup: say why, in one line
+            raise ray_connection_error(exc, address) from exc
     logging.getLogger("ray.data").setLevel(logging.ERROR)  # progress lines on stderr: extract reports itself
     try:
         context = ray.data.DataContext.get_current()

@@ -21,7 +21,9 @@ that parsed it: an event whose content key is stored is a duplicate (a Slurm nod
 ticket row with its resolved_at closes a stored open one, as :mod:`.slurm_events` and
 :mod:`.canonical` do), jobs and inventory rows replace the stored ones by the statements of
 :mod:`.sacct` and :mod:`.canonical`. Lines: read = ingested + duplicate + rejected + ignored,
-where duplicate = accepted - ingested; rejects keep their original file and line.
+where duplicate = accepted - ingested; rejects keep their original file and line. An event row
+whose ``resolved_at_utc`` is before its ``timestamp_utc`` (the readers reject those, so the part
+was damaged or made by hand) is rejected with its line, as the readers would, never stored.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import duckdb
 
 from pipeline.ingest import taxonomy
 from pipeline.ingest.canonical import TABLE_FORMATS, UPSERT_INVENTORY, WORK_TABLES
-from pipeline.ingest.common import FileSummary, InputError, count, record_counts, register_file
+from pipeline.ingest.common import FileSummary, InputError, count, now_utc, record_counts, register_file
 from pipeline.ingest.sacct import REPLACE_JOBS
 from pipeline.ingest.slurm_events import FORMAT as SLURM_EVENTS
 from pipeline.warehouse import transaction
@@ -92,7 +94,8 @@ REJECT_COLUMNS = ("path", "line", "raw", "reason", "rejected_at_utc")
 _EVENT_STATUS = """
 CREATE OR REPLACE TEMP TABLE lake_status AS
 SELECT l.*,
-       CASE WHEN e.event_key IS NULL THEN 'new'
+       CASE WHEN l.resolved_at_utc < l.timestamp_utc THEN 'rejected'
+            WHEN e.event_key IS NULL THEN 'new'
             WHEN $resolves AND e.resolved_at_utc IS NULL AND l.resolved_at_utc IS NOT NULL THEN 'resolves'
        END AS status
 FROM read_parquet($files, hive_partitioning = true) l
@@ -108,6 +111,16 @@ INSERT INTO events (event_key, file_id, line, timestamp_utc, cluster_id, node_id
 SELECT event_key, $file_id, line, timestamp_utc, cluster_id, node_id, category, interrupting,
        gpu_index, job_id, message, resolved_at_utc, xid, pci_bus_id, source_format, attributes
 FROM lake_status WHERE status = 'new' ORDER BY line, event_key;
+"""
+# The readers reject an end before its start; a part that holds one was not written by them
+# (damaged, or made by hand): its lines are rejected here rather than stored as negative repairs.
+_EVENT_REJECTS = """
+INSERT INTO rejects
+SELECT $file_id, $path, line,
+       'timestamp_utc=' || min(timestamp_utc) || ' resolved_at_utc=' || min(resolved_at_utc) || ' node_id='
+           || min(node_id) || ' category=' || min(category),
+       'resolved_at_utc is before timestamp_utc in the lake part: extract the input again', $now
+FROM lake_status WHERE status = 'rejected' GROUP BY line ORDER BY line
 """
 _JOBS = """
 CREATE OR REPLACE TEMP TABLE jobs_fresh AS
@@ -152,8 +165,17 @@ def ingest_lake(con, lake: Path, *, category_map) -> Iterator[FileSummary]:
     """Every input of the lake not ingested yet (by sha256), each in its own transaction, its new
     events classified like a file's; yields each input's summary once it is committed. A missing or
     unreadable part file stops with an :class:`InputError` (the inputs before it are committed).
-    The caller rebuilds incidents after."""
-    for entry in entries(lake):
+    The caller rebuilds incidents after. A lake without a single finished input (every input of
+    ``failcast extract`` failed, or it has not finished one yet) is an :class:`InputError` that
+    says so: ingesting it would otherwise print nothing and succeed."""
+    listed = list(entries(lake))
+    if not listed:
+        raise InputError(
+            f"{lake}: the lake holds no finished input ({lake / MANIFEST} has no entry): every input of "
+            f"failcast extract failed or none has finished yet; see extract's errors, fix them and run "
+            f"failcast extract SOURCE... --out {lake} again"
+        )
+    for entry in listed:
         if con.sql("SELECT 1 FROM ingested_files WHERE sha256 = ?", params=[entry["sha256"]]).fetchall():
             yield FileSummary(entry["path"], entry["kind"], entry["format"], skipped=True)
             continue
@@ -177,12 +199,15 @@ def _ingest_entry(con, lake: Path, entry: dict) -> FileSummary:
         con, path, entry["sha256"], kind, fmt, size_bytes=entry["size_bytes"]
     )
     files = {table: [str(lake / part) for part in entry["parts"].get(table, [])] for table in TABLES}
+    rejected = 0
     if files["events"]:
         resolves = fmt == SLURM_EVENTS or fmt in TABLE_FORMATS  # their later exports close open events
         con.execute(_EVENT_STATUS, {"files": files["events"], "resolves": resolves})
         summary.rows_ingested = count(
-            con, "SELECT count(DISTINCT line) FROM lake_status WHERE status IS NOT NULL"
+            con, "SELECT count(DISTINCT line) FROM lake_status WHERE status IN ('new', 'resolves')"
         )
+        rejected = count(con, "SELECT count(DISTINCT line) FROM lake_status WHERE status = 'rejected'")
+        con.execute(_EVENT_REJECTS, {"file_id": file_id, "path": path, "now": now_utc()})
         con.execute(_EVENT_CLOSE, {"file_id": file_id})
         con.execute(_EVENT_WRITE, {"file_id": file_id})
         con.execute("DROP TABLE lake_status")
@@ -197,9 +222,9 @@ def _ingest_entry(con, lake: Path, entry: dict) -> FileSummary:
         summary.rows_ingested = count(con, "SELECT count(*) FROM inventory WHERE file_id = ?", [file_id])
     if files["rejects"]:
         con.execute(_REJECTS, {"file_id": file_id, "files": files["rejects"]})
-    summary.rows_rejected = entry["rows_rejected"]
+    summary.rows_rejected = entry["rows_rejected"] + rejected
     summary.rows_ignored = entry["rows_ignored"]
-    summary.rows_duplicate = entry["rows_accepted"] - summary.rows_ingested
+    summary.rows_duplicate = entry["rows_accepted"] - summary.rows_ingested - rejected
     summary.ignored_columns = list(entry.get("ignored_columns", []))
     summary.attribute_columns = list(entry.get("attribute_columns", []))
     record_counts(con, file_id, summary)

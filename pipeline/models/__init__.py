@@ -27,6 +27,7 @@ EXPORTS = {
     "KaplanMeier": "survival",
     "MTBFScaling": "survival",
     "NelsonAalen": "survival",
+    "NotConverged": "survival",
     "ParametricTBF": "survival",
     "PoissonRate": "survival",
     "TREND_VERDICTS": "survival",

@@ -14,6 +14,10 @@
   so its 95% interval is the log-scale Wald interval (delta method, se(log mu) = se(mu) / mu):
   exp(log mu -/+ 1.96 se / mu), never below zero (the raw mu -/+ 1.96 se went negative with a few
   heavy-tailed repairs and had to be clipped at 0).
+* Repairs of 0 h (a fault cleared when it began, ``resolved_at`` = start) are completed repairs at
+  t = 0: lifelines' Kaplan–Meier takes a 0 duration as is (S drops at 0; checked with warnings as
+  errors), the restricted mean integrates S from 0, so with no censoring MTTR is the plain mean
+  with the zeros in it and the median is 0 h once half the repairs are (tests/test_zero_length_repairs.py).
 """
 
 from __future__ import annotations

@@ -63,12 +63,14 @@ Every model's ``fit(...)`` returns ``self``; fitted values end in ``_`` (``rate_
 from __future__ import annotations
 
 import math
+import sys
+import warnings
 
 import lifelines
+import lifelines.exceptions
 import numpy as np
 import pandas as pd
 from scipy.special import digamma, gammaln
-from scipy.special import gamma as gamma_fn
 from scipy.stats import chi2, norm
 
 from pipeline.transform import poisson_interval
@@ -81,7 +83,8 @@ def log_scale_interval(estimate, se, z: float = _Z95):
     se(log x) = se(x) / x, so the interval is exp(log x -/+ z se(x) / x) = (x / f, x f) with
     f = exp(z se(x) / x); always positive, as wide in ratio on both sides of x. Works on arrays."""
     x = np.asarray(estimate, dtype=float)
-    factor = np.exp(z * np.asarray(se, dtype=float) / x)
+    with np.errstate(over="ignore"):  # a factor past the float range is inf: the interval (0, inf)
+        factor = np.exp(z * np.asarray(se, dtype=float) / x)
     return x / factor, x * factor
 
 
@@ -131,17 +134,56 @@ _FAMILIES = {
 FAMILIES = tuple(_FAMILIES)
 
 
-def _mean(family: str, p: np.ndarray) -> float:
-    """Mean of the lifelines parameterisation of each family (``p`` in lifelines' order)."""
+_LOG_MAX = math.log(sys.float_info.max)  # 709.78: exp of more is not a float
+
+
+def exp_or_inf(x: float) -> float:
+    """exp(x), inf past the float range: ``math.exp`` raises OverflowError there, and a mean or
+    an interval's end that large is unbounded for every reader (a lognormal of sigma 40 has a
+    log mean of 800; a loglogistic with beta 1 + 1e-6 an interval 1.96 x 1e5 wide in log)."""
+    return math.inf if x > _LOG_MAX else math.exp(x)
+
+
+def _log_mean(family: str, p: np.ndarray) -> float:
+    """log of the mean of the lifelines parameterisation of each family (``p`` in lifelines'
+    order); inf where the mean is infinite (loglogistic beta <= 1, a Weibull shape of 0). On the
+    log scale the mean of any fitted parameters is a float, however large the mean itself."""
     if family == "exponential":
-        return p[0]
-    if family == "weibull":  # lambda_, rho_
-        return p[0] * gamma_fn(1 + 1 / p[1])
-    if family == "lognormal":  # mu_, sigma_
-        return math.exp(p[0] + p[1] ** 2 / 2)
-    # loglogistic alpha_, beta_: mean exists only for beta > 1
+        return math.log(p[0])
+    if family == "weibull":  # lambda_, rho_: mean lambda Gamma(1 + 1/rho)
+        return math.inf if p[1] <= 0 else math.log(p[0]) + float(gammaln(1 + 1 / p[1]))
+    if family == "lognormal":  # mu_, sigma_: mean exp(mu + sigma^2 / 2)
+        return p[0] + p[1] ** 2 / 2
+    # loglogistic alpha_, beta_: mean alpha (pi / beta) / sin(pi / beta), only for beta > 1
     a, b = p
-    return math.inf if b <= 1 else a * (math.pi / b) / math.sin(math.pi / b)
+    return math.inf if b <= 1 else math.log(a) + math.log(math.pi / b) - math.log(math.sin(math.pi / b))
+
+
+def _mean(family: str, p: np.ndarray) -> float:
+    """Mean of each family's lifelines parameterisation; inf when it is infinite or past floats."""
+    return exp_or_inf(_log_mean(family, p))
+
+
+def mean_interval(family: str, values: np.ndarray, cov: np.ndarray) -> tuple[float, float]:
+    """95% interval of a family's mean by the delta method on log(mean) (symmetric in log space,
+    so it stays positive), with a numerical gradient. Never raises: an end past the float range is
+    inf, and when the mean is infinite or its gradient is not finite (a loglogistic beta at 1)
+    the data do not bound it: (0, inf), which :meth:`ParametricTBF._unbounded_mean` narrows."""
+    base = _log_mean(family, values)
+    if not math.isfinite(base):
+        return 0.0, math.inf
+    grad = np.zeros_like(values)
+    for i, v in enumerate(values):
+        step = 1e-6 * max(abs(v), 1e-6)
+        shifted = values.copy()
+        shifted[i] += step
+        grad[i] = (_log_mean(family, shifted) - base) / step
+    with np.errstate(over="ignore", invalid="ignore"):
+        variance = float(grad @ cov @ grad)
+    if not math.isfinite(variance):
+        return 0.0, math.inf
+    se = math.sqrt(max(variance, 0.0))
+    return exp_or_inf(base - _Z95 * se), exp_or_inf(base + _Z95 * se)
 
 
 class ParametricTBF:
@@ -158,22 +200,32 @@ class ParametricTBF:
         if not np.any(np.asarray(observed, bool) & (weights > 0)):
             raise ValueError("no observed failures to fit")
         fitter = _FAMILIES[self.family]()
-        fitter.fit(
-            np.clip(durations, 1e-9, None),
-            event_observed=np.asarray(observed, bool),
-            weights=weights,
-            fit_options=_TIGHT,
-        )
+        with warnings.catch_warnings():  # checked below and said in mtbf_note_, in failcast's words
+            warnings.filterwarnings("ignore", message="The diagonal of the variance_matrix_ has negative")
+            fitter.fit(
+                np.clip(durations, 1e-9, None),
+                event_observed=np.asarray(observed, bool),
+                weights=weights,
+                fit_options=_TIGHT,
+            )
         names = list(fitter._fitted_parameter_names)
         values = np.array([getattr(fitter, n) for n in names], dtype=float)
         self.params_ = dict(zip(names, values, strict=True))
         self.log_likelihood_ = float(fitter.log_likelihood_)
         self.aic_ = float(fitter.AIC_)
         self.variance_matrix_ = fitter.variance_matrix_.loc[names, names].to_numpy(float)  # params_ order
+        # the inverse Hessian of a flat or ridged likelihood: no variance to build an interval on
+        self.variances_estimated_ = bool(
+            np.isfinite(self.variance_matrix_).all() and (np.diag(self.variance_matrix_) > 0).all()
+        )
         failures = float(weights[np.asarray(observed, bool)].sum())
         self.confidence_interval_ = self._parameter_intervals(names, values, failures)
         self.mtbf_hours_ = float(_mean(self.family, values))
-        self.mtbf_confidence_interval_ = self._mean_interval(values, fitter.variance_matrix_.values)
+        self.mtbf_confidence_interval_ = (
+            mean_interval(self.family, values, self.variance_matrix_)
+            if self.variances_estimated_
+            else (0.0, math.inf)
+        )
         self.mtbf_note_ = self._unbounded_mean()
         self.shape_ = self.params_.get("rho_")
         self.infant_mortality_, self.hazard_message_ = self._hazard_message()
@@ -183,8 +235,12 @@ class ParametricTBF:
         self, names: list[str], values: np.ndarray, failures: float
     ) -> dict[str, tuple[float, float]]:
         """95% interval of each parameter: log scale for the positive ones, raw for ``mu_``; the
-        Weibull shape's is centred on its bias-reduced estimate (module docstring)."""
-        se = np.sqrt(np.clip(np.diag(self.variance_matrix_), 0.0, None))
+        Weibull shape's is centred on its bias-reduced estimate (module docstring). Without
+        estimated variances every interval is unbounded ((0, inf), ``mu_`` (-inf, inf)): a zero
+        width would claim a certainty the fit does not have."""
+        if not self.variances_estimated_:
+            return {n: (-math.inf if n in _REAL_PARAMETERS else 0.0, math.inf) for n in names}
+        se = np.sqrt(np.diag(self.variance_matrix_))
         intervals = {}
         for name, value, error in zip(names, values, se, strict=True):
             if name in _REAL_PARAMETERS:
@@ -199,6 +255,11 @@ class ParametricTBF:
         """What the Weibull shape says about the hazard, judged on its interval (not the point)."""
         if self.family != "weibull":
             return None, None
+        if not self.variances_estimated_:
+            return False, (
+                f"no evidence against a constant hazard: Weibull shape {self.shape_:.3g}, whose interval "
+                "could not be estimated"
+            )
         low, high = self.confidence_interval_["rho_"]
         shape = f"Weibull shape {self.shape_:.3g} (95% CI {low:.3g}-{high:.3g})"  # 0.861, 50.7: 3 digits
         if high < 1:
@@ -208,37 +269,45 @@ class ParametricTBF:
         return False, f"no evidence against a constant hazard: {shape} includes 1"
 
     def _unbounded_mean(self) -> str | None:
-        """A loglogistic's mean exists only for beta > 1 and grows without bound as beta falls
-        to 1, so when beta's interval reaches 1 the data cannot bound the MTBF from above: the
-        interval's upper end becomes infinite (the delta method's finite one would be an artefact)
-        and the note says to read the median instead. With beta's estimate itself <= 1 the mean is
-        infinite and the delta method has nothing to work on: the lower end is then the median
-        alpha's, since a loglogistic's mean is never below its median (mean / median =
-        (pi / beta) / sin(pi / beta) >= 1), a conservative bound."""
-        if self.family != "loglogistic" or self.confidence_interval_["beta_"][0] > 1:
-            return None
-        low = self.mtbf_confidence_interval_[0]
-        if not math.isfinite(low):
-            low = self.confidence_interval_["alpha_"][0]
-        self.mtbf_confidence_interval_ = (low, math.inf)
-        low, high = self.confidence_interval_["beta_"]
-        return (
-            f"loglogistic shape {self.params_['beta_']:.3f} (95% CI {low:.3f}-{high:.3f}) reaches 1, where "
-            f"the mean is infinite: its MTBF is unbounded above; read its median "
-            f"({self.params_['alpha_']:,.0f} h) or another family"
-        )
+        """Why the MTBF or its interval is unbounded above, or None when it is not.
 
-    def _mean_interval(self, values: np.ndarray, cov: np.ndarray) -> tuple[float, float]:
-        """Delta method on log(mean): symmetric in log space, so the interval stays positive."""
-        grad = np.zeros_like(values)
-        base = math.log(_mean(self.family, values))
-        for i, v in enumerate(values):
-            step = 1e-6 * max(abs(v), 1e-6)
-            shifted = values.copy()
-            shifted[i] += step
-            grad[i] = (math.log(_mean(self.family, shifted)) - base) / step
-        se = math.sqrt(max(float(grad @ cov @ grad), 0.0))
-        return math.exp(base - _Z95 * se), math.exp(base + _Z95 * se)
+        A loglogistic's mean exists only for beta > 1 and grows without bound as beta falls to 1,
+        so when beta's interval reaches 1 the data cannot bound the MTBF from above: the upper end
+        is infinite (the delta method's finite one would be an artefact, and next to beta = 1 it
+        runs past the float range). Its lower end is the larger of the delta method's and the
+        median alpha's: a loglogistic's mean is never below its median (mean / median =
+        (pi / beta) / sin(pi / beta) >= 1), so alpha's lower bound bounds the mean too (each end
+        holds with 97.5%, both with at least 95%), where the delta method's, on a gradient that
+        explodes at beta = 1, can fall to 1e-30 h. The note says to read the median instead.
+
+        Any family whose mean or upper end is past the float range (a lognormal of huge sigma, a
+        Weibull shape near 0: the mean is dominated by a tail the data never reached) gets a note
+        too; its numbers are inf, which people's formats show as ∞ and JSON as null."""
+        low, high = self.mtbf_confidence_interval_
+        if not self.variances_estimated_:
+            return (
+                f"{self.family}: the fit's variances could not be estimated (a flat likelihood: too few "
+                "or too alike times between failures), so its intervals are unbounded; read another family"
+            )
+        if self.family == "loglogistic" and self.confidence_interval_["beta_"][0] <= 1:
+            alpha_low = self.confidence_interval_["alpha_"][0]
+            self.mtbf_confidence_interval_ = (
+                max(low, alpha_low) if math.isfinite(low) else alpha_low,
+                math.inf,
+            )
+            low, high = self.confidence_interval_["beta_"]
+            return (
+                f"loglogistic shape {self.params_['beta_']:.3f} (95% CI {low:.3f}-{high:.3f}) reaches 1, "
+                "where the mean is infinite: its MTBF is unbounded above; read its median "
+                f"({self.params_['alpha_']:,.0f} h) or another family"
+            )
+        if math.isfinite(self.mtbf_hours_) and math.isfinite(high):
+            return None
+        what = "its MTBF" if not math.isfinite(self.mtbf_hours_) else "its MTBF's 95% interval"
+        return (
+            f"{self.family}: {what} is unbounded above (a heavy tail the data never reached, "
+            f"parameters {', '.join(f'{k} {v:.3g}' for k, v in self.params_.items())}); read another family"
+        )
 
 
 class KaplanMeier:
@@ -313,7 +382,7 @@ class MTBFScaling:
         se = np.sqrt(np.diag(cov))
         self.alpha_ = float(beta[1])
         self.alpha_confidence_interval_ = (beta[1] - _Z95 * se[1], beta[1] + _Z95 * se[1])
-        self.mtbf_one_hours_ = float(math.exp(-beta[0]))
+        self.mtbf_one_hours_ = exp_or_inf(-beta[0])
         self.dispersion_ = float(dispersion)
         self.coef_, self.variance_matrix_ = beta, cov
         return self
@@ -323,7 +392,12 @@ class MTBFScaling:
         x = np.column_stack([np.ones(len(instances)), np.log(np.asarray(instances, float))])
         log_rate = x @ self.coef_
         se = np.sqrt(np.einsum("ij,jk,ik->i", x, self.variance_matrix_, x))
-        return (np.exp(-log_rate), np.exp(-(log_rate + _Z95 * se)), np.exp(-(log_rate - _Z95 * se)))
+        with np.errstate(over="ignore"):  # past the float range: inf
+            return (np.exp(-log_rate), np.exp(-(log_rate + _Z95 * se)), np.exp(-(log_rate - _Z95 * se)))
+
+
+class NotConverged(ValueError):
+    """lifelines' optimiser found no maximum (a flat or unbounded likelihood on too few times)."""
 
 
 class WeibullSizeRegression:
@@ -347,7 +421,13 @@ class WeibullSizeRegression:
             }
         )
         fitter = lifelines.WeibullAFTFitter()
-        fitter.fit(frame, "duration_hours", "observed", weights_col="weight")
+        try:
+            fitter.fit(frame, "duration_hours", "observed", weights_col="weight")
+        except lifelines.exceptions.ConvergenceError as exc:  # a handful of gaps, a flat likelihood
+            raise NotConverged(
+                f"the Weibull AFT on cluster size did not converge on {int(frame['observed'].sum())} "
+                "observed cluster-level gaps"
+            ) from exc
         params = fitter.params_
         names = [("lambda_", "Intercept"), ("lambda_", "log_instances"), ("rho_", "Intercept")]
         self.coef_ = np.array([params[name] for name in names], dtype=float)
@@ -357,11 +437,11 @@ class WeibullSizeRegression:
         slope_se = math.sqrt(self.variance_matrix_[1, 1])
         self.alpha_ = -float(self.coef_[1])
         self.alpha_confidence_interval_ = (self.alpha_ - _Z95 * slope_se, self.alpha_ + _Z95 * slope_se)
-        self.shape_ = float(math.exp(self.coef_[2]))
+        self.shape_ = exp_or_inf(self.coef_[2])
         rho_se = math.sqrt(self.variance_matrix_[2, 2])
         self.shape_confidence_interval_ = (
-            math.exp(self.coef_[2] - _Z95 * rho_se),
-            math.exp(self.coef_[2] + _Z95 * rho_se),
+            exp_or_inf(self.coef_[2] - _Z95 * rho_se),
+            exp_or_inf(self.coef_[2] + _Z95 * rho_se),
         )
         self.mtbf_one_hours_ = float(self.predict_mtbf_hours([1])[0][0])
         self.log_likelihood_ = float(fitter.log_likelihood_)
@@ -376,7 +456,8 @@ class WeibullSizeRegression:
         log_mean = b0 + b1 * x + gammaln(1 + inv_rho)
         grad = np.column_stack([np.ones_like(x), x, np.full_like(x, -inv_rho * digamma(1 + inv_rho))])
         se = np.sqrt(np.einsum("ij,jk,ik->i", grad, self.variance_matrix_, grad))
-        return np.exp(log_mean), np.exp(log_mean - _Z95 * se), np.exp(log_mean + _Z95 * se)
+        with np.errstate(over="ignore"):  # past the float range: inf
+            return np.exp(log_mean), np.exp(log_mean - _Z95 * se), np.exp(log_mean + _Z95 * se)
 
 
 TREND_VERDICTS = ("rising", "falling", "flat")

@@ -186,8 +186,8 @@ def format_value(column: str, value) -> str:
         return "< 0.001" if value < 0.001 else f"{value:.3f}"  # beyond 3 decimals digits mean nothing
     if column in _INTEGERS:
         return f"{value:,.0f}"
-    if abs(value) >= 1e12:  # an unbounded interval's end (1.95e+23 h): its digits mean nothing
-        return f"{value:.3g}"
+    if abs(value) >= 1e12 or abs(value) < 1e-3:  # an unbounded interval's end (1.95e+23 h), or
+        return f"{value:.3g}"  # its other end (8.79e-09 h): digits past the third mean nothing
     if abs(value) >= 1000:
         return f"{value:,.0f}"
     if column.endswith(("_hours", "_days")) or "_hours_" in column:  # 15.2 h, 0.0833 h, repair_hours_p50

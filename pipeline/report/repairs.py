@@ -3,6 +3,8 @@ cluster, top downtime causes (tables with headers in words and units)."""
 
 from __future__ import annotations
 
+import math
+
 import altair as alt
 import numpy as np
 import polars as pl
@@ -17,6 +19,11 @@ TOP_CAUSES = 10
 def has_repairs(analysis: FleetAnalysis) -> bool:
     """True when some outage has a completed repair (else the report says so in one line)."""
     return analysis.repair_times is not None
+
+
+def _hours(value: float) -> str:
+    """Hours with one decimal; an interval's end the data cannot bound is "unbounded"."""
+    return "unbounded" if value == math.inf else f"{value:,.1f}"
 
 
 def repair_curve_chart(analysis: FleetAnalysis) -> alt.Chart:
@@ -88,19 +95,29 @@ def downtime_causes(analysis: FleetAnalysis) -> pl.DataFrame:
 
 
 def repair_note(analysis: FleetAnalysis) -> str:
-    fit = analysis.repair_times
-    out = analysis.outages
-    unresolved = int((~out["resolved"]).sum())
-    low, high = fit.median_confidence_interval_
+    """The verdict above the repair table, from the same summary as the table
+    (:func:`pipeline.analysis.repair_summary`), so its counts are the table's: "not repaired by the
+    window end" is the table's unresolved (open or still running, censored there); outages without
+    a recorded end whose node failed again are left out of both and named on their own."""
+    total = repair_summary(analysis.outages, analysis.exposure, analysis.rate_exposure).row(0, named=True)
+    low, high = total["repair_hours_p50_ci_low"], total["repair_hours_p50_ci_high"]
     note = (
-        f"{out.height:,} outages ({int(out['interruptions'].sum()):,} interruptions); {unresolved:,} not "
-        f"repaired by the window end are right-censored there. Median repair {fit.median_hours_:,.1f} h "
-        f"(95% CI {low:,.1f}–{high:,.1f}), MTTR {fit.mean_hours_:,.1f} h"
-        + (" (restricted to the longest repair seen: a lower bound)" if fit.mean_restricted_ else "")
+        f"{total['outages']:,} outages ({total['interruptions']:,} interruptions); "
+        f"{total['unresolved']:,} not repaired by the window end are right-censored there. Median repair "
+        f"{_hours(total['repair_hours_p50'])} h (95% CI {_hours(low)}–{_hours(high)}), MTTR "
+        f"{_hours(total['mttr_hours'])} h"
+        + (" (restricted to the longest repair seen: a lower bound)" if total["mttr_restricted"] else "")
         + f". Rates use {analysis.exposure_basis} exposure"
         + (" (repair downtime is not time at risk)." if analysis.exposure_basis == "uptime" else ".")
     )
-    unknown = int((out["end_source"] == "unknown").sum())
-    if unknown:
-        note += f" {unknown:,} outages without a recorded end whose node failed again are left out."
+    if total["unknown_end"]:
+        note += (
+            f" {total['unknown_end']:,} outages without a recorded end whose node failed again are left out."
+        )
+    zero = int((analysis.outages["repair_hours"] == 0).sum())
+    if zero:
+        note += (
+            f" {zero:,} repair{'s' if zero != 1 else ''} ended when {'they' if zero != 1 else 'it'} began "
+            "(resolved_at = start): counted as 0 h."
+        )
     return note

@@ -4,7 +4,8 @@ An *outage* is an interruption (:func:`pipeline.transform.node_interruptions`) t
 moment its node was back. The end comes from, in this order:
 
 1. ``resolved_at`` — the incident's own resolution time (``resolved_at_utc`` in the warehouse; a
-   fault start/end table is exactly this: one row per fault with its end);
+   fault start/end table is exactly this: one row per fault with its end); an end equal to the
+   start is a repair of 0 h (a fault cleared at once), not a missing end;
 2. ``inventory`` — a gap in the inventory: the node's service interval ends at the failure or
    within ``gap_tolerance`` after it (availability traces close an up interval at each failure;
    a node is removed for repair at its failure), and a later interval of the same node starts:
@@ -93,10 +94,10 @@ def outages(
     known = (
         frame.join(gaps, on="_row", how="left")
         .with_columns(
-            end_utc=pl.when(resolved_at > pl.col("timestamp_utc"))
+            end_utc=pl.when(resolved_at >= pl.col("timestamp_utc"))
             .then(resolved_at)
             .otherwise(pl.col("inventory_end_utc").cast(pl.Datetime("us"))),
-            end_source=pl.when(resolved_at > pl.col("timestamp_utc"))
+            end_source=pl.when(resolved_at >= pl.col("timestamp_utc"))
             .then(pl.lit("resolved_at"))
             .when(pl.col("inventory_end_utc").is_not_null())
             .then(pl.lit("inventory")),
