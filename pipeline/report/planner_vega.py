@@ -138,8 +138,12 @@ def _pool(s: PlannerSettings) -> list[dict]:
     at = {"op": "max", "field": "ls", "as": "LS"}, {"op": "max", "field": "ls1", "as": "LS1"}
     sums = ({"op": "sum", "field": f, "as": f.upper()} for f in ("h", "h1", "t1"))
     return [
-        *_calc(S="spares", m=f"repair_x * {number(s.mean_repair_hours)}", n="datum.N + datum.S"),
-        *_calc(beta="datum.r * datum.m"),
+        *_calc(
+            S="spares",
+            m=f"repair_x * {number(s.mean_repair_hours)}",
+            n="datum.N + datum.S",
+            beta="datum.r * datum.m",
+        ),
         {"filter": "datum.k <= datum.n"},
         *_calc(lr="datum.k == 0 ? 0 : log((datum.n - datum.k + 1) / datum.k) + log(datum.beta)"),
         {"window": [{"op": "sum", "field": "lr", "as": "lt"}], "sort": [{"field": "k"}], "frame": [None, 0]},
@@ -158,41 +162,41 @@ def _pool(s: PlannerSettings) -> list[dict]:
             ratio=f"datum.S + 1 <= datum.mode ? exp(datum.n * {_log1p('datum.beta')} - datum.LS1) - datum.H1 "
             ": datum.T1",
             wait="datum.m / (datum.S + 1)",
+            stall="datum.wait * datum.ratio",
+            y="datum.lam * datum.B * datum.stall",
+            x=f"{_log1p('datum.y')} / datum.lam",
+            replace="(1 - datum.B) * swap_min / 60 + datum.x",
         ),
-        *_calc(stall="datum.wait * datum.ratio"),
-        *_calc(y="datum.lam * datum.B * datum.stall"),
-        *_calc(x=f"{_log1p('datum.y')} / datum.lam"),
-        *_calc(replace="(1 - datum.B) * swap_min / 60 + datum.x"),
     ]
 
 
 def transforms(s: PlannerSettings) -> list[dict]:
     """From ``sequence`` rows to one row with every number the planner shows."""
     g = s.gpus_per_instance
-    head = _calc(N="instances", bucket="pow(2, round(log(max(instances, 1)) / LN2))")
-    head += _calc(r=s.rate_expr)
-    head += _calc(lam="datum.N * datum.r")
-    segments = _calc(
+    head = _calc(
+        N="instances",
+        bucket="pow(2, round(log(max(instances, 1)) / LN2))",
+        r=s.rate_expr,
+        lam="datum.N * datum.r",
+    )
+    segments = _calc(  # Daly's segments: nfull of tau + delta hours, then the rest + delta
         W=f"{number(s.work_gpu_hours)} / (datum.N * {g})",
         tau="checkpoint_h",
         delta=number(s.checkpoint_write_hours),
-    )
-    segments += _calc(nfull="floor(datum.W / datum.tau + 1e-9)")
-    segments += _calc(rest="datum.W - datum.nfull * datum.tau")
-    segments += _calc(
+        nfull="floor(datum.W / datum.tau + 1e-9)",
+        rest="datum.W - datum.nfull * datum.tau",
         part="datum.rest > 1e-9 * datum.tau ? 1 : 0",
         s1="datum.tau + datum.delta",
         s2="datum.rest + datum.delta",
-    )
-    segments += _calc(
         smax="max(datum.nfull > 0 ? datum.s1 : 0, datum.part ? datum.s2 : 0)",
         e1=_expm1("(datum.lam * datum.s1)"),
         e2=_expm1("(datum.lam * datum.s2)"),
     )
-    wall = _calc(R="detect_min / 60 + datum.replace + restart_min / 60")
-    wall += _calc(T=_daly("datum.R"), T_running=_daly("datum.R - datum.x"))
-    wall += _calc(goodput="datum.W / datum.T")
-    wall += _calc(
+    wall = _calc(
+        R="detect_min / 60 + datum.replace + restart_min / 60",
+        T=_daly("datum.R"),
+        T_running=_daly("datum.R - datum.x"),
+        goodput="isFinite(datum.T) ? datum.W / datum.T : 0",
         finishes=f"datum.goodput >= {MIN_GOODPUT}",
         days="datum.T / 24",
         interruptions="datum.lam * datum.T",
