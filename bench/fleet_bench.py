@@ -15,6 +15,8 @@ See bench/README.md for what each number means.
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import math
 import os
@@ -54,7 +56,7 @@ def rows_scale(rows: int) -> dict:
     return {"clusters": tuple(clusters), "days": days, "rate": rate, "noise": noise, "log_lines": 500_000}
 
 
-SLOW_STAGES = ("ingest_canonical", "fits", "report", "naive")
+SLOW_STAGES = ("ingest_canonical", "fits", "report", "naive", "report_command", "run", "run_first")
 
 
 # --- generation (vectorised; per-line Python would take longer than the benchmark) ---
@@ -97,9 +99,14 @@ def _at(hours: np.ndarray) -> np.ndarray:
 
 
 def generate(workdir: Path, scale: str, seed: int = 2026) -> dict[str, Path]:
-    """Write the inputs unless they exist; returns their paths."""
+    """Write the inputs unless they exist; returns their paths (an availability-trace scale has
+    only the two tables, :mod:`bench.availability`)."""
     cfg = SCALES[scale]
     out = workdir / scale
+    if "intervals_per_node" in cfg:
+        from bench import availability
+
+        return availability.generate(out, cfg["rows"], cfg["intervals_per_node"])
     paths = {
         "incidents": out / "incidents.csv",
         "inventory": out / "inventory.csv",
@@ -367,7 +374,16 @@ def rebuild(paths, db: Path) -> dict:
 
 
 STORM_REPEATS_MIN = (1, 2)
-ON_REQUEST = ("storm", "rebuild_storm")  # run only when named in --only
+ON_REQUEST = (  # run only when named in --only
+    "storm",
+    "rebuild_storm",
+    "fit",
+    "report_command",
+    "metrics",
+    "run",
+    "run_first",
+    "floor_asof",
+)
 
 
 def storm(paths, db: Path) -> dict:
@@ -496,6 +512,62 @@ def report(paths, db: Path) -> dict:
     return {"analyze_s": t_analyze, "write_report_s": t_write, "html_mb": html.stat().st_size / 1e6}
 
 
+def fit(paths, db: Path) -> dict:
+    """``failcast fit --db DB``; its first line goes into the JSON."""
+    return {"verdict": _command(["fit", "--db", str(db)])}
+
+
+def report_command(paths, db: Path) -> dict:
+    """``failcast report --db DB --out DIR`` as a user runs it (PNG and SVG charts included)."""
+    out = db.parent / "report-command"
+    shutil.rmtree(out, ignore_errors=True)
+    _command(["report", "--db", str(db), "--out", str(out)])
+    return {"html_mb": (out / "failcast-report.html").stat().st_size / 1e6}
+
+
+def metrics(paths, db: Path) -> dict:
+    """``failcast metrics --db DB --out F.prom``."""
+    out = db.parent / "failcast.prom"
+    _command(["metrics", "--db", str(db), "--out", str(out)])
+    return {"prom_kb": out.stat().st_size / 1e3}
+
+
+def _run(paths, db: Path, *, first: bool) -> dict:
+    """``failcast run`` on a config whose inputs are the fleet's two files: on a copy of
+    ingest_canonical's warehouse (the nightly run: both files unchanged, skipped; the copy is not
+    timed), or with ``first`` on an empty one (everything ingested)."""
+    folder = db.parent / "run"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    if not first:
+        shutil.copyfile(db, folder / "warehouse.duckdb")
+    config = folder / "failcast.toml"
+    config.write_text(
+        'warehouse = "warehouse.duckdb"\nreport_dir = "reports"\n[inputs]\n'
+        f'inventory = ["{paths["inventory"]}"]\ncsv = ["{paths["incidents"]}"]\n'
+        f'roots = ["{paths["incidents"].parent}"]\n'
+    )
+    start, cpu = time.perf_counter(), _cpu()
+    _command(["run", "--config", str(config)])
+    facts = {"run_s": time.perf_counter() - start, "run_cpu_s": _cpu() - cpu}
+    from pipeline import warehouse
+
+    con = warehouse.connect(folder / "warehouse.duckdb", read_only=True)
+    [(stages,)] = con.sql("SELECT stages FROM runs ORDER BY started_at_utc DESC LIMIT 1").fetchall()
+    con.close()
+    seconds = {name: round(s.get("seconds", 0), 2) for name, s in json.loads(stages).items()}
+    shutil.rmtree(folder)
+    return {**facts, "stage_s": seconds}
+
+
+def run(paths, db: Path) -> dict:
+    return _run(paths, db, first=False)
+
+
+def run_first(paths, db: Path) -> dict:
+    return _run(paths, db, first=True)
+
+
 def naive(paths, db: Path) -> dict:
     """What a user writes without failcast: pandas, loops over nodes, lifelines on every gap."""
     import pandas as pd
@@ -581,6 +653,12 @@ STAGES = {
     "projection": projection,
     "report": report,
     "naive": naive,
+    "fit": fit,
+    "report_command": report_command,
+    "metrics": metrics,
+    "run": run,
+    "run_first": run_first,
+    "floor_asof": None,  # bench/floor_merge_asof.py as its own process (run_stage)
 }
 
 
@@ -591,21 +669,62 @@ def run_stage(stage: str, args) -> dict:
     """One child under ``/usr/bin/time``: its own peak RSS (a child forked straight from this big
     process would inherit our high-water mark), its wall time with interpreter start-up, and the
     stage's time measured inside it (imports the stage needs included)."""
-    usage = args.workdir / "usage.txt"
+    usage = args.workdir / f"usage-{os.getpid()}.txt"  # one per parent: runs may share a workdir
     size = ["--rows", str(args.rows)] if args.rows else ["--scale", args.scale]
-    cmd = [sys.executable, "-m", "bench.fleet_bench", *size, "--workdir", str(args.workdir)]
+    if args.intervals_per_node:
+        size += ["--intervals-per-node", str(args.intervals_per_node)]
+    cmd = [sys.executable, "-m", "bench.fleet_bench", *size, "--workdir", str(args.workdir), "--stage", stage]
+    if stage == "floor_asof":  # the user's script alone in its process: its own imports and RSS
+        paths = generate(args.workdir, args.scale)
+        script = Path(__file__).with_name("floor_merge_asof.py")
+        cmd = [sys.executable, str(script), str(paths["incidents"]), str(paths["inventory"])]
     out = subprocess.run(
-        ["/usr/bin/time", "-f", "%M %e %U %S", "-o", str(usage), *cmd, "--stage", stage],
+        ["/usr/bin/time", "-f", "%M %e %U %S", "-o", str(usage), *cmd],
         stdout=subprocess.PIPE,
         text=True,
         check=True,
     ).stdout
     rss_kb, process_s, user_s, system_s = usage.read_text().split()[-4:]
+    facts = _floor_rates(out) if stage == "floor_asof" else json.loads(out.splitlines()[-1])
     return {
         "peak_rss_mb": int(rss_kb) / 1024,
         "process_s": float(process_s),
         "cpu_s": float(user_s) + float(system_s),
-        **json.loads(out.splitlines()[-1]),
+        **facts,
+    }
+
+
+def _floor_rates(csv_text: str) -> dict:
+    """floor_merge_asof.py's output as facts; its wall time is its whole process's."""
+    rows = list(csv.DictReader(io.StringIO(csv_text)))
+    return {
+        "wall_s": None,
+        "rates": {r["cluster_id"]: {"failures": int(r["failures"]), "rate": float(r["rate"])} for r in rows},
+    }
+
+
+def rates_agreement(args, floor: dict) -> dict:
+    """``failcast rates --json`` (not timed, its own process) against the floor's per-cluster
+    rates: the same failure counts and rates equal to a relative 1e-9, or what differs."""
+    db = args.workdir / args.scale / "warehouse.duckdb"
+    out = subprocess.run(
+        [sys.executable, "-m", "pipeline", "rates", "--db", str(db), "--json"],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+    ).stdout
+    ours = {r["cluster_id"]: r for r in json.loads(out)}
+    differ = [
+        cluster
+        for cluster, f in floor["rates"].items()
+        if cluster not in ours
+        or ours[cluster]["failures"] != f["failures"]
+        or not math.isclose(ours[cluster]["rate_per_node_hour"], f["rate"], rel_tol=1e-9)
+    ]
+    return {
+        "clusters": len(floor["rates"]),
+        "agree": not differ and len(ours) == len(floor["rates"]),
+        "differ": differ,
     }
 
 
@@ -613,6 +732,9 @@ def measure(stage: str, args) -> dict:
     repeats = 1 if stage in SLOW_STAGES else args.repeats
     runs = [run_stage(stage, args) for _ in range(repeats)]
     result = dict(runs[-1])
+    if stage == "floor_asof":
+        for r in runs:
+            r["wall_s"] = r["process_s"]
     result["wall_s"] = statistics.median(r["wall_s"] for r in runs)
     result["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
     result["repeats"] = repeats
@@ -784,8 +906,19 @@ def main() -> None:
     parser.add_argument(
         "--rows", type=int, help="size knob: a fleet with about N canonical incident rows (overrides --scale)"
     )
+    parser.add_argument(
+        "--intervals-per-node",
+        type=int,
+        metavar="K",
+        help="availability-trace shape (bench/availability.py): --rows N rows in N / 2K nodes, K "
+        "up-intervals each ending in a failure per node; default N = 598000 (1,300 nodes x 230)",
+    )
     args = parser.parse_args()
-    if args.rows:
+    if args.intervals_per_node:
+        args.rows = args.rows or 598_000
+        args.scale = f"avail{args.intervals_per_node}-rows-{args.rows}"
+        SCALES[args.scale] = {"rows": args.rows, "intervals_per_node": args.intervals_per_node}
+    elif args.rows:
         args.scale = f"rows-{args.rows}"
         SCALES[args.scale] = rows_scale(args.rows)
     if args.stage:
@@ -808,6 +941,9 @@ def main() -> None:
     if "ingest_incremental" in stages:
         increment(paths)
     results = {s: measure(s, args) for s in stages}
+    if "floor_asof" in results and "rates" in results:
+        results["rates_agreement"] = rates_agreement(args, results["floor_asof"])
+        print(f"  failcast rates against the floor: {results['rates_agreement']}", file=sys.stderr)
     (args.workdir / f"results-{args.scale}.json").write_text(json.dumps(results, indent=1))
     if not args.only:
         print(table(results, sizes))

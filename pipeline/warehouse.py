@@ -272,6 +272,36 @@ def _prepared(con, read_only: bool, memory_limit_mb: int | None):
     return con
 
 
+READ_SHARE = 0.25
+"""Share of DuckDB's memory cap that :func:`reading` leaves DuckDB while analyses read rows into
+Polars (bench/RESULTS.md, issue 27)."""
+_UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+@contextmanager
+def reading(con, share: float = READ_SHARE) -> Iterator[None]:
+    """DuckDB's memory cap lowered to ``share`` of itself (at least 64 MB) while the block runs,
+    then restored.
+
+    Why: rows read into Polars live outside DuckDB's cap, and DuckDB keeps what its cap allows
+    for itself after a read (the sorted rows, its cache of the table's blocks): reading 3.4 M
+    failure rows sorted took 1.09 GB under the default 1 GB cap and 0.61 GB under 256 MB, for the
+    same CPU (their sort spills past it). An analysis holds its frames in Polars, so DuckDB's part
+    of the same budget is kept small; raising ``FAILCAST_DUCKDB_MEMORY_MB`` raises it too.
+    """
+    (limit,) = con.execute("SELECT current_setting('memory_limit')").fetchall()[0]
+    number, _, unit = limit.partition(" ")
+    lowered = max(float(number) * _UNITS.get(unit, 0) * share, 64 * 2**20)
+    if not _UNITS.get(unit) or lowered >= float(number) * _UNITS[unit]:
+        yield
+        return
+    con.execute("SET memory_limit = $limit", {"limit": f"{lowered / 2**20:.0f}MiB"})
+    try:
+        yield
+    finally:
+        con.execute("SET memory_limit = $limit", {"limit": limit})
+
+
 def _not_null(con, table: str, column: str) -> bool:
     return con.sql(
         "SELECT is_nullable = 'NO' FROM information_schema.columns WHERE table_name = ? AND column_name = ?",

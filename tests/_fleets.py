@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 import numpy as np
 import polars as pl
 
-from pipeline import sample, transform
+from pipeline import sample, transform, warehouse
 from pipeline.categories import CategoryMap
 from pipeline.ingest import taxonomy
 
@@ -68,3 +68,115 @@ def simulated_jobs(
         end_utc=pl.col("start_utc")
         + pl.duration(microseconds=(pl.col("elapsed_hours") * 3.6e9).cast(pl.Int64))
     )
+
+
+def write_warehouse(path, incidents: pl.DataFrame, inventory: pl.DataFrame):
+    """A warehouse at ``path`` holding exactly these incidents and inventory rows (warehouse
+    columns; no ingest: edge cases are written as they are), opened read-only."""
+    con = warehouse.connect(path)
+    n = incidents.height
+    rows = incidents.with_columns(
+        incident_id=pl.int_range(n, dtype=pl.Int64),
+        gpu_index=pl.lit(None, pl.Int32),
+        last_event_utc=pl.col("timestamp_utc"),
+        events=pl.lit(1, pl.Int64),
+        job_id=pl.lit(None, pl.String),
+        message=pl.lit(None, pl.String),
+        pci_bus_id=pl.lit(None, pl.String),
+        xid=pl.lit(None, pl.Int32),
+        attributes=pl.lit(None, pl.String),
+    )
+    service = inventory.with_columns(file_id=pl.lit(1, pl.Int64), line=pl.int_range(inventory.height))
+    con.register("new_incidents", rows)
+    con.register("new_inventory", service)
+    con.execute("INSERT INTO incidents BY NAME SELECT * FROM new_incidents")
+    con.execute("INSERT INTO inventory BY NAME SELECT * FROM new_inventory")
+    con.close()
+    return warehouse.connect(path, read_only=True)
+
+
+AVAILABILITY_START = datetime(2025, 1, 1)
+
+
+def availability_fleet(
+    nodes: int, intervals_per_node: int, *, clusters: int = 4, seed: int = 0
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(incidents, inventory) in the canonical input columns, shaped like a public availability
+    trace: each node serves ``intervals_per_node`` up-intervals (exponential, mean 40 h), each
+    ended by a failure stamped at the interval's end or up to 20 min before it, then comes back
+    after a repair gap (lognormal, median 3 h) that only the inventory records; one failure in 8
+    has its own ``resolved_at``, one in 20 happens mid-interval (a failure the node survived), and
+    the last interval of one node in 4 stays open. Whole seconds, times in UTC."""
+    rng = np.random.default_rng(seed)
+    k = intervals_per_node
+    up_s = np.maximum(np.round(rng.exponential(40 * 3600, (nodes, k))), 60).astype(np.int64)
+    gap_s = np.maximum(np.round(rng.lognormal(np.log(3 * 3600), 0.8, (nodes, k))), 1).astype(np.int64)
+    begin_s = np.round(rng.uniform(0, 24 * 3600, (nodes, 1))).astype(np.int64)
+    ends = begin_s + np.cumsum(up_s + gap_s, axis=1) - gap_s
+    starts = ends - up_s
+    node = np.repeat(np.arange(nodes), k)
+    node_cluster = np.array([f"a{c:02d}" for c in range(clusters)])[np.arange(nodes) % clusters]
+    cluster = node_cluster[node]
+    names = np.array([f"{c}-n{n:05d}" for n, c in enumerate(node_cluster)])[node]
+    base = np.datetime64(AVAILABILITY_START, "us")
+
+    def at(seconds: np.ndarray) -> pl.Series:
+        return pl.Series(base + seconds.astype("timedelta64[s]").astype("timedelta64[us]"))
+
+    failed = np.ones(nodes * k, dtype=bool)
+    failed[(np.arange(nodes) * k + k - 1)[rng.uniform(size=nodes) < 0.25]] = False
+    inventory = pl.DataFrame(
+        {
+            "cluster_id": cluster,
+            "node_id": names,
+            "instance_type": "p5.48xlarge",
+            "gpus_per_node": 8,
+            "in_service_from": at(starts.ravel()),
+            "in_service_to": at(ends.ravel()),
+        }
+    ).with_columns(in_service_to=pl.when(pl.Series(failed)).then("in_service_to"))
+    to = ends.ravel()
+    early = np.where(rng.uniform(size=to.size) < 0.5, 0, rng.integers(0, 1200, to.size))
+    at_end = ends.ravel() - early
+    mid = rng.uniform(size=to.size) < 0.05
+    mid_t = starts.ravel() + (rng.uniform(size=to.size) * up_s.ravel() * 0.9).astype(np.int64)
+    own = rng.uniform(size=to.size) < 0.125
+    resolved = at_end + (rng.uniform(0.5, 2, to.size) * 3600).astype(np.int64)
+    categories = np.array(["gpu", "nvlink", "network", "hardware"])[rng.integers(0, 4, to.size)]
+    ends_frame = pl.DataFrame(
+        {
+            "timestamp": at(at_end),
+            "cluster_id": cluster,
+            "node_id": names,
+            "category": categories,
+            "resolved_at": at(resolved),
+            "_own": own,
+        }
+    ).filter(pl.Series(failed))
+    mid_frame = pl.DataFrame(
+        {
+            "timestamp": at(mid_t),
+            "cluster_id": cluster,
+            "node_id": names,
+            "category": "gpu",
+            "resolved_at": at(mid_t + 1800),
+            "_own": True,
+        }
+    ).filter(pl.Series(mid))
+    incidents = (
+        pl.concat([ends_frame, mid_frame])
+        .with_columns(resolved_at=pl.when("_own").then("resolved_at"))
+        .drop("_own")
+        .sort("timestamp", "node_id")
+    )
+    return incidents, inventory
+
+
+def write_canonical(folder, incidents: pl.DataFrame, inventory: pl.DataFrame) -> list:
+    """Write ``incidents.csv`` and ``inventory.csv`` (ISO times with Z) into ``folder``; returns
+    the paths, inventory first."""
+    iso = "%Y-%m-%dT%H:%M:%SZ"
+    paths = [folder / "inventory.csv", folder / "incidents.csv"]
+    inventory.with_columns(pl.col(pl.Datetime).dt.strftime(iso)).write_csv(paths[0])
+    incidents.with_columns(pl.col(pl.Datetime).dt.strftime(iso)).write_csv(paths[1])
+    return paths

@@ -15,38 +15,13 @@ from polars.testing import assert_frame_equal
 
 from pipeline import analysis, sample, transform, warehouse
 from pipeline.analysis.counts import FailureCounts
-from tests._fleets import warehouse_frames
+from tests._fleets import warehouse_frames, write_warehouse
 
 T0 = datetime(2026, 3, 2)
 
 
 def at(hours: float) -> datetime:
     return T0 + timedelta(hours=hours)
-
-
-def _warehouse(path, incidents: pl.DataFrame, inventory: pl.DataFrame):
-    """A warehouse holding exactly these incidents and inventory rows (no ingest: edge cases are
-    written as they are)."""
-    con = warehouse.connect(path)
-    n = incidents.height
-    rows = incidents.with_columns(
-        incident_id=pl.int_range(n, dtype=pl.Int64),
-        gpu_index=pl.lit(None, pl.Int32),
-        last_event_utc=pl.col("timestamp_utc"),
-        events=pl.lit(1, pl.Int64),
-        job_id=pl.lit(None, pl.String),
-        message=pl.lit(None, pl.String),
-        pci_bus_id=pl.lit(None, pl.String),
-        xid=pl.lit(None, pl.Int32),
-        attributes=pl.lit(None, pl.String),
-    )
-    service = inventory.with_columns(file_id=pl.lit(1, pl.Int64), line=pl.int_range(inventory.height))
-    con.register("new_incidents", rows)
-    con.register("new_inventory", service)
-    con.execute("INSERT INTO incidents BY NAME SELECT * FROM new_incidents")
-    con.execute("INSERT INTO inventory BY NAME SELECT * FROM new_inventory")
-    con.close()
-    return warehouse.connect(path, read_only=True)
 
 
 def _incidents(rows: list[tuple]) -> pl.DataFrame:
@@ -123,7 +98,7 @@ EDGE_INCIDENTS = [
 
 @pytest.fixture(scope="module")
 def edge_con(tmp_path_factory):
-    con = _warehouse(
+    con = write_warehouse(
         tmp_path_factory.mktemp("counts") / "edge.duckdb",
         _incidents(EDGE_INCIDENTS),
         _inventory(EDGE_INVENTORY),
@@ -135,11 +110,11 @@ def edge_con(tmp_path_factory):
 @pytest.fixture(scope="module")
 def overlap_con(tmp_path_factory):
     """The edge fleet with a second service interval of n2 inside its first (inventory rows that
-    overlap: the interval match takes the range join instead of the as-of join)."""
+    overlap: the failure at 270 h goes to the interval that starts first)."""
     inventory = _inventory([*EDGE_INVENTORY, ("a", "n2", "p5", 8, 150, 260)])
     # at 270 h the latest interval to start (150-260 h) has ended, the first holds it
     incidents = _incidents([*EDGE_INCIDENTS, (270, "a", "n2", "xid", "gpu", True, None)])
-    con = _warehouse(tmp_path_factory.mktemp("counts") / "overlap.duckdb", incidents, inventory)
+    con = write_warehouse(tmp_path_factory.mktemp("counts") / "overlap.duckdb", incidents, inventory)
     yield con
     con.close()
 
@@ -159,7 +134,7 @@ def fleet_con(tmp_path_factory):
         bursts[-1] |= {"category": f"burst-{i}", "resolved_at_utc": None}
     incidents = pl.concat([incidents, pl.DataFrame(bursts, schema=incidents.schema)])
     columns = ["timestamp_utc", "cluster_id", "node_id", "category", "failure_class", "interrupting"]
-    con = _warehouse(
+    con = write_warehouse(
         tmp_path_factory.mktemp("counts") / "fleet.duckdb",
         incidents.select(*columns, "resolved_at_utc"),
         inventory.select(
@@ -256,7 +231,7 @@ def test_edge_counts_by_hand(edge_con):
 
 
 def test_no_failures_and_no_incidents(tmp_path):
-    con = _warehouse(
+    con = write_warehouse(
         tmp_path / "quiet.duckdb", _incidents([]).head(0), _inventory([("a", "n1", "p5", 8, 0, None)])
     )
     end = at(100)
@@ -316,7 +291,7 @@ def test_one_node_boundaries(tmp_path, case, basis):
     """Table-driven boundaries on one node: the DuckDB counts against the hand-worked answer and
     the Polars transforms (no outage has a recorded end, so uptime is the calendar here)."""
     intervals, hours, counted, (after, outside), by_month = BOUNDARIES[case]
-    con = _warehouse(
+    con = write_warehouse(
         tmp_path / "one.duckdb",
         _incidents([(h, "a", "n", "xid", "gpu", True, None) for h in hours]),
         _inventory([("a", "n", "p5", 8, start, stop) for start, stop in intervals]),

@@ -31,6 +31,10 @@ needs the failure rows (gaps, outages, trend tests), and once they are in Polars
 group-bys take less CPU than handing the rows to DuckDB (bench/RESULTS.md, "Issue 18, lemons and
 analyze (h18v)").
 
+Every match of an interruption or an outage to an interval is an as-of join by node (or one
+``unnest`` per interval of the periods or up segments it meets), whose size is the output; a join
+on the node with a range filter grew as interruptions x intervals per node (issue 27).
+
 Why: at 10 M incidents (3.4 M interrupting) the row frames of steps 1-4 held 3.5 GB in Polars;
 DuckDB keeps them within its memory cap (spilling past it) and sorts the string keys faster.
 bench/RESULTS.md, "Issue 18, rates in DuckDB (h18s)", has the numbers. Intermediate results are
@@ -106,23 +110,27 @@ SELECT x._interval, n._node, x.start_utc, x.end_utc
 FROM _fc_exposure x JOIN _fc_nodes n ON n.cluster_id = x.cluster_id AND n.node_id = x.node_id
 """
 
+# outage ends from the inventory (transform.outages._inventory_ends): the first end of a service
+# interval at or after the failure, when within the tolerance, then the first start at or after
+# it; as-of joins, whose size is the interruptions, not interruptions x intervals per node
 _DOWNTIME = """
 CREATE OR REPLACE TEMP TABLE _fc_downtime AS
 WITH service AS (
     SELECT n._node, v.in_service_from_utc, v.in_service_to_utc
     FROM inventory v JOIN _fc_nodes n ON n.cluster_id = v.cluster_id AND n.node_id = v.node_id
+), removals AS (
+    SELECT _node, in_service_to_utc AS removed_utc FROM service WHERE in_service_to_utc IS NOT NULL
+), returns AS (
+    SELECT _node, in_service_from_utc AS back_utc FROM service
 ), i AS (
     SELECT * FROM _fc_interruptions WHERE timestamp_utc <= $until
 ), closing AS (
-    SELECT i._node, i._n, min(v.in_service_to_utc) AS removed_utc
-    FROM i JOIN service v USING (_node)
-    WHERE v.in_service_to_utc BETWEEN i.timestamp_utc AND i.timestamp_utc + to_microseconds($tolerance_us)
-    GROUP BY i._node, i._n
+    SELECT i._node, i._n, r.removed_utc
+    FROM i ASOF JOIN removals r ON r._node = i._node AND r.removed_utc >= i.timestamp_utc
+    WHERE r.removed_utc <= i.timestamp_utc + to_microseconds($tolerance_us)
 ), reopened AS (
-    SELECT c._node, c._n, min(v.in_service_from_utc) AS inventory_end_utc
-    FROM closing c JOIN service v USING (_node)
-    WHERE v.in_service_from_utc >= c.removed_utc
-    GROUP BY c._node, c._n
+    SELECT c._node, c._n, b.back_utc AS inventory_end_utc
+    FROM closing c ASOF JOIN returns b ON b._node = c._node AND b.back_utc >= c.removed_utc
 ), ends AS (
     SELECT i._node, i._n, i.timestamp_utc,
         CASE WHEN i.resolved_at_utc >= i.timestamp_utc THEN i.resolved_at_utc ELSE r.inventory_end_utc END
@@ -143,25 +151,38 @@ SELECT _node, min(timestamp_utc) AS out_from, max(end_utc) AS out_to
 FROM numbered GROUP BY _node, _outage HAVING max(end_utc) IS NOT NULL
 """
 
+# step 3 as transform.uptime_intervals does it: the gaps between a node's downtime windows (of
+# positive length, merged where they overlap: a running maximum of their ends) are its up
+# segments, numbered in (node, time) order; the first before its first window and the last after
+# its last one are unbounded (-infinity, infinity). An interval [s, e] meets the segments from the
+# first ending after s to the last starting before e (two as-of joins); each piece is the
+# interval clipped to one of them. Output-sized: never intervals x outages per node
 _UPTIME_PIECES = """
 CREATE OR REPLACE TEMP TABLE _fc_pieces AS
 WITH w AS (
-    SELECT x._interval, x.start_utc, greatest(o.out_from, x.start_utc) AS out_from,
-        least(o.out_to, x.end_utc) AS out_to
-    FROM _fc_intervals x JOIN _fc_downtime o USING (_node)
-    WHERE least(o.out_to, x.end_utc) > greatest(o.out_from, x.start_utc)
-), pieces AS (
-    SELECT _interval,
-        coalesce(lag(out_to) OVER (PARTITION BY _interval ORDER BY out_from), start_utc) AS start_utc,
-        out_from AS end_utc
-    FROM w
+    SELECT _node, out_from, out_to, max(out_to) OVER (
+        PARTITION BY _node ORDER BY out_from, out_to ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS _before
+    FROM _fc_downtime WHERE out_to > out_from
+), segments AS (
+    SELECT _node, coalesce(_before, '-infinity'::TIMESTAMP) AS seg_from, out_from AS seg_to
+    FROM w WHERE _before IS NULL OR out_from > _before
     UNION ALL
-    SELECT x._interval, coalesce(max(w.out_to), x.start_utc), x.end_utc
-    FROM _fc_intervals x LEFT JOIN w USING (_interval)
-    GROUP BY x._interval, x.start_utc, x.end_utc
+    SELECT _node, max(out_to), 'infinity'::TIMESTAMP FROM w GROUP BY _node
+), numbered AS (
+    SELECT *, row_number() OVER (ORDER BY _node, seg_to) AS _g FROM segments
+), bounds AS (
+    SELECT x._interval, x._node, x.start_utc, x.end_utc, f._g AS _first, l._g AS _last
+    FROM _fc_intervals x
+    ASOF LEFT JOIN numbered f ON f._node = x._node AND f.seg_to > x.start_utc
+    ASOF LEFT JOIN numbered l ON l._node = x._node AND l.seg_from < x.end_utc
 )
-SELECT p._interval, x._node, p.start_utc, p.end_utc
-FROM pieces p JOIN _fc_intervals x USING (_interval) WHERE p.end_utc > p.start_utc
+SELECT _interval, _node, start_utc, end_utc FROM bounds WHERE _first IS NULL
+UNION ALL
+SELECT b._interval, b._node, greatest(b.start_utc, g.seg_from), least(b.end_utc, g.seg_to)
+FROM (SELECT *, unnest(range(_first, _last + 1)) AS _g FROM bounds WHERE _last >= _first) b
+JOIN numbered g USING (_g)
+WHERE least(b.end_utc, g.seg_to) > greatest(b.start_utc, g.seg_from)
 """
 
 _CALENDAR_PIECES = """
@@ -169,42 +190,24 @@ CREATE OR REPLACE TEMP TABLE _fc_pieces AS
 SELECT _interval, _node, start_utc, end_utc FROM _fc_intervals
 """
 
-# step 4 on pieces that do not overlap within a node (they may touch, [a, b] and [b, c]): the
-# latest piece starting at or before t holds t when t <= its end; when t is its start, a piece
-# ending at t (the one before) is earlier and wins. The rule is the earliest start holding t;
-# overlapping inventory intervals take the range join below
+# step 4 (transform.fleet.first_holding): in the order (start, _interval) within a node, the first
+# piece whose closed span holds t is the first ending at or after t, if it starts at or before t.
+# Such a piece ends after every piece before it, so only those "record" pieces are searched; their
+# ends strictly increase within a node, so the as-of match is unique. Right for touching pieces
+# ([a, b] and [b, c]: t = b counts in the first) and overlapping ones (a dirty inventory)
 _MATCHED = """
 CREATE OR REPLACE TEMP TABLE _fc_matched AS
-WITH hit AS MATERIALIZED (
-    SELECT i._node, i._n, i.timestamp_utc, p._interval, p.start_utc, p.end_utc
-    FROM _fc_interruptions i ASOF JOIN _fc_pieces p ON p._node = i._node AND i.timestamp_utc >= p.start_utc
-    WHERE i.timestamp_utc <= p.end_utc
+WITH records AS (
+    SELECT * FROM (
+        SELECT _node, _interval, start_utc, end_utc, max(end_utc) OVER (
+            PARTITION BY _node ORDER BY start_utc, _interval ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+        ) AS _before
+        FROM _fc_pieces
+    ) WHERE _before IS NULL OR end_utc > _before
 )
-SELECT _node, _n, timestamp_utc, _interval, end_utc
-FROM hit WHERE timestamp_utc > start_utc
-UNION ALL
-SELECT h._node, h._n, h.timestamp_utc,
-    CASE WHEN q.end_utc = h.timestamp_utc THEN q._interval ELSE h._interval END,
-    CASE WHEN q.end_utc = h.timestamp_utc THEN q.end_utc ELSE h.end_utc END
-FROM (SELECT * FROM hit WHERE timestamp_utc = start_utc) h
-ASOF LEFT JOIN _fc_pieces q ON q._node = h._node AND h.timestamp_utc > q.start_utc
-"""
-_OVERLAPPING = """
-SELECT count(*) FROM (
-    SELECT start_utc < max(end_utc) OVER (
-        PARTITION BY _node ORDER BY start_utc, end_utc ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    ) AS _overlap
-    FROM _fc_intervals
-) WHERE _overlap
-"""
-_MATCHED_OVERLAPPING = """
-CREATE OR REPLACE TEMP TABLE _fc_matched AS
-SELECT i._node, i._n, any_value(i.timestamp_utc) AS timestamp_utc,
-    arg_min(p._interval, (p.start_utc, p._interval)) AS _interval,
-    arg_min(p.end_utc, (p.start_utc, p._interval)) AS end_utc
-FROM _fc_interruptions i JOIN _fc_pieces p
-    ON p._node = i._node AND i.timestamp_utc BETWEEN p.start_utc AND p.end_utc
-GROUP BY i._node, i._n
+SELECT i._node, i._n, i.timestamp_utc, r._interval, r.end_utc
+FROM _fc_interruptions i ASOF JOIN records r ON r._node = i._node AND r.end_utc >= i.timestamp_utc
+WHERE r.start_utc <= i.timestamp_utc
 """
 
 _LEFT_OUT = """
@@ -231,16 +234,18 @@ FROM _fc_matched m JOIN _fc_exposure x USING (_interval){join}{group}
 """
 _INCIDENT_COLUMNS = " JOIN _fc_interruptions i USING (_node, _n)"
 _VALUES = "SELECT DISTINCT {columns} FROM _fc_interruptions"
-# the pieces split at calendar periods (transform.fleet._periodic_exposure): periods from the one
-# holding the first start to the last end
+# the pieces split at calendar periods (transform.fleet._periodic_exposure): each piece's own
+# periods, from the one holding its start (a join of every piece with every period of the window
+# was a nested loop of pieces x periods)
 _PERIOD_PIECES = """(
-    SELECT p._interval, s.period, greatest(p.start_utc, s.period) AS start_utc,
-        least(p.end_utc, s.period + $step::INTERVAL) AS end_utc
-    FROM _fc_pieces p JOIN (
-        SELECT unnest(generate_series(date_trunc($unit, min(start_utc)), max(end_utc), $step::INTERVAL))
-            AS period
+    SELECT _interval, period, greatest(start_utc, period) AS start_utc,
+        least(end_utc, period + $step::INTERVAL) AS end_utc
+    FROM (
+        SELECT _interval, start_utc, end_utc,
+            unnest(generate_series(date_trunc($unit, start_utc), end_utc, $step::INTERVAL)) AS period
         FROM _fc_pieces
-    ) s ON s.period < p.end_utc AND s.period + $step::INTERVAL > p.start_utc
+    )
+    WHERE least(end_utc, period + $step::INTERVAL) > greatest(start_utc, period)
 )"""
 # a failure that ends its interval at a period boundary counts in the period it ends
 _FAILURE_PERIOD = """date_trunc($unit, CASE WHEN m.timestamp_utc = m.end_utc
@@ -299,8 +304,7 @@ class FailureCounts:
             con.execute("DROP TABLE _fc_downtime")
         else:
             con.execute(_CALENDAR_PIECES)
-        (overlapping,) = con.sql(_OVERLAPPING).fetchall()[0]
-        con.execute(_MATCHED_OVERLAPPING if overlapping else _MATCHED)
+        con.execute(_MATCHED)
 
     def _chain_long_runs(self, window: timedelta) -> None:
         """Split the runs of close incidents longer than the window into interruptions (step 1):

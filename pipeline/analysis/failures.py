@@ -60,7 +60,10 @@ def rate_exposure(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(exposure that rates divide by, outages): the calendar ``exposure`` with the outages'
     downtime removed for ``basis`` "uptime" (MTBF = uptime / failures), ``exposure`` itself for
-    "calendar". Identical when no outage has a recorded end."""
+    "calendar". ``exposure`` itself too when no recorded downtime falls inside a service interval
+    (no outage has a recorded end, or, as in an availability trace, a node is out of service
+    while it is down): callers then match failures to one set of intervals, not two equal ones
+    (:func:`pipeline.analysis.analyze`; at 5 M intervals each match holds ~0.5 GB)."""
     if basis not in transform.EXPOSURE_BASES:
         raise ValueError(
             f"unknown exposure basis {basis!r}; use one of {', '.join(transform.EXPOSURE_BASES)}"
@@ -68,7 +71,10 @@ def rate_exposure(
     outages = transform.outages(failures, inventory, observed_until)
     if basis == "calendar":
         return exposure, outages
-    return transform.uptime_intervals(exposure, outages), outages
+    uptime = transform.uptime_intervals(exposure, outages)
+    if uptime.height == exposure.height and uptime.equals(exposure):
+        return exposure, outages
+    return uptime, outages
 
 
 def counted_failures(failures: pl.DataFrame, in_service: pl.DataFrame) -> pl.DataFrame:
@@ -77,7 +83,10 @@ def counted_failures(failures: pl.DataFrame, in_service: pl.DataFrame) -> pl.Dat
     order, with the columns of ``failures`` only. Why: trend tests and plots on the calendar
     intervals would count a failure during a known repair of its node, which the rates leave out
     as part of that outage ("node out of service"), and show more failures than the rate table."""
-    return in_service.select(failures.columns)
+    # in_service may hold only the columns its statistics read (fleet.RATE_COLUMNS): the rows
+    # are found in failures by node and time
+    keys = ["cluster_id", "node_id", "timestamp_utc"]
+    return failures.join(in_service.select(keys).unique(), on=keys, how="semi", maintain_order="left")
 
 
 def left_out_note(left_out: pl.DataFrame) -> str | None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +33,19 @@ from pipeline.analysis.jobs import (
 from pipeline.analysis.repairs import repair_times
 
 PROJECTED_SIZES = (256, 512, 2048, 16384)
+RATE_COLUMNS = ("cluster_id", "node_id", "timestamp_utc", "failure_class", "interrupting")
+"""The failures' columns the rate tables, shares, lemons and left-out counts read from the match."""
+GAP_COLUMNS = ("cluster_id", "node_id", "timestamp_utc", "interrupting")
+"""The failures' columns the gaps and trend tests read from the match on calendar intervals."""
+RATE_TABLES = (
+    (["cluster_id"], None),
+    ([], None),
+    (["failure_class"], None),
+    (["cluster_id"], "month"),
+    (["size_bucket"], None),
+)
+"""(by, period) of ``rates_by_cluster``, ``rates_overall``, ``rates_by_category``, ``rates_by_month``
+and ``rates_by_size_bucket``."""
 MIN_DISTINCT_GAPS = 2  # distinct observed times between failures the fits need
 
 
@@ -180,6 +194,19 @@ def _projection(predict, sizes: np.ndarray) -> pl.DataFrame:
 FIT_RELATIVE_RESOLUTION = 1e-3
 
 
+def _duckdb_share(analysis):
+    """Run ``analysis`` with DuckDB's cap lowered while it reads (:func:`pipeline.warehouse.reading`):
+    its rows live in Polars, and what DuckDB keeps after a read would add to them."""
+
+    @functools.wraps(analysis)
+    def reading(con, **options) -> FleetAnalysis:
+        with warehouse.reading(con):
+            return analysis(con, **options)
+
+    return reading
+
+
+@_duckdb_share
 def analyze(
     con,
     *,
@@ -214,32 +241,39 @@ def analyze(
             "node_id, instance_type, gpus_per_node, in_service_from, in_service_to)"
         )
     end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
+    estimated = transform.exposure_estimated(inventory)
     failures = read_failures(con, window_minutes=interruption_window_minutes)
     exposure = transform.exposure_intervals(inventory, end)
     at_risk, outages = rate_exposure(failures, inventory, exposure, end, exposure_basis)
-    # which failures count, matched to their interval once for every rate below
-    in_service = transform.failures_in_service(failures, at_risk, with_interval=True)
+    del inventory  # as many rows as the exposure: an availability trace has one per up-interval
+    # Memory (bench/RESULTS.md, issue 27): every row frame below is as long as the failures or the
+    # intervals, so each is built from the columns its statistics use, and dropped once they ran.
+    # Which failures count, matched to their interval once for every rate:
+    in_service = transform.failures_in_service(failures.select(RATE_COLUMNS), at_risk, with_interval=True)
     by_node, lemons, dispersion_check = node_evidence(
         failures, at_risk, lemon_fdr=lemon_fdr, in_service=in_service
     )
     phi = dispersion_check.dispersion(interval)
 
-    def rates(by: list[str], **options) -> pl.DataFrame:
-        return transform.failure_rates(
-            failures, at_risk, by=by, dispersion=phi, in_service=in_service, **options
+    by_cluster, overall, by_category, by_month, by_size_bucket = (
+        transform.failure_rates(
+            failures, at_risk, by=by, period=period, dispersion=phi, in_service=in_service
         )
-
-    by_cluster = rates(["cluster_id"])
-    overall = rates([])
+        for by, period in RATE_TABLES
+    )
+    shares = transform.category_shares(failures, at_risk, by=["cluster_id"], in_service=in_service)
     left_out = transform.failures_left_out(failures, at_risk, end, in_service=in_service)
+    # trend tests count the failures the rates count (one during a known repair of its node is
+    # part of that outage, not a new failure), on the calendar clock
+    operating_times = transform.failure_operating_times(failures, exposure, in_service=in_service)
+    counted = counted_failures(failures, in_service)
 
     # the same match on the calendar intervals, for gaps (failures keep coming on the calendar
     # clock while a node is in repair: the renewal process the fits estimate)
-    calendar = (
-        in_service
-        if at_risk is exposure
-        else transform.failures_in_service(failures, exposure, with_interval=True)
-    )
+    calendar = in_service.select(*GAP_COLUMNS, "start_utc", "end_utc") if at_risk is exposure else None
+    del in_service
+    if calendar is None:
+        calendar = transform.failures_in_service(failures.select(GAP_COLUMNS), exposure, with_interval=True)
     gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap, in_service=calendar)
     if first_gap == "drop" and gaps["observed"].sum() < 2:
         # at most one node failed twice in one window: too few full gaps to fit two parameters,
@@ -247,6 +281,15 @@ def analyze(
         first_gap = "keep"
         gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap, in_service=calendar)
     durations = transform.aggregate_durations(gaps, relative_resolution=relative_resolution)
+    del gaps
+    cluster_durations = transform.aggregate_durations(
+        transform.times_between_failures(
+            failures, exposure, level="cluster", first_gap=first_gap, in_service=calendar
+        ),
+        by=["cluster_id", "instances"],
+        relative_resolution=relative_resolution,
+    )
+    del calendar
     args = (durations["duration_hours"], durations["observed"], durations["count"])
     # no failure yet, or fewer than two distinct times between failures (a new fleet's first
     # failure): two-parameter fits are degenerate (shape -> infinity) or fail, so nothing is fitted
@@ -255,13 +298,6 @@ def analyze(
 
     per_cluster = cluster_mtbf(by_cluster, exposure)
     sizes = np.array(sorted({*PROJECTED_SIZES, *per_cluster["instances"].round().to_list()}), dtype=float)
-    cluster_durations = transform.aggregate_durations(
-        transform.times_between_failures(
-            failures, exposure, level="cluster", first_gap=first_gap, in_service=calendar
-        ),
-        by=["cluster_id", "instances"],
-        relative_resolution=relative_resolution,
-    )
     dispersion = transform.dispersion_test(by_node).phi  # every node: the scaling law's spread
     scaling, projection, regression, regression_projection = None, pl.DataFrame(), None, pl.DataFrame()
     if fitted and sizes_that_failed(per_cluster) >= 2:
@@ -283,9 +319,6 @@ def analyze(
             )
             regression_projection = _projection(regression.predict_mtbf_hours, sizes)
 
-    # trend tests count the failures the rates count (one during a known repair of its node is
-    # part of that outage, not a new failure), on the calendar clock
-    operating_times = transform.failure_operating_times(failures, exposure, in_service=in_service)
     jobs = job_interruptions(con, by_cluster)
     recoveries = read_job_recoveries(con)
     backtest = job_backtest(con, failures, exposure)
@@ -296,8 +329,8 @@ def analyze(
         incidents=incidents,
         rates_overall=overall,
         rates_by_cluster=by_cluster,
-        rates_by_category=rates(["failure_class"]),
-        rates_by_month=rates(["cluster_id"], period="month"),
+        rates_by_category=by_category,
+        rates_by_month=by_month,
         rates_by_node=by_node,
         node_fits=fits,
         best_family=models.best_by_aic(fits) if fitted else None,
@@ -307,13 +340,11 @@ def analyze(
         scaling_projection=projection,
         files=warehouse.table(con, "ingested_files"),
         rejects=warehouse.table(con, "rejects"),
-        rates_by_size_bucket=rates(["size_bucket"]),
-        category_shares=transform.category_shares(
-            failures, at_risk, by=["cluster_id"], in_service=in_service
-        ),
+        rates_by_size_bucket=by_size_bucket,
+        category_shares=shares,
         trend_tests=trend_tests(operating_times, exposure),
         failure_operating_times=operating_times,
-        failures_counted=counted_failures(failures, in_service),
+        failures_counted=counted,
         first_gap=first_gap,
         node_durations=durations,
         nelson_aalen=models.NelsonAalen().fit(*args) if fitted else None,
@@ -322,7 +353,7 @@ def analyze(
         size_regression_projection=regression_projection,
         job_interruptions=jobs,
         count_dispersion=dispersion,
-        exposure_estimated=transform.exposure_estimated(inventory),
+        exposure_estimated=estimated,
         cluster_kaplan_meier={
             cluster: models.KaplanMeier().fit(g["duration_hours"], g["observed"], g["count"])
             for (cluster,), g in cluster_durations.group_by("cluster_id")

@@ -99,4 +99,8 @@ def job_badput(con, failures: pl.DataFrame, recoveries: pl.DataFrame) -> pl.Data
     recoveries = recoveries.join(named, on="job_id", how="left").with_columns(
         pl.col("nodes").cast(pl.List(pl.String))
     )
-    return transform.badput_by_class(jobs.cast(_JOBS_FOR_BADPUT), recoveries, failures)
+    # no job, no restart: no loss to attribute, and no failure rows to sort for it
+    causes = failures.select("cluster_id", "node_id", "timestamp_utc", "failure_class")
+    if jobs.is_empty() and recoveries.is_empty():
+        causes = causes.clear()
+    return transform.badput_by_class(jobs.cast(_JOBS_FOR_BADPUT), recoveries, causes)

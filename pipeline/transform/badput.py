@@ -36,6 +36,8 @@ from datetime import timedelta
 
 import polars as pl
 
+from pipeline.transform.fleet import finest_time_unit
+
 SOURCES = ("sacct job", "training restart")
 BADPUT_SCHEMA = {
     "failure_class": pl.String,
@@ -89,6 +91,53 @@ def _restart_losses(recoveries: pl.DataFrame, jobs: pl.DataFrame) -> pl.DataFram
     )
 
 
+def _nearest_failures(losses: pl.DataFrame, failures: pl.DataFrame, window: timedelta) -> pl.DataFrame:
+    """Per loss with one (``loss``, ``node_class``): the class of the failure on one of its nodes
+    (in its cluster, when it names one) nearest its moment within ``window`` either side, the
+    earlier of two as near, then the first node by name.
+
+    The nearest failure of a node is the latest at or before the moment or the earliest at or
+    after it: two as-of joins per (loss, node), whose size is the losses' nodes (never every
+    failure of a node for every loss on it, which grows as jobs x failures per node)."""
+    unit = finest_time_unit(losses.schema["moment_utc"], failures.schema["timestamp_utc"])
+    at = (
+        losses.select("loss", "cluster_id", pl.col("moment_utc").dt.cast_time_unit(unit), node_id="nodes")
+        .explode("node_id")
+        .drop_nulls(["node_id", "moment_utc"])
+        .sort("moment_utc")
+    )
+    events = failures.select(
+        "node_id",
+        "failure_class",
+        pl.col("timestamp_utc").dt.cast_time_unit(unit),
+        failure_cluster="cluster_id",
+    ).sort("timestamp_utc")
+    nearest = [
+        part.join_asof(
+            events,
+            left_on="moment_utc",
+            right_on="timestamp_utc",
+            by_left=by,
+            by_right=["failure_cluster" if key == "cluster_id" else key for key in by],
+            strategy=strategy,
+            check_sortedness=False,  # both sorted above; Polars cannot check it with by=
+        ).select("loss", "moment_utc", "node_id", "timestamp_utc", "failure_class")
+        for part, by in (
+            (at.filter(pl.col("cluster_id").is_null()), ["node_id"]),  # a job naming no cluster: any
+            (at.filter(pl.col("cluster_id").is_not_null()), ["cluster_id", "node_id"]),
+        )
+        for strategy in ("backward", "forward")
+    ]
+    return (
+        pl.concat(nearest)
+        .with_columns(gap=(pl.col("timestamp_utc") - pl.col("moment_utc")).abs())
+        .filter(pl.col("gap") <= window)
+        .sort("loss", "gap", "timestamp_utc", "node_id")
+        .group_by("loss", maintain_order=True)
+        .agg(pl.col("failure_class").first().alias("node_class"))
+    )
+
+
 def badput_by_class(
     jobs: pl.DataFrame,
     recoveries: pl.DataFrame,
@@ -119,23 +168,7 @@ def badput_by_class(
         .with_row_index("loss")
         .cast(_LOSS)
     )
-    window = timedelta(minutes=window_minutes)
-    candidates = (
-        losses.select("loss", "cluster_id", "moment_utc", node_id=pl.col("nodes"))
-        .explode("node_id")
-        .join(
-            failures.select("node_id", "timestamp_utc", "failure_class", failure_cluster="cluster_id"),
-            on="node_id",
-        )
-        .with_columns(gap=(pl.col("timestamp_utc") - pl.col("moment_utc")).abs())
-        .filter(
-            (pl.col("gap") <= window)
-            & (pl.col("cluster_id").is_null() | (pl.col("cluster_id") == pl.col("failure_cluster")))
-        )
-        .sort("loss", "gap", "timestamp_utc", "node_id")
-        .group_by("loss", maintain_order=True)
-        .agg(pl.col("failure_class").first().alias("node_class"))
-    )
+    candidates = _nearest_failures(losses, failures, timedelta(minutes=window_minutes))
     return (
         losses.join(candidates, on="loss", how="left")
         .with_columns(failure_class=pl.coalesce("node_class", "own_class"))

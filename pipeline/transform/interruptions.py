@@ -44,37 +44,55 @@ def node_interruptions(
         raise ValueError("window_minutes must not be negative")
     keys = ["cluster_id", "node_id"]
     window = timedelta(minutes=window_minutes)
-    frame = incidents.filter(pl.col("interrupting")).sort(
-        *keys, "timestamp_utc", "category", maintain_order=True
-    )
+    interrupting = incidents["interrupting"].fill_null(False).all()
+    frame = incidents if interrupting else incidents.filter(pl.col("interrupting"))
+    order = [*keys, "timestamp_utc", "category"]
+    if not _sorted_by(frame, order):  # read_failures hands them sorted by DuckDB: no copy
+        frame = frame.sort(*order, maintain_order=True)
     ends = [c for c in ("resolved_at_utc",) if c in frame.columns]
     starts = _interruption_starts(frame, keys, window)
-    # most interruptions are one fault: their rows are kept as they are, only the others grouped
-    # (a group-by over a million one-row groups was most of the cost)
+    # one row per interruption: its first incident's row; only interruptions of several
+    # incidents are grouped (a group-by over a million one-row groups was most of the cost) and
+    # their aggregates joined onto their first rows (in place: no concatenation and re-sort,
+    # which held three copies of the rows at once)
     alone = starts & np.append(starts[1:], True)
-    numbered = frame.with_columns(_seq=pl.Series(starts).cum_sum())
-    singles = numbered.filter(pl.Series(alone)).with_columns(
-        categories=pl.concat_list("category"),
-        faults=pl.lit(1, pl.UInt32),
-        last_fault_utc=pl.col("timestamp_utc"),
-    )
+    sequence = pl.Series("_seq", starts.cumsum(), dtype=pl.UInt32)
+    firsts = frame.with_columns(sequence).filter(pl.Series(starts))
     grouped = (
-        numbered.filter(~pl.Series(alone))
+        frame.with_columns(sequence)
+        .filter(pl.Series(~alone))
         .group_by("_seq", maintain_order=True)
         .agg(
-            pl.all().exclude(ends).first(),
-            *[pl.col(c).max() for c in ends],
-            categories=pl.col("category"),
-            faults=pl.len(),
-            last_fault_utc=pl.col("timestamp_utc").max(),
+            *[pl.col(c).max().alias(f"_{c}") for c in ends],
+            _categories=pl.col("category"),
+            _faults=pl.len(),
+            _last_fault_utc=pl.col("timestamp_utc").max(),
         )
     )
-    columns = ["_seq", *frame.columns, "categories", "faults", "last_fault_utc"]
     return (
-        pl.concat([singles.select(columns), grouped.select(columns)])
-        .sort("_seq")
+        firsts.join(grouped, on="_seq", how="left", maintain_order="left")
+        .with_columns(
+            *[pl.coalesce(f"_{c}", c).alias(c) for c in ends],
+            categories=pl.coalesce("_categories", pl.concat_list("category")),
+            faults=pl.coalesce("_faults", pl.lit(1, pl.UInt32)),
+            last_fault_utc=pl.coalesce("_last_fault_utc", "timestamp_utc"),
+        )
         .select(*frame.columns, "categories", "faults", "last_fault_utc")
     )
+
+
+def _sorted_by(frame: pl.DataFrame, columns: list[str]) -> bool:
+    """True when ``frame`` is sorted by ``columns`` (ascending, nulls first as Polars sorts them):
+    one pass of comparisons with the row before, no sorted copy."""
+    if frame.height < 2:
+        return True
+    later = pl.lit(False)
+    for column in reversed(columns):
+        c, before = pl.col(column), pl.col(column).shift(1)
+        greater = (c > before).fill_null(False) | (before.is_null() & c.is_not_null())
+        later = greater | (c.eq_missing(before) & later)
+    equal = pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).shift(1)) for c in columns)
+    return bool(frame.select((later | equal).slice(1).all()).item())
 
 
 def _interruption_starts(frame: pl.DataFrame, keys: list[str], window: timedelta) -> np.ndarray:

@@ -37,10 +37,15 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
+from pipeline.transform.fleet import finest_time_unit
+
 NODE = ["cluster_id", "node_id"]
 END_SOURCES = ("resolved_at", "inventory", "open", "unknown")
 GAP_TOLERANCE = timedelta(minutes=30)
 EXPOSURE_BASES = ("uptime", "calendar")
+# a forward as-of join by node: the first right row at or after the left time (both sorted by time)
+_FORWARD = {"by": NODE, "strategy": "forward", "check_sortedness": False}
+_BACKWARD = {"by": NODE, "strategy": "backward", "check_sortedness": False}
 
 
 def _hours(end: pl.Expr, start: pl.Expr) -> pl.Expr:
@@ -49,23 +54,31 @@ def _hours(end: pl.Expr, start: pl.Expr) -> pl.Expr:
 
 def _inventory_ends(starts: pl.DataFrame, inventory: pl.DataFrame, gap_tolerance: timedelta) -> pl.DataFrame:
     """Per interruption (``_row``): the start of the node's next service interval when the interval
-    it was in ends at the failure (or within ``gap_tolerance`` after it)."""
-    service = inventory.select(*NODE, "in_service_from_utc", "in_service_to_utc")
+    it was in ends at the failure (or within ``gap_tolerance`` after it).
+
+    Two forward as-of joins by node, each the size of ``starts``: the first end at or after the
+    failure (the earliest one in the tolerance, if it is in it), then the first start at or after
+    that end (the node's return). Never a join on the node and a range filter, whose size is
+    failures x intervals per node."""
+    unit = finest_time_unit(starts.schema["timestamp_utc"], inventory.schema["in_service_to_utc"])
+    service = inventory.select(
+        *NODE, pl.col("in_service_from_utc", "in_service_to_utc").dt.cast_time_unit(unit)
+    )
+    ends = service.select(*NODE, removed_utc="in_service_to_utc").drop_nulls().sort("removed_utc")
+    returns = service.select(*NODE, inventory_end_utc="in_service_from_utc").drop_nulls()
     closing = (
-        starts.join(service.drop("in_service_from_utc"), on=NODE)
-        .filter(
-            pl.col("in_service_to_utc").is_between(
-                pl.col("timestamp_utc"), pl.col("timestamp_utc") + gap_tolerance
-            )
-        )
-        .group_by("_row", *NODE)
-        .agg(removed_utc=pl.col("in_service_to_utc").min())
+        starts.select("_row", *NODE, pl.col("timestamp_utc").dt.cast_time_unit(unit))
+        .sort("timestamp_utc")
+        .join_asof(ends, left_on="timestamp_utc", right_on="removed_utc", **_FORWARD)
+        .filter(pl.col("removed_utc") <= pl.col("timestamp_utc") + gap_tolerance)
     )
     return (
-        closing.join(service.drop("in_service_to_utc"), on=NODE)
-        .filter(pl.col("in_service_from_utc") >= pl.col("removed_utc"))
-        .group_by("_row")
-        .agg(inventory_end_utc=pl.col("in_service_from_utc").min())
+        closing.sort("removed_utc")
+        .join_asof(
+            returns.sort("inventory_end_utc"), left_on="removed_utc", right_on="inventory_end_utc", **_FORWARD
+        )
+        .filter(pl.col("inventory_end_utc").is_not_null())
+        .select("_row", "inventory_end_utc")
     )
 
 
@@ -91,13 +104,16 @@ def outages(
     frame = frame.sort(*NODE, "timestamp_utc", maintain_order=True).with_row_index("_row")
     gaps = _inventory_ends(frame.select("_row", *NODE, "timestamp_utc"), inventory, gap_tolerance)
     resolved_at = pl.col("resolved_at_utc").cast(pl.Datetime("us"))
+    # the one rule of an incident's own end: a resolution at or after the failure (at it: a
+    # 0-hour repair)
+    recorded = resolved_at >= pl.col("timestamp_utc")
     known = (
         frame.join(gaps, on="_row", how="left")
         .with_columns(
-            end_utc=pl.when(resolved_at >= pl.col("timestamp_utc"))
+            end_utc=pl.when(recorded)
             .then(resolved_at)
             .otherwise(pl.col("inventory_end_utc").cast(pl.Datetime("us"))),
-            end_source=pl.when(resolved_at >= pl.col("timestamp_utc"))
+            end_source=pl.when(recorded)
             .then(pl.lit("resolved_at"))
             .when(pl.col("inventory_end_utc").is_not_null())
             .then(pl.lit("inventory")),
@@ -162,45 +178,87 @@ def uptime_intervals(exposure: pl.DataFrame, outages: pl.DataFrame) -> pl.DataFr
     around it, ``node_hours`` and ``gpu_hours`` recomputed per piece. ``instances`` and
     ``size_bucket`` stay the calendar ones (a cluster's size does not shrink while a node is being
     repaired). Intervals, never hourly rows; with no recorded ends the result equals ``exposure``.
+    Windows that overlap (not from :func:`outages`, whose outages of a node never do) are removed
+    as their union.
 
     Which failures count is still decided on the calendar intervals (a failure at the start of its
     outage is the end of an up piece): pass ``exposure`` as ``service`` to
     :func:`pipeline.transform.failure_rates`.
-    """
-    rows = exposure.with_row_index("_interval")
+
+    How, in time linear in the output: a node's windows (of positive length) are merged into
+    disjoint spans 0..m-1 in time order, whose gaps are the node's up segments 0..m (segment k
+    runs from the end of span k-1 to the start of span k, unbounded before the first span and
+    after the last). Interval [s, e] meets the segments from the number of spans starting at or
+    before s to the number ending before e: two backward as-of joins by node give both numbers,
+    and each piece is an interval clipped to one segment. Never a join of intervals and windows
+    on the node with an overlap filter, whose size is intervals x windows per node."""
+    rows = exposure.lazy().with_row_index("_interval")
+    unit = finest_time_unit(exposure.schema["start_utc"], outages.schema["end_utc"])
     windows = (
-        rows.select("_interval", *NODE, "start_utc", "end_utc")
-        .join(
-            outages.filter(pl.col("end_utc").is_not_null()).select(
-                *NODE, out_from=pl.col("start_utc"), out_to=pl.col("end_utc")
+        outages.lazy()
+        .select(*NODE, pl.col("start_utc").alias("out_from"), pl.col("end_utc").alias("out_to"))
+        .with_columns(pl.col("out_from", "out_to").dt.cast_time_unit(unit))
+    )
+    after_earlier = (pl.col("out_from") > pl.col("out_to").cum_max().shift(1)).fill_null(True)
+    spans = (
+        windows.filter(pl.col("out_to") > pl.col("out_from"))
+        .sort(*NODE, "out_from")
+        .with_columns(_k=(after_earlier.cum_sum() - 1).cast(pl.Int64).over(NODE))
+        .group_by(*NODE, "_k")
+        .agg(pl.col("out_from").min(), pl.col("out_to").max())
+        .sort(*NODE, "_k")
+    )
+    segments = pl.concat(
+        [
+            spans.select(*NODE, "_k", seg_from=pl.col("out_to").shift(1).over(NODE), seg_to="out_from"),
+            spans.group_by(NODE).agg(
+                _k=pl.len().cast(pl.Int64),
+                seg_from=pl.col("out_to").max(),
+                seg_to=pl.lit(None, pl.Datetime(unit)),
             ),
-            on=NODE,
+        ],
+        how="diagonal_relaxed",
+    )
+    # segments [first, last] of each interval: spans starting at or before its start, ending before its end
+    bounds = rows.select("_interval", *NODE, pl.col("start_utc", "end_utc").dt.cast_time_unit(unit))
+    first = bounds.sort("start_utc").join_asof(
+        spans.select(*NODE, "out_from", first=pl.col("_k") + 1).sort("out_from"),
+        left_on="start_utc",
+        right_on="out_from",
+        **_BACKWARD,
+    )
+    last = bounds.sort("end_utc").join_asof(
+        spans.select(*NODE, "out_to", last=pl.col("_k") + 1).sort("out_to"),
+        left_on="end_utc",
+        right_on="out_to",
+        allow_exact_matches=False,
+        **_BACKWARD,
+    )
+    pieces = (
+        first.select("_interval", *NODE, "start_utc", "end_utc", pl.col("first").fill_null(0))
+        .join(last.select("_interval", pl.col("last").fill_null(0)), on="_interval")
+        .filter(pl.col("last") >= pl.col("first"))
+        .with_columns(_k=pl.int_ranges("first", pl.col("last") + 1))
+        .explode("_k")
+        .join(segments, on=[*NODE, "_k"], how="left")
+        .select(
+            "_interval",
+            piece_from=pl.max_horizontal("start_utc", "seg_from"),
+            piece_to=pl.min_horizontal("end_utc", "seg_to"),
         )
-        .with_columns(
-            out_from=pl.max_horizontal("out_from", "start_utc"),
-            out_to=pl.min_horizontal("out_to", "end_utc"),
-        )
-        .filter(pl.col("out_to") > pl.col("out_from"))
-        .sort("_interval", "out_from")
+        .filter(pl.col("piece_to") > pl.col("piece_from"))
     )
-    before = windows.select(
-        "_interval",
-        piece_from=pl.col("out_to").shift(1).over("_interval").fill_null(pl.col("start_utc")),
-        piece_to=pl.col("out_from"),
-    )
-    after = (
-        rows.select("_interval", "start_utc", piece_to=pl.col("end_utc"))
-        .join(windows.group_by("_interval").agg(last_to=pl.col("out_to").max()), on="_interval", how="left")
-        .select("_interval", piece_from=pl.col("last_to").fill_null(pl.col("start_utc")), piece_to="piece_to")
-    )
-    pieces = pl.concat([before, after]).filter(pl.col("piece_to") > pl.col("piece_from"))
+    start_type, end_type = exposure.schema["start_utc"], exposure.schema["end_utc"]
     return (
         rows.join(pieces, on="_interval")
         .sort("_interval", "piece_from")
-        .with_columns(start_utc=pl.col("piece_from"), end_utc=pl.col("piece_to"))
+        .with_columns(
+            start_utc=pl.col("piece_from").cast(start_type), end_utc=pl.col("piece_to").cast(end_type)
+        )
         .with_columns(node_hours=_hours(pl.col("end_utc"), pl.col("start_utc")))
         .with_columns(gpu_hours=pl.col("node_hours") * pl.col("gpus_per_node"))
         .select(exposure.columns)
+        .collect()
     )
 
 

@@ -1,0 +1,476 @@
+"""Every match of events to intervals (as-of joins and sweeps, issue 27) against the formulation it
+replaced: a join on the node followed by a range filter, kept here as a small reference (never in
+pipeline/: its size is failures x intervals per node). Random small fleets on a 15-minute grid, so
+that ties are common: touching intervals, failures at interval starts and ends, failures within
+and just past the 30-minute gap tolerance, several intervals per node, overlapping service
+intervals of one node (a dirty inventory), overlapping outages (a failure during an earlier
+outage), open outages, nodes without inventory, failures after the window end.
+
+Checked: the Polars transforms (failures_in_service, failures_left_out, the outages' inventory
+ends, uptime_intervals, the period split of exposure) and the DuckDB counts of ``failcast rates``
+(FailureCounts), which must give the reference's tables."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import tempfile
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+from pipeline import analysis, transform, warehouse
+from pipeline.analysis.counts import FailureCounts
+from tests._fleets import write_warehouse
+
+# the modules (``transform.outages`` is also the name of a function the package exports)
+fleet = importlib.import_module("pipeline.transform.fleet")
+outages = importlib.import_module("pipeline.transform.outages")
+
+T0 = datetime(2026, 1, 5)
+STEP = timedelta(minutes=15)
+NODES = [("a", "n1"), ("a", "n2"), ("b", "n1")]  # the same node name in two clusters
+
+
+def at(steps: int) -> datetime:
+    return T0 + steps * STEP
+
+
+# --- the replaced formulation: equi-join on the node, then a range filter ---
+
+
+def reference_failures_in_service(incidents, exposure, *, with_interval=False):
+    """The old failures_in_service; ties between intervals of equal start go to the first in
+    ``exposure`` (the old sort left them to chance)."""
+    matched = (
+        incidents.lazy()
+        .with_row_index("_incident")
+        .join(
+            exposure.lazy()
+            .select(*fleet.EXPOSURE_KEYS, "gpus_per_node", "start_utc", "end_utc")
+            .with_row_index("_interval"),
+            on=["cluster_id", "node_id"],
+            how="inner",
+        )
+        .filter(pl.col("timestamp_utc").is_between(pl.col("start_utc"), pl.col("end_utc"), closed="both"))
+        .sort("_incident", "start_utc", "_interval")
+        .unique("_incident", keep="first", maintain_order=True)
+        .drop("_incident", "_interval")
+    )
+    return (matched if with_interval else matched.drop("start_utc", "end_utc")).collect()
+
+
+def reference_inventory_ends(starts, inventory, gap_tolerance):
+    """The old outages._inventory_ends."""
+    node = ["cluster_id", "node_id"]
+    service = inventory.select(*node, "in_service_from_utc", "in_service_to_utc")
+    closing = (
+        starts.join(service.drop("in_service_from_utc"), on=node)
+        .filter(
+            pl.col("in_service_to_utc").is_between(
+                pl.col("timestamp_utc"), pl.col("timestamp_utc") + gap_tolerance
+            )
+        )
+        .group_by("_row", *node)
+        .agg(removed_utc=pl.col("in_service_to_utc").min())
+    )
+    return (
+        closing.join(service.drop("in_service_to_utc"), on=node)
+        .filter(pl.col("in_service_from_utc") >= pl.col("removed_utc"))
+        .group_by("_row")
+        .agg(inventory_end_utc=pl.col("in_service_from_utc").min())
+    )
+
+
+def reference_uptime_intervals(exposure, outage_rows):
+    """The old uptime_intervals: right when a node's windows do not overlap (as outages() makes
+    them), not for nested windows (a piece between two windows can lie inside a third)."""
+    node = ["cluster_id", "node_id"]
+    rows = exposure.with_row_index("_interval")
+    windows = (
+        rows.select("_interval", *node, "start_utc", "end_utc")
+        .join(
+            outage_rows.filter(pl.col("end_utc").is_not_null()).select(
+                *node, out_from=pl.col("start_utc"), out_to=pl.col("end_utc")
+            ),
+            on=node,
+        )
+        .with_columns(
+            out_from=pl.max_horizontal("out_from", "start_utc"),
+            out_to=pl.min_horizontal("out_to", "end_utc"),
+        )
+        .filter(pl.col("out_to") > pl.col("out_from"))
+        .sort("_interval", "out_from")
+    )
+    before = windows.select(
+        "_interval",
+        piece_from=pl.col("out_to").shift(1).over("_interval").fill_null(pl.col("start_utc")),
+        piece_to=pl.col("out_from"),
+    )
+    after = (
+        rows.select("_interval", "start_utc", piece_to=pl.col("end_utc"))
+        .join(windows.group_by("_interval").agg(last_to=pl.col("out_to").max()), on="_interval", how="left")
+        .select("_interval", piece_from=pl.col("last_to").fill_null(pl.col("start_utc")), piece_to="piece_to")
+    )
+    pieces = pl.concat([before, after]).filter(pl.col("piece_to") > pl.col("piece_from"))
+    return (
+        rows.join(pieces, on="_interval")
+        .sort("_interval", "piece_from")
+        .with_columns(start_utc=pl.col("piece_from"), end_utc=pl.col("piece_to"))
+        .with_columns(
+            node_hours=(pl.col("end_utc") - pl.col("start_utc")).dt.total_seconds(fractional=True) / 3600
+        )
+        .with_columns(gpu_hours=pl.col("node_hours") * pl.col("gpus_per_node"))
+        .select(exposure.columns)
+    )
+
+
+def reference_periodic_exposure(exposure, every):
+    """The old period split: every interval crossed with every period, then filtered."""
+    first = exposure.select(pl.col("start_utc").min().dt.truncate(every)).item()
+    periods = pl.DataFrame(
+        {"period": pl.datetime_range(first, exposure["end_utc"].max(), every, eager=True, time_unit="us")}
+    ).with_columns(period_end=pl.col("period").dt.offset_by(every))
+    return (
+        exposure.join(periods, how="cross")
+        .with_columns(
+            start_utc=pl.max_horizontal("start_utc", "period"),
+            end_utc=pl.min_horizontal("end_utc", "period_end"),
+        )
+        .filter(pl.col("end_utc") > pl.col("start_utc"))
+        .with_columns(
+            node_hours=(pl.col("end_utc") - pl.col("start_utc")).dt.total_seconds(fractional=True) / 3600
+        )
+        .with_columns(gpu_hours=pl.col("node_hours") * pl.col("gpus_per_node"))
+        .drop("period_end")
+    )
+
+
+def reference_rate_exposure(failures, inventory, exposure, end, basis):
+    """analysis.rate_exposure with the reference inventory ends and uptime pieces."""
+    real = outages._inventory_ends
+    outages._inventory_ends = reference_inventory_ends
+    try:
+        found = transform.outages(failures, inventory, end)
+    finally:
+        outages._inventory_ends = real
+    return (exposure if basis == "calendar" else reference_uptime_intervals(exposure, found)), found
+
+
+# --- random small fleets ---
+
+
+@st.composite
+def fleets(draw):
+    """(incidents, inventory, window end) in warehouse columns, times on the 15-minute grid."""
+    inventory = []
+    for cluster, node in draw(st.lists(st.sampled_from(NODES), min_size=1, max_size=3, unique=True)):
+        overlapping = draw(st.booleans())
+        t = draw(st.integers(0, 8))
+        for _ in range(draw(st.integers(1, 6))):
+            if overlapping:  # anywhere: intervals of one node may overlap, nest or repeat
+                t = draw(st.integers(0, 150))
+            length = draw(st.one_of(st.none(), st.integers(0, 40)))
+            inventory.append((cluster, node, t, None if length is None else t + length))
+            if length is None:
+                break
+            t += length + draw(st.sampled_from([0, 0, 1, 2, 3, 8]))  # touching, or back after a gap
+    incidents = []
+    for _ in range(draw(st.integers(0, 14))):
+        cluster, node = draw(st.sampled_from([*NODES, ("c", "x9")]))  # x9: not in the inventory
+        t = draw(st.integers(0, 180))
+        repair = draw(st.one_of(st.none(), st.none(), st.integers(0, 30)))
+        interrupting = draw(st.sampled_from([True, True, True, False]))
+        incidents.append((cluster, node, t, None if repair is None else t + repair, interrupting))
+    if draw(st.booleans()):  # failures on the service boundaries themselves, often several per node
+        for cluster, node, start, stop in draw(st.permutations(inventory))[:4]:
+            moment = draw(st.sampled_from([start, stop, None if stop is None else stop - 1, start + 1]))
+            if moment is not None:
+                incidents.append((cluster, node, moment, None, True))
+    end = draw(st.integers(60, 190))
+    return _incident_frame(incidents), _inventory_frame(inventory), at(end)
+
+
+def _incident_frame(rows) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "timestamp_utc": [at(r[2]) for r in rows],
+            "cluster_id": [r[0] for r in rows],
+            "node_id": [r[1] for r in rows],
+            "category": ["xid"] * len(rows),
+            "failure_class": ["gpu"] * len(rows),
+            "interrupting": [r[4] for r in rows],
+            "resolved_at_utc": [None if r[3] is None else at(r[3]) for r in rows],
+        },
+        schema_overrides={
+            "timestamp_utc": pl.Datetime("us"),
+            "resolved_at_utc": pl.Datetime("us"),
+            "cluster_id": pl.String,
+            "node_id": pl.String,
+            "interrupting": pl.Boolean,
+            "category": pl.String,
+            "failure_class": pl.String,
+        },
+    )
+
+
+def _inventory_frame(rows) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "cluster_id": [r[0] for r in rows],
+            "node_id": [r[1] for r in rows],
+            "instance_type": ["p5" if r[0] == "a" else "cpu" for r in rows],
+            "gpus_per_node": [8 if r[0] == "a" else 0 for r in rows],
+            "in_service_from_utc": [at(r[2]) for r in rows],
+            "in_service_to_utc": [None if r[3] is None else at(r[3]) for r in rows],
+        },
+        schema_overrides={
+            "in_service_from_utc": pl.Datetime("us"),
+            "in_service_to_utc": pl.Datetime("us"),
+            "gpus_per_node": pl.Int32,
+            "cluster_id": pl.String,
+            "node_id": pl.String,
+            "instance_type": pl.String,
+        },
+    )
+
+
+def _interruptions(incidents: pl.DataFrame) -> pl.DataFrame:
+    """What analyze reads: the interrupting incidents as node interruptions, node and time order."""
+    interrupting = incidents.filter("interrupting").sort("cluster_id", "node_id", "timestamp_utc")
+    return transform.node_interruptions(interrupting, window_minutes=30.0)
+
+
+PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTY
+@given(fleets())
+def test_polars_matches_equal_the_join_and_filter(fleet_frames):
+    incidents, inventory, end = fleet_frames
+    failures = _interruptions(incidents)
+    exposure = transform.exposure_intervals(inventory, end)
+    # outage ends from the inventory gaps: each interruption's as-of match is the reference's
+    starts = failures.sort("cluster_id", "node_id", "timestamp_utc").with_row_index("_row")
+    starts = starts.select("_row", "cluster_id", "node_id", "timestamp_utc")
+    assert_frame_equal(
+        outages._inventory_ends(starts, inventory, transform.GAP_TOLERANCE).sort("_row"),
+        reference_inventory_ends(starts, inventory, transform.GAP_TOLERANCE).sort("_row"),
+        check_dtypes=False,
+    )
+    for basis in transform.EXPOSURE_BASES:
+        at_risk, found = analysis.rate_exposure(failures, inventory, exposure, end, basis)
+        expected_risk, expected_outages = reference_rate_exposure(failures, inventory, exposure, end, basis)
+        assert_frame_equal(found, expected_outages)
+        assert_frame_equal(at_risk, expected_risk)
+        for frame in (at_risk, exposure):  # matched on uptime pieces and on calendar intervals
+            for with_interval in (False, True):
+                assert_frame_equal(
+                    transform.failures_in_service(incidents, frame, with_interval=with_interval),
+                    reference_failures_in_service(incidents, frame, with_interval=with_interval),
+                )
+        matched = reference_failures_in_service(failures, at_risk, with_interval=True)
+        real = fleet.failures_in_service
+        fleet.failures_in_service = reference_failures_in_service
+        try:
+            expected_left_out = transform.failures_left_out(failures, at_risk, end)
+        finally:
+            fleet.failures_in_service = real
+        assert_frame_equal(transform.failures_left_out(failures, at_risk, end), expected_left_out)
+        assert_frame_equal(
+            transform.failures_left_out(failures, at_risk, end, in_service=matched), expected_left_out
+        )
+    if exposure.height:
+        for every in ("1d", "1w", "1mo"):
+            # the same rows (the reference's cross join comes in an order of the engine's choosing)
+            assert_frame_equal(
+                fleet._periodic_exposure(exposure, every),
+                reference_periodic_exposure(exposure, every).sort("period", maintain_order=True),
+                check_row_order=False,
+            )
+
+
+@st.composite
+def windows(draw):
+    """Service intervals of one node and outage windows that may overlap, nest, touch or be empty."""
+    intervals = [(s, s + draw(st.integers(1, 40))) for s in draw(st.lists(st.integers(0, 100), max_size=4))]
+    spans = [(s, s + draw(st.integers(0, 30))) for s in draw(st.lists(st.integers(0, 120), max_size=6))]
+    return intervals, spans
+
+
+@settings(max_examples=200, deadline=None)
+@given(windows())
+def test_uptime_removes_the_union_of_overlapping_windows(case):
+    """Windows that overlap (outages() never makes them, but the function takes any frame) are
+    removed as their union: each up piece is a maximal run of the interval's 15-minute steps that
+    no window covers, found step by step."""
+    intervals, spans = case
+    exposure = transform.exposure_intervals(
+        _inventory_frame([("a", "n1", a, b) for a, b in intervals]), at(1000)
+    )
+    found = pl.DataFrame(
+        {
+            "cluster_id": ["a"] * len(spans),
+            "node_id": ["n1"] * len(spans),
+            "start_utc": [at(a) for a, _ in spans],
+            "end_utc": [at(b) for _, b in spans],
+        },
+        schema={
+            "cluster_id": pl.String,
+            "node_id": pl.String,
+            "start_utc": pl.Datetime("us"),
+            "end_utc": pl.Datetime("us"),
+        },
+    )
+    got = transform.uptime_intervals(exposure, found)
+    expected = []
+    for a, b in intervals:
+        up = [all(not (s <= k < e) for s, e in spans) for k in range(a, b)]
+        for is_up, run in itertools.groupby(zip(range(a, b), up, strict=True), key=lambda x: x[1]):
+            steps = [k for k, _ in run]
+            if is_up:
+                expected.append((at(steps[0]), at(steps[-1] + 1)))
+    assert list(zip(got["start_utc"], got["end_utc"], strict=True)) == expected
+    if not any(s < e for s, e in spans):  # nothing to remove: the exposure itself
+        assert_frame_equal(got, exposure)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets())
+def test_duckdb_counts_equal_the_join_and_filter(fleet_frames):
+    """FailureCounts (as-of joins in DuckDB) gives the reference's rate tables and left-out counts,
+    on uptime and calendar exposure, by node, by cluster and by day."""
+    incidents, inventory, end = fleet_frames
+    with tempfile.TemporaryDirectory() as folder:
+        con = write_warehouse(Path(folder) / "w.duckdb", incidents, inventory)
+        exposure = transform.exposure_intervals(warehouse.table(con, "inventory"), end)
+        failures = analysis.read_failures(con)
+        if not exposure.height:
+            con.close()
+            return
+        for basis in transform.EXPOSURE_BASES:
+            at_risk, _ = reference_rate_exposure(failures, inventory, exposure, end, basis)
+            matched = reference_failures_in_service(failures, at_risk, with_interval=True)
+            counts = FailureCounts(con, exposure, end, basis=basis)
+            for by, period in ((["cluster_id", "node_id"], None), (["cluster_id"], "day"), ([], None)):
+                got = counts.rates(by, period=period)
+                expected = transform.failure_rates(
+                    failures, at_risk, by=by, period=period, in_service=matched
+                )
+                assert_frame_equal(got, expected, check_exact=False, rel_tol=1e-12, abs_tol=1e-15)
+            real = fleet.failures_in_service
+            fleet.failures_in_service = reference_failures_in_service
+            try:
+                expected_left_out = transform.failures_left_out(failures, at_risk, end)
+            finally:
+                fleet.failures_in_service = real
+            assert_frame_equal(counts.left_out(), expected_left_out)
+            counts.close()
+        con.close()
+
+
+@pytest.mark.parametrize(
+    ("intervals", "hour", "expected"),
+    [
+        ([(0, 10), (10, 20)], 10, (0, 10)),  # touching: the interval it ends
+        ([(0, 10), (10, 20)], 0, (0, 10)),
+        ([(0, 20), (5, 10)], 7, (0, 20)),  # nested: the one that starts first
+        ([(5, 10), (0, 20)], 7, (0, 20)),  # whatever the inventory's order
+        ([(0, 6), (2, 30), (4, 12)], 10, (2, 30)),  # the first to start has ended
+        ([(0, 6), (2, 30), (4, 12)], 31, None),  # after all of them
+        ([(0, 8), (0, 12)], 8, (0, 8)),  # equal starts: the first in the inventory
+        ([(0, 12), (0, 8)], 8, (0, 12)),
+        ([(0, 8), (0, 8)], 4, (0, 8)),  # a repeated row: once
+    ],
+)
+def test_overlapping_intervals_by_hand(intervals, hour, expected):
+    """The rule on a dirty inventory, worked out by hand: the earliest start holding the failure."""
+    exposure = transform.exposure_intervals(
+        _inventory_frame([("a", "n1", 4 * a, 4 * b) for a, b in intervals]), at(400)
+    )
+    incidents = _incident_frame([("a", "n1", 4 * hour, None, True)])
+    matched = transform.failures_in_service(incidents, exposure, with_interval=True)
+    got = (
+        None if matched.is_empty() else tuple(int((t - T0) / timedelta(hours=1)) for t in matched.row(0)[-2:])
+    )
+    assert got == expected
+    assert matched.height == (expected is not None)
+
+
+def reference_nearest_failures(losses, failures, window):
+    """The old attribution of a job's loss to a node failure (transform.badput): every failure of
+    each of the job's nodes, then the time filter."""
+    return (
+        losses.select("loss", "cluster_id", "moment_utc", node_id=pl.col("nodes"))
+        .explode("node_id")
+        .join(
+            failures.select("node_id", "timestamp_utc", "failure_class", failure_cluster="cluster_id"),
+            on="node_id",
+        )
+        .with_columns(gap=(pl.col("timestamp_utc") - pl.col("moment_utc")).abs())
+        .filter(
+            (pl.col("gap") <= window)
+            & (pl.col("cluster_id").is_null() | (pl.col("cluster_id") == pl.col("failure_cluster")))
+        )
+        .sort("loss", "gap", "timestamp_utc", "node_id")
+        .group_by("loss", maintain_order=True)
+        .agg(pl.col("failure_class").first().alias("node_class"))
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([None, "a", "b"]),
+            st.integers(0, 40),
+            st.one_of(st.none(), st.lists(st.sampled_from(["n1", "n2", "n3"]), max_size=3)),
+        ),
+        max_size=6,
+    ),
+    st.dictionaries(
+        st.tuples(st.sampled_from(["n1", "n2", "n3"]), st.integers(0, 40)),
+        st.tuples(st.sampled_from(["a", "b"]), st.sampled_from(["gpu", "network", "host"])),
+        max_size=15,
+    ),
+    st.sampled_from([0, 15, 30, 60]),
+)
+def test_badput_nearest_failure_equals_the_join_and_filter(losses, failures, minutes):
+    """A job's loss goes to the nearest failure on its nodes (as-of joins) as it did with every
+    failure of each node joined and filtered; failures at one time of one node are one
+    interruption, so the generated ones are unique by node and time."""
+    badput = importlib.import_module("pipeline.transform.badput")
+    loss_frame = pl.DataFrame(
+        {
+            "loss": pl.Series(range(len(losses)), dtype=pl.UInt32),
+            "cluster_id": [c for c, _, _ in losses],
+            "moment_utc": [at(t) for _, t, _ in losses],
+            "nodes": [n for _, _, n in losses],
+        },
+        schema_overrides={
+            "cluster_id": pl.String,
+            "moment_utc": pl.Datetime("us"),
+            "nodes": pl.List(pl.String),
+        },
+    )
+    failure_frame = pl.DataFrame(
+        {
+            "cluster_id": [c for c, _ in failures.values()],
+            "node_id": [n for n, _ in failures],
+            "timestamp_utc": [at(t) for _, t in failures],
+            "failure_class": [k for _, k in failures.values()],
+        },
+        schema_overrides={k: pl.String for k in ("cluster_id", "node_id", "failure_class")}
+        | {"timestamp_utc": pl.Datetime("us")},
+    )
+    window = timedelta(minutes=minutes)
+    assert_frame_equal(
+        badput._nearest_failures(loss_frame, failure_frame, window),
+        reference_nearest_failures(loss_frame, failure_frame, window),
+        check_row_order=False,
+    )
