@@ -33,7 +33,7 @@ Formulas and sources (details in docs/projection.md):
 """
 
 from .explain import explain, weibull_difference
-from .measured import measured_recovery, recovery_sources, with_measured_recovery
+from .measured import measured_recovery, recovery_sources, with_measured_job_times, with_measured_recovery
 from .model import (
     expected_wall_hours,
     first_order_ettr,
@@ -116,6 +116,7 @@ __all__ = [
     "load_job_spec",
     "measured_recovery",
     "with_measured_recovery",
+    "with_measured_job_times",
     "monte_carlo",
     "project",
     "read_job_document",
