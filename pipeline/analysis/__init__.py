@@ -28,6 +28,7 @@ from pipeline.analysis.fleet import (
     PROJECTED_SIZES,
     FleetAnalysis,
     analyze,
+    require_inventory,
 )
 from pipeline.analysis.jobs import (
     JobBacktestResult,
@@ -38,10 +39,12 @@ from pipeline.analysis.jobs import (
     read_jobs,
 )
 from pipeline.analysis.outlook import (
+    SizeRates,
     failure_model_for,
     rate_model_for,
     repair_curve,
     size_laws_agreement,
+    size_rates,
     spares_for_job,
 )
 from pipeline.analysis.repairs import (
@@ -75,10 +78,13 @@ __all__ = [
     "node_evidence",
     "rate_exposure",
     "rate_model_for",
+    "size_rates",
+    "SizeRates",
     "read_failures",
     "read_job_recoveries",
     "read_jobs",
     "repair_curve",
+    "require_inventory",
     "repair_summary",
     "repair_times",
     "size_laws_agreement",

@@ -107,8 +107,7 @@ def backtest(db: Path, observed_until, min_history: int, interruption_window: fl
     with what happened: verdict, calibration, coverage, Brier score."""
     con = warehouse.connect(db, read_only=True)
     inventory = warehouse.table(con, "inventory")
-    if inventory.height == 0:
-        raise ValueError("the warehouse has no inventory: ingest an inventory file before backtesting")
+    analysis_mod.require_inventory(inventory)
     end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
     failures = analysis_mod.read_failures(con, window_minutes=interruption_window or None)
     exposure = transform.exposure_intervals(inventory, end)

@@ -60,6 +60,7 @@ def lemons(
     report names."""
     con = warehouse.connect(db, read_only=True)
     inventory = warehouse.table(con, "inventory")
+    analysis_mod.require_inventory(inventory)
     end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
     exposure = transform.exposure_intervals(inventory, end)
     if clusters:

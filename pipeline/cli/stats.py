@@ -148,6 +148,7 @@ def rates(
     con = warehouse.connect(db, read_only=True)
     by, attributes = _group_keys(con, by)
     inventory = warehouse.table(con, "inventory")
+    analysis_mod.require_inventory(inventory)
     end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
     exposure = transform.exposure_intervals(inventory, end)
     if inventory.height and not exposure["node_hours"].sum():
