@@ -69,6 +69,7 @@ class RunConfig:
     timezone: str = "UTC"
     dedup_window_minutes: float = 10.0
     observed_until: datetime | None = None
+    observed_since: datetime | None = None
     lock_timeout_seconds: float = 60.0
     log_format: str = "text"
     keep_reports: int = 30
@@ -98,6 +99,14 @@ class RunConfig:
             given["category_map"] = self.category_map.merged(given["category_map"])
         return replace(self, **given)
 
+    def analysis_options(self):
+        """How the run analyses the warehouse (:class:`pipeline.analysis.AnalysisOptions`: the
+        window; the rest at its defaults, as ``failcast report``'s). Imported here: reading a
+        config must not load the statistics."""
+        from pipeline.analysis.options import AnalysisOptions
+
+        return AnalysisOptions(since=self.observed_since, until=self.observed_until)
+
     def reader_options(self, fmt: str | None = None) -> ReaderOptions:
         """How the run reads its inputs of format ``fmt`` (None: detected per file)."""
         return ReaderOptions(
@@ -123,6 +132,7 @@ class RunConfig:
             "timezone": self.timezone,
             "dedup_window_minutes": self.dedup_window_minutes,
             "observed_until": self.observed_until,
+            "observed_since": self.observed_since,
             "lock_timeout_seconds": self.lock_timeout_seconds,
             "log_format": self.log_format,
             "inputs": {
@@ -164,6 +174,7 @@ _SPEC: dict[str, Any] = {
     "timezone": str,
     "dedup_window_minutes": _NUMBER,
     "observed_until": (str, datetime),
+    "observed_since": (str, datetime),
     "lock_timeout_seconds": _NUMBER,
     "log_format": str,
     "inputs": {
@@ -353,12 +364,12 @@ def _category_map(raw: dict[str, Any], where: _Where) -> CategoryMap:
     return CategoryMap(classes, flags)
 
 
-def _utc_naive(value: str | datetime, where: _Where) -> datetime:
+def _utc_naive(value: str | datetime, where: _Where, key: str) -> datetime:
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value)
         except ValueError:
-            raise where.error((), "observed_until", f"{value!r} is not ISO 8601") from None
+            raise where.error((), key, f"{value!r} is not ISO 8601") from None
     return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
 
 
@@ -391,8 +402,12 @@ def load_config(path: Path | str | None) -> RunConfig:
             values[key] = str(base / raw[key])
     if "dedup_window_minutes" in raw:
         values["dedup_window_minutes"] = float(raw["dedup_window_minutes"])
-    if "observed_until" in raw:
-        values["observed_until"] = _utc_naive(raw["observed_until"], where)
+    for key in ("observed_until", "observed_since"):
+        if key in raw:
+            values[key] = _utc_naive(raw[key], where, key)
+    since, until = values.get("observed_since"), values.get("observed_until")
+    if since and until and since >= until:
+        raise where.error((), "observed_since", "must be before observed_until (the window is empty)")
     if "inputs" in raw:
         values["column_map"] = {
             canon: source if isinstance(source, str) else tuple(source)

@@ -5,12 +5,12 @@ re-implements the chain warehouse -> transform -> models. :func:`analyze` (fleet
 :class:`FleetAnalysis` from the warehouse readers and evidence of failures.py, the job-level
 analyses of jobs.py and the repair analyses of repairs.py; outlook.py turns an analysis into the
 failure model of a projected job; counts.py counts the failures of ``failcast rates`` inside DuckDB
-(the same rules as the transforms, only aggregates reach Python).
+(the same rules as the transforms, only aggregates reach Python); options.py holds
+:class:`AnalysisOptions`, the window and choices every analysis takes.
 """
 
 from pipeline.analysis.failures import (
     FAILURE_COLUMNS,
-    LEMON_FDR,
     TREND_SCHEMA,
     cluster_mtbf,
     counted_failures,
@@ -24,7 +24,6 @@ from pipeline.analysis.failures import (
     trend_tests,
 )
 from pipeline.analysis.fleet import (
-    FIT_RELATIVE_RESOLUTION,
     PROJECTED_SIZES,
     FleetAnalysis,
     analyze,
@@ -36,6 +35,13 @@ from pipeline.analysis.jobs import (
     job_interruptions,
     read_job_recoveries,
     read_jobs,
+)
+from pipeline.analysis.options import (
+    DEFAULT_OPTIONS,
+    FIT_RELATIVE_RESOLUTION,
+    LEMON_FDR,
+    AnalysisOptions,
+    before_window_note,
 )
 from pipeline.analysis.outlook import (
     SizeRates,
@@ -54,6 +60,9 @@ from pipeline.analysis.repairs import (
 )
 
 __all__ = [
+    "AnalysisOptions",
+    "DEFAULT_OPTIONS",
+    "before_window_note",
     "FAILURE_COLUMNS",
     "FIT_RELATIVE_RESOLUTION",
     "FleetAnalysis",

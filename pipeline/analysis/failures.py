@@ -10,6 +10,7 @@ from datetime import datetime
 import polars as pl
 
 from pipeline import models, record_checks, transform, warehouse
+from pipeline.analysis.options import LEMON_FDR
 
 FAILURE_COLUMNS = (
     "cluster_id",
@@ -205,9 +206,6 @@ def trend_tests(operating_times: pl.DataFrame, exposure: pl.DataFrame) -> pl.Dat
             }
         rows.append(row)
     return pl.DataFrame(rows, schema=TREND_SCHEMA, orient="row")
-
-
-LEMON_FDR = 0.05
 
 
 def node_evidence(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from contextlib import suppress
 from dataclasses import dataclass
@@ -13,7 +14,6 @@ import polars as pl
 
 from pipeline import models, record_checks, transform, warehouse
 from pipeline.analysis.failures import (
-    LEMON_FDR,
     cluster_mtbf,
     counted_failures,
     left_out_warning,
@@ -29,7 +29,9 @@ from pipeline.analysis.jobs import (
     job_badput,
     job_interruptions,
     read_job_recoveries,
+    read_jobs,
 )
+from pipeline.analysis.options import DEFAULT_OPTIONS, AnalysisOptions, before_window
 from pipeline.analysis.repairs import repair_times
 
 PROJECTED_SIZES = (256, 512, 2048, 16384)
@@ -155,6 +157,8 @@ class FleetAnalysis:
     job_backtest: JobBacktestResult | None = None
     late_records: tuple[record_checks.LateRecords, ...] = ()
     left_out_warning: str | None = None
+    options: AnalysisOptions = DEFAULT_OPTIONS
+    before_window: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def fleet_rate(self) -> models.PoissonRate:
@@ -191,37 +195,28 @@ def _projection(predict, sizes: np.ndarray) -> pl.DataFrame:
     )
 
 
-FIT_RELATIVE_RESOLUTION = 1e-3
-
-
 def _duckdb_share(analysis):
     """Run ``analysis`` with DuckDB's cap lowered while it reads (:func:`pipeline.warehouse.reading`):
     its rows live in Polars, and what DuckDB keeps after a read would add to them."""
 
     @functools.wraps(analysis)
-    def reading(con, **options) -> FleetAnalysis:
+    def reading(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
         with warehouse.reading(con):
-            return analysis(con, **options)
+            return analysis(con, options)
 
     return reading
 
 
 @_duckdb_share
-def analyze(
-    con,
-    *,
-    observed_until: datetime | None = None,
-    first_gap: str = "drop",
-    relative_resolution: float | None = FIT_RELATIVE_RESOLUTION,
-    interruption_window_minutes: float | None = transform.INTERRUPTION_WINDOW_MINUTES,
-    interval: str = "auto",
-    lemon_fdr: float = LEMON_FDR,
-    exposure_basis: str = "uptime",
-) -> FleetAnalysis:
-    """Run every transform and fit on the warehouse behind ``con``.
+def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
+    """Run every transform and fit on the warehouse behind ``con``, as ``options`` say
+    (:class:`AnalysisOptions`; the result's ``options`` have the window's end filled in).
 
     Failures are node interruptions: a node's interrupting incidents closer than
-    ``interruption_window_minutes`` count once (None: every incident counts).
+    ``interruption_window_minutes`` count once (None: every incident counts). The window
+    ``[since, until]`` clips the service intervals; failures before ``since`` and after ``until``
+    are left out and counted by reason (``failures_left_out``), and so are outages that began and
+    jobs that started before ``since`` (``before_window``).
 
     Gaps are rounded to a relative grid (``relative_resolution`` 1e-3: each gap at most 0.05% off,
     a minute or a month, see :mod:`pipeline.transform.durations`) and aggregated before fitting,
@@ -240,20 +235,23 @@ def analyze(
             "the warehouse has no inventory: ingest an inventory file (cluster_id, "
             "node_id, instance_type, gpus_per_node, in_service_from, in_service_to)"
         )
-    end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
+    options = options.resolved(con, inventory)
+    end, since, first_gap = options.until, options.since, options.first_gap
     estimated = transform.exposure_estimated(inventory)
-    failures = read_failures(con, window_minutes=interruption_window_minutes)
-    exposure = transform.exposure_intervals(inventory, end)
-    at_risk, outages = rate_exposure(failures, inventory, exposure, end, exposure_basis)
+    failures = read_failures(con, window_minutes=options.interruption_window_minutes)
+    exposure = transform.exposure_intervals(inventory, end, since)
+    # outages of every failure: one that began before the window can still hold a node down in it
+    at_risk, all_outages = rate_exposure(failures, inventory, exposure, end, options.exposure_basis)
+    outages = options.in_window(all_outages, "start_utc")
     del inventory  # as many rows as the exposure: an availability trace has one per up-interval
     # Memory (bench/RESULTS.md, issue 27): every row frame below is as long as the failures or the
     # intervals, so each is built from the columns its statistics use, and dropped once they ran.
     # Which failures count, matched to their interval once for every rate:
     in_service = transform.failures_in_service(failures.select(RATE_COLUMNS), at_risk, with_interval=True)
     by_node, lemons, dispersion_check = node_evidence(
-        failures, at_risk, lemon_fdr=lemon_fdr, in_service=in_service
+        failures, at_risk, lemon_fdr=options.lemon_fdr, in_service=in_service
     )
-    phi = dispersion_check.dispersion(interval)
+    phi = dispersion_check.dispersion(options.interval)
 
     by_cluster, overall, by_category, by_month, by_size_bucket = (
         transform.failure_rates(
@@ -262,7 +260,10 @@ def analyze(
         for by, period in RATE_TABLES
     )
     shares = transform.category_shares(failures, at_risk, by=["cluster_id"], in_service=in_service)
-    left_out = transform.failures_left_out(failures, at_risk, end, in_service=in_service)
+    left_out = transform.failures_left_out(
+        failures, at_risk, end, in_service=in_service, observed_since=since
+    )
+    failures = options.in_window(failures)  # those before it are counted in left_out
     # trend tests count the failures the rates count (one during a known repair of its node is
     # part of that outage, not a new failure), on the calendar clock
     operating_times = transform.failure_operating_times(failures, exposure, in_service=in_service)
@@ -280,14 +281,14 @@ def analyze(
         # the first gaps are all there is
         first_gap = "keep"
         gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap, in_service=calendar)
-    durations = transform.aggregate_durations(gaps, relative_resolution=relative_resolution)
+    durations = transform.aggregate_durations(gaps, relative_resolution=options.relative_resolution)
     del gaps
     cluster_durations = transform.aggregate_durations(
         transform.times_between_failures(
             failures, exposure, level="cluster", first_gap=first_gap, in_service=calendar
         ),
         by=["cluster_id", "instances"],
-        relative_resolution=relative_resolution,
+        relative_resolution=options.relative_resolution,
     )
     del calendar
     args = (durations["duration_hours"], durations["observed"], durations["count"])
@@ -319,9 +320,10 @@ def analyze(
             )
             regression_projection = _projection(regression.predict_mtbf_hours, sizes)
 
-    jobs = job_interruptions(con, by_cluster)
-    recoveries = read_job_recoveries(con)
-    backtest = job_backtest(con, failures, exposure)
+    jobs = job_interruptions(con, by_cluster, since=since)
+    all_recoveries = read_job_recoveries(con)
+    recoveries = options.in_window(all_recoveries, "detected_utc")
+    backtest = job_backtest(con, failures, exposure, since=since)
 
     return FleetAnalysis(
         observed_until=end,
@@ -360,18 +362,20 @@ def analyze(
             if g["observed"].any()
         },
         interruptions=failures,
-        interruption_window_minutes=interruption_window_minutes,
+        interruption_window_minutes=options.interruption_window_minutes,
         lemons=lemons,
         dispersion_test=dispersion_check,
-        interval_method=dispersion_check.method(interval),
+        interval_method=dispersion_check.method(options.interval),
         failures_left_out=left_out,
         outages=outages,
         rate_exposure=at_risk,
-        exposure_basis=exposure_basis,
+        exposure_basis=options.exposure_basis,
         repair_times=repair_times(outages),
         job_backtest=backtest,
         job_recoveries=recoveries,
-        badput=job_badput(con, failures, recoveries),
+        badput=job_badput(con, failures, recoveries, since=since),
         late_records=record_checks.late_records(con),
         left_out_warning=left_out_warning(con, left_out, int(overall["failures"].sum())),
+        options=options,
+        before_window=before_window(since, all_outages, read_jobs(con), all_recoveries),
     )

@@ -12,6 +12,7 @@ from pipeline import analysis as analysis_mod
 from pipeline import record_checks, transform, warehouse
 from pipeline.analysis.counts import FailureCounts
 from pipeline.cli.common import (
+    analysis_options,
     db_option,
     echo_json,
     echo_late_records,
@@ -20,7 +21,7 @@ from pipeline.cli.common import (
     records,
     safe_lines,
     safe_text,
-    until_option,
+    window_options,
 )
 from pipeline.report.format import (
     RATE_INTERVAL_SCOPE,
@@ -35,7 +36,7 @@ RATE_VIEWS = ("rates", "shares", "trend", "jobs")
 
 interruption_window_option = click.option(
     "--interruption-window",
-    "interruption_window",
+    "interruption_window_minutes",
     type=click.FloatRange(min=0),
     default=transform.INTERRUPTION_WINDOW_MINUTES,
     show_default=True,
@@ -46,7 +47,7 @@ interruption_window_option = click.option(
 
 fdr_option = click.option(
     "--fdr",
-    "fdr",
+    "lemon_fdr",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     default=analysis_mod.LEMON_FDR,
     show_default=True,
@@ -129,7 +130,7 @@ every incident, interrupting or not. Exposure is uptime by default (--exposure);
 )
 @interruption_window_option
 @exposure_option
-@until_option
+@window_options
 @json_option
 def rates(
     db: Path,
@@ -138,29 +139,41 @@ def rates(
     all_categories: bool,
     interval: str,
     overdispersed: bool,
-    fdr: float,
+    lemon_fdr: float,
     view: str,
-    interruption_window: float,
+    interruption_window_minutes: float,
     exposure_basis: str,
-    observed_until,
+    since,
+    until,
     as_json: bool,
 ) -> None:
+    options = analysis_options(
+        click.get_current_context().params, interval="overdispersed" if overdispersed else interval
+    )
     con = warehouse.connect(db, read_only=True)
     by, attributes = _group_keys(con, by)
     inventory = warehouse.table(con, "inventory")
-    end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
-    exposure = transform.exposure_intervals(inventory, end)
+    options = options.resolved(con, inventory)
+    end, since, window_minutes = options.until, options.since, options.interruption_window_minutes
+    exposure = transform.exposure_intervals(inventory, end, since)
     if inventory.height and not exposure["node_hours"].sum():
         first = inventory["in_service_from_utc"].min()
-        raise ValueError(
-            f"no node was in service before the window's end ({end:%Y-%m-%d %H:%M} UTC): the first one "
-            f"enters service {first:%Y-%m-%d %H:%M}; a later --until has instance-hours to rate"
+        window = (
+            f"in the window ({options.window_text})"
+            if since
+            else f"before the window's end ({end:%Y-%m-%d %H:%M} UTC)"
         )
-    if view == "rates" and not all_categories and interruption_window and not attributes:
+        raise ValueError(
+            f"no node was in service {window}: the first one enters "
+            f"service {first:%Y-%m-%d %H:%M}; a later --until has instance-hours to rate"
+        )
+    if view == "rates" and not all_categories and window_minutes and not attributes:
         # counted inside DuckDB, no failure rows in Python (pipeline/analysis/counts.py)
-        counts = FailureCounts(con, exposure, end, window_minutes=interruption_window, basis=exposure_basis)
-        _, check = analysis_mod.lemon_evidence(counts.rates(["cluster_id", "node_id"]), lemon_fdr=fdr)
-        method = check.method("overdispersed" if overdispersed else interval)
+        counts = FailureCounts(
+            con, exposure, end, window_minutes=window_minutes, basis=exposure_basis, observed_since=since
+        )
+        _, check = analysis_mod.lemon_evidence(counts.rates(["cluster_id", "node_id"]), lemon_fdr=lemon_fdr)
+        method = check.method(options.interval)
         dispersion = check.dispersion(method)
         frame = counts.rates(by, period=period, dispersion=dispersion)
         fleet, overall = counts.rates([], dispersion=dispersion), counts.rates([])
@@ -170,13 +183,15 @@ def rates(
         incidents = analysis_mod.read_failures(
             con,
             interrupting_only=not all_categories,
-            window_minutes=None if all_categories or not interruption_window else interruption_window,
+            window_minutes=None if all_categories else window_minutes,
             attributes=attributes,
         )
         at_risk, _ = analysis_mod.rate_exposure(incidents, inventory, exposure, end, exposure_basis)
         # which failures count, matched to their interval once for every rate below
         in_service = transform.failures_in_service(incidents, at_risk, with_interval=True)
-        left_out = transform.failures_left_out(incidents, at_risk, end, in_service=in_service)
+        left_out = transform.failures_left_out(
+            incidents, at_risk, end, in_service=in_service, observed_since=since
+        )
         overall = transform.failure_rates(incidents, at_risk, by=[], in_service=in_service)
         # every view counts the failures the rates count (one during a known repair of its node is
         # part of that outage), as analyze and the report do
@@ -194,16 +209,21 @@ def rates(
             frame = analysis_mod.trend_tests(operating, exposure)
         elif view == "jobs":
             rates_by_cluster = transform.failure_rates(incidents, at_risk, in_service=in_service)
-            frame = analysis_mod.job_interruptions(con, rates_by_cluster)
+            frame = analysis_mod.job_interruptions(con, rates_by_cluster, since=since)
+            echo_jobs_before_window(since, con)
             if frame is None:
                 raise ValueError(
                     "the warehouse has no Slurm jobs on clusters in the inventory; ingest sacct output first"
                 )
         else:
             _, _, check = analysis_mod.node_evidence(
-                incidents, at_risk, lemon_fdr=fdr, interrupting_only=not all_categories, in_service=in_service
+                incidents,
+                at_risk,
+                lemon_fdr=lemon_fdr,
+                interrupting_only=not all_categories,
+                in_service=in_service,
             )
-            method = check.method("overdispersed" if overdispersed else interval)
+            method = check.method(options.interval)
             dispersion = check.dispersion(method)
 
             def counted(keys: list[str], **options) -> pl.DataFrame:
@@ -281,6 +301,21 @@ def _group_keys(con, by: tuple[str, ...]) -> tuple[list[str], list[str]]:
     return columns, [k for k in by if k not in builtin]
 
 
+def echo_jobs_before_window(since, con) -> None:
+    """Say how many Slurm jobs started before the window start (``--since``) and are left out."""
+    jobs = analysis_mod.read_jobs(con)
+    if since is not None and jobs is not None:
+        note = analysis_mod.before_window_note(since, {"Slurm jobs": int((jobs["start_utc"] < since).sum())})
+        if note:
+            click.echo(f"note: {note}", err=True)
+
+
+def _echo_before(result: analysis_mod.FleetAnalysis) -> None:
+    """What the window start (``--since``) left out besides failures, on stderr."""
+    if note := analysis_mod.before_window_note(result.options.since, result.before_window):
+        click.echo(f"note: {note}", err=True)
+
+
 def _echo_left_out(left_out: pl.DataFrame) -> None:
     """The failures no statistic counts, by reason, on stderr (stdout stays the table or JSON)."""
     if note := analysis_mod.left_out_note(left_out):
@@ -325,6 +360,7 @@ def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
     regression = result.size_regression
     return {
         "observed_until": result.observed_until,
+        **({"observed_since": result.options.since} if result.options.since else {}),
         "first_gap": result.first_gap,
         "interruption_window_minutes": result.interruption_window_minutes,
         "exposure_estimated": result.exposure_estimated,
@@ -366,7 +402,7 @@ def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
 
 @main.command()
 @db_option
-@until_option
+@window_options
 @click.option(
     "--first-gap",
     type=click.Choice(transform.FIRST_GAP_CHOICES),
@@ -377,15 +413,12 @@ def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
 )
 @interruption_window_option
 @json_option
-def fit(db: Path, observed_until, first_gap: str, interruption_window: float, as_json: bool) -> None:
+def fit(db: Path, since, until, first_gap: str, interruption_window_minutes: float, as_json: bool) -> None:
     """Fit time-between-failures models and the MTBF scaling law."""
-    result = analysis_mod.analyze(
-        warehouse.connect(db, read_only=True),
-        observed_until=observed_until,
-        first_gap=first_gap,
-        interruption_window_minutes=interruption_window or None,
-    )
+    options = analysis_options(click.get_current_context().params)
+    result = analysis_mod.analyze(warehouse.connect(db, read_only=True), options)
     _echo_left_out(result.failures_left_out)
+    _echo_before(result)
     _echo_warning(result.left_out_warning, as_json)
     echo_late_records(result.late_records)
     if as_json:

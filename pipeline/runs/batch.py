@@ -127,7 +127,7 @@ def _stages(
         for name in ("events", "incidents", "inventory", "rejects"):
             counts[name] = con.sql(f"SELECT count(*) FROM {name}").fetchall()[0][0]  # noqa: S608
     with record.stage("analyze") as counts:
-        result = analysis.analyze(con, observed_until=cfg.observed_until)
+        result = analysis.analyze(con, cfg.analysis_options())
         counts.update(observed_until=result.observed_until.isoformat(), best_family=result.best_family)
     with record.stage("project") as counts:
         outlook = _job_outlook(cfg, result)
