@@ -81,7 +81,7 @@ def test_analysis_new_fields_have_their_shape(result):
 
 def test_keeping_first_gaps_changes_only_the_gap_fits(db, result):
     con = warehouse.connect(db, read_only=True)
-    kept = analysis.analyze(con, first_gap="keep")
+    kept = analysis.analyze(con, analysis.AnalysisOptions(first_gap="keep"))
     con.close()
     assert kept.node_durations["count"].sum() > result.node_durations["count"].sum()
     # sums over the uptime pieces are summed in parallel: equal up to float rounding
@@ -234,8 +234,10 @@ def test_rates_count_interruptions_by_root_cause(tmp_path):
     ingest.ingest_files(con, list(noisy.write(tmp_path)))
     # calendar hours: echoes fall inside their XID's repair, which uptime exposure (rightly) does not
     # count; this test is about root causes, so it counts every echo on the calendar intervals
-    default = analysis.analyze(con, exposure_basis="calendar")
-    raw = analysis.analyze(con, interruption_window_minutes=None, exposure_basis="calendar")
+    default = analysis.analyze(con, analysis.AnalysisOptions(exposure_basis="calendar"))
+    raw = analysis.analyze(
+        con, analysis.AnalysisOptions(interruption_window_minutes=None, exposure_basis="calendar")
+    )
     counts = [result.incidents.select(pl.len()).collect().item() for result in (default, raw)]
     con.close()
 

@@ -135,9 +135,8 @@ def _check_fleet(spec: sample.FleetSpec, until: datetime, window_minutes: float)
         db = _warehouse(spec, Path(folder))
         con = warehouse.connect(db, read_only=True)
         try:
-            result = analysis.analyze(
-                con, observed_until=until, interruption_window_minutes=window_minutes or None
-            )
+            options = analysis.AnalysisOptions(until=until, interruption_window_minutes=window_minutes)
+            result = analysis.analyze(con, options)
         finally:
             con.close()
         _check_outputs(result, db)
@@ -232,7 +231,9 @@ def test_a_fit_without_variances_has_unbounded_intervals_and_says_so(tmp_path):
     db = _warehouse(FLAT_SPEC, tmp_path)
     con = warehouse.connect(db, read_only=True)
     try:
-        result = analysis.analyze(con, observed_until=FLAT_UNTIL, interruption_window_minutes=None)
+        result = analysis.analyze(
+            con, analysis.AnalysisOptions(until=FLAT_UNTIL, interruption_window_minutes=None)
+        )
     finally:
         con.close()
     weibull = result.node_fits["weibull"]

@@ -280,7 +280,9 @@ def test_notes_name_the_interval_method_and_what_it_is_for(page):
 def test_an_exact_fleet_says_exact(sample_warehouse):
     fleet = _analyze(sample_warehouse)
     if fleet.interval_method != "exact":
-        fleet = analysis.analyze(warehouse.connect(sample_warehouse, read_only=True), interval="exact")
+        fleet = analysis.analyze(
+            warehouse.connect(sample_warehouse, read_only=True), analysis.AnalysisOptions(interval="exact")
+        )
     specs = _specs(report.render_html(fleet))
     axis = next(t for t in _titles(specs["failure-rate-by-cluster"]) if "CI" in t)
     assert interval_name("exact") in axis and "quasi" not in axis

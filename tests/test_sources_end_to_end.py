@@ -273,7 +273,7 @@ def test_badput_by_cause_from_the_jobs_and_the_restarts(fleet):
     truth, db, _ = fleet
     con = warehouse.connect(db, read_only=True)
     try:
-        fleet_analysis = analysis.analyze(con, observed_until=UNTIL)
+        fleet_analysis = analysis.analyze(con, analysis.AnalysisOptions(until=UNTIL))
     finally:
         con.close()
     got = {(r["failure_class"], r["measured_from"]): r for r in fleet_analysis.badput.iter_rows(named=True)}

@@ -118,11 +118,13 @@ def repairs(db: Path, by, interruption_window_minutes: float, since, until, as_j
             }
         )
         return
+    before_note = analysis_mod.before_window_note(since, {"outages": before})
     if not total["outages"]:
         click.echo("no outages: no interrupting failures in the window")
+        if before_note:
+            click.echo(before_note)
         return
     zero_length = int((outages["repair_hours"] == 0).sum())
-    before_note = analysis_mod.before_window_note(since, {"outages": before})
     click.echo("\n".join(_verdict(total, left_out, zero_length, before_note)))
     columns = [*by, "outages", "unresolved", "downtime_hours", "availability", "mttr_hours"]
     table = groups.select(*columns, "repair_hours_p50", "repair_hours_p90")

@@ -22,7 +22,7 @@ import altair as alt
 import polars as pl
 import vl_convert
 
-from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, left_out_note
+from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, before_window_note, left_out_note
 from pipeline.report.format import (
     column_label,
     duration_text,
@@ -349,8 +349,12 @@ def _headline(analysis: FleetAnalysis, projection: JobOutlook | None) -> str:
         "mtbf_ci_high_hours",
     )
     parts = [f"<div class='cards'>{cards}</div>"]
-    if note := left_out_note(analysis.failures_left_out):
-        parts.append(f"<p class='note'>{html.escape(note)}.</p>")
+    for note in (
+        left_out_note(analysis.failures_left_out),
+        before_window_note(analysis.options.since, analysis.before_window),
+    ):
+        if note:
+            parts.append(f"<p class='note'>{html.escape(note)}.</p>")
     parts.append(f"<h3>MTBF per cluster size</h3>{table_html(mtbf)}")
     if analysis.has_failures:
         parts.append(
@@ -405,8 +409,8 @@ def _provenance(analysis: FleetAnalysis, projection: JobOutlook | None, generate
     )
     parts = [
         "<section id='provenance'><h2>Provenance</h2>",
-        f"<p class='note'>Generated {html.escape(generated_utc)} · observed until "
-        f"{html.escape(timestamp_text(analysis.observed_until))} · {html.escape(versions())}</p>",
+        f"<p class='note'>Generated {html.escape(generated_utc)} · observed {_window(analysis)} · "
+        f"{html.escape(versions())}</p>",
         f"<h3>Input files</h3>{files}",
         f"<h3>Rejected input lines ({analysis.rejects.height})</h3>{rejects}",
     ]
@@ -446,9 +450,15 @@ def _contents(shown: list[Section], omitted: list[Section]) -> str:
     return "".join(parts)
 
 
+def _window(analysis: FleetAnalysis) -> str:
+    """ "until <end>", or "from <start> until <end>" with a window start (``--since``), escaped."""
+    until = f"until {timestamp_text(analysis.observed_until)}"
+    since = analysis.options.since
+    return html.escape(until if since is None else f"from {timestamp_text(since)} {until}")
+
+
 def _page(analysis: FleetAnalysis, projection: JobOutlook | None, parts: list[Section], title: str) -> str:
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    until = html.escape(timestamp_text(analysis.observed_until))
     shown = [s for s in parts if s.chart is not None or s.table is not None]
     omitted = [s for s in parts if s.chart is None and s.table is None]
     body = "".join(_section_html(s) for s in shown)
@@ -459,7 +469,7 @@ def _page(analysis: FleetAnalysis, projection: JobOutlook | None, parts: list[Se
 <title>{html.escape(title)}</title><style>{_CSS}</style>
 <script>{bundle}</script></head><body>
 <h1>{html.escape(title)}</h1>
-<p class="sub">Observed until {until} · generated {generated}</p>
+<p class="sub">Observed {_window(analysis)} · generated {generated}</p>
 {_banner(analysis)}{_headline(analysis, projection)}
 {_contents(shown, omitted)}
 {body}
