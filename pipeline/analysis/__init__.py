@@ -46,6 +46,7 @@ from pipeline.analysis.options import (
 from pipeline.analysis.outlook import (
     SizeRates,
     failure_model_for,
+    measured_recovery_hours,
     rate_model_for,
     repair_curve,
     size_laws_agreement,
@@ -54,7 +55,6 @@ from pipeline.analysis.outlook import (
 )
 from pipeline.analysis.repairs import (
     REPAIR_SCHEMA,
-    measured_recovery_hours,
     repair_summary,
     repair_times,
 )

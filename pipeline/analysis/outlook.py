@@ -1,5 +1,6 @@
 """From a fleet's analysis to the failure model of a job: which rate, which scaling law, and
-whether the two scaling laws agree; the fleet's repair curve for the job's spare pool."""
+whether the two scaling laws agree; the fleet's repair curve for the job's spare pool and its
+measured recovery times."""
 
 from __future__ import annotations
 
@@ -215,3 +216,15 @@ def spares_for_job(
         "instances": instances,
         "rate_per_instance_hour": rate_per_instance_hour,
     }
+
+
+def measured_recovery_hours(fleet: FleetAnalysis) -> dict[str, float]:
+    """What the warehouse measured, as ``projection.measured_recovery`` keywords: the mean repair
+    time (MTTR) from outages, the mean detection and restart hours from training-job logs. Means,
+    not medians: the wall-time model takes the mean cost per failure (expected wall time is linear
+    in each failure's downtime), and a median would understate right-skewed restart times."""
+    times = {} if fleet.repair_times is None else {"repair_hours": fleet.repair_times.mean_hours_}
+    for row in transform.recovery_hours(fleet.job_recoveries).iter_rows(named=True):
+        if row["measured"]:
+            times[f"{row['measure']}_hours"] = row["mean_hours"]
+    return times

@@ -33,7 +33,7 @@ EXPORTS = {
     "table_html": "page",
     "write_chart_images": "page",
     "write_report": "page",
-    "Section": "sections",
+    "Section": "section",
     "sections": "sections",
 }
 __all__ = sorted(EXPORTS)

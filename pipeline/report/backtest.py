@@ -9,6 +9,7 @@ import polars as pl
 from pipeline import transform
 from pipeline.analysis import FleetAnalysis
 from pipeline.report.charts import WIDTH
+from pipeline.report.section import Section
 
 SLUG = "job-backtest"
 
@@ -79,8 +80,6 @@ def _share(value: float | None) -> str:
 
 def backtest_section(analysis: FleetAnalysis):
     """The section, or None without jobs that could be scored (the report omits it)."""
-    from pipeline.report.sections import Section  # sections imports this module
-
     result = analysis.job_backtest
     if result is None or result.backtest is None:
         return None

@@ -10,6 +10,7 @@ import polars as pl
 from pipeline.analysis import FleetAnalysis
 from pipeline.report.charts import PALETTE, WIDTH
 from pipeline.report.format import duration_text
+from pipeline.report.section import Section
 
 SLUG = "what-stops-our-jobs"
 TITLE = "What stops our jobs: job time lost by cause"
@@ -69,8 +70,6 @@ def _note(badput: pl.DataFrame) -> str:
 
 def badput_section(analysis: FleetAnalysis):
     """The section: a chart and table where jobs or restarts exist, else a note naming the inputs."""
-    from pipeline.report.sections import Section  # sections imports this module
-
     if analysis.badput.height == 0:
         return Section(
             SLUG,

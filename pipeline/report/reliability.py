@@ -10,6 +10,7 @@ import polars as pl
 from pipeline import transform
 from pipeline.analysis import FleetAnalysis
 from pipeline.report.charts import WIDTH, cluster_color, clusters_by_size
+from pipeline.report.section import Section
 from pipeline.transform.reliability import MAX_POINTS
 
 LINE = "#d1495b"
@@ -85,8 +86,6 @@ def reliability_sections(analysis: FleetAnalysis) -> list:
     """The three plots, each left out when its data are missing (too few gaps or failures). They
     count the failures the rates count (``failures_counted``; the Duane plot the trend tests'
     operating times), so their totals are the rate and trend tables'."""
-    from pipeline.report.sections import Section  # sections imports this module
-
     out = []
     weibull = weibull_chart(analysis)
     if weibull is not None:

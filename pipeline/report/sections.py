@@ -7,7 +7,6 @@ analysed fleets passed in); projection sections from a :class:`JobOutlook`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import altair as alt
 import polars as pl
@@ -21,15 +20,7 @@ from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_ch
 from pipeline.report.planner import planner_section
 from pipeline.report.planning import planning_sections
 from pipeline.report.reliability import reliability_sections
-
-
-@dataclass(frozen=True)
-class Section:
-    slug: str  # file name of the chart's PNG/SVG and the id of its container
-    title: str
-    chart: alt.TopLevelMixin | None
-    table: pl.DataFrame | None = None
-    note: str = ""
+from pipeline.report.section import Section
 
 
 def _fits_table(analysis: FleetAnalysis) -> pl.DataFrame:
