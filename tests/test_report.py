@@ -726,8 +726,8 @@ def test_trend_card_names_the_strongest_trends_only(rich_analysis, moving):
     _, value, note = next(c for c in cards if "trend" in c[0])
     assert value == f"flat in {6 - moving} of 6 clusters"
     named = [f"c{i} rising" for i in range(moving)]
-    assert all((name in note) is (i < page.TREND_CARD_CLUSTERS) for i, name in enumerate(named))
-    assert ("more" in note) is (moving > page.TREND_CARD_CLUSTERS)
+    assert all((name in note) is (i < cards.TREND_CARD_CLUSTERS) for i, name in enumerate(named))
+    assert ("more" in note) is (moving > cards.TREND_CARD_CLUSTERS)
 
 
 def test_contents_link_every_shown_section_and_list_the_empty_ones(hostile_analysis, rich_analysis):
