@@ -77,7 +77,19 @@ def show(value):
     return repr(value)
 # options and before_window came with AnalysisOptions (issue 30, h30a): the window itself, not a number
 skip = {"incidents", "options", "before_window"}
-fields = {f.name: show(getattr(result, f.name)) for f in dataclasses.fields(result) if f.name not in skip}
+# the typed parts (issue 30 item 5) under the flat names they had before: a tree of either shape
+parts = {
+    "jobs": {"interruptions": "job_interruptions", "backtest": "job_backtest",
+             "recoveries": "job_recoveries", "badput": "badput"},
+    "repairs": {"outages": "outages", "times": "repair_times"},
+}
+fields = {}
+for f in dataclasses.fields(result):
+    value = getattr(result, f.name)
+    if f.name in parts:
+        fields.update({old: show(getattr(value, new)) for new, old in parts[f.name].items()})
+    elif f.name not in skip:
+        fields[f.name] = show(value)
 out.append([0, json.dumps(fields, indent=0, sort_keys=True), ""])
 print(json.dumps(out))
 """

@@ -71,7 +71,7 @@ def test_analysis_new_fields_have_their_shape(result):
     projected = result.size_regression_projection
     assert {256, 512, 2048, 16384} <= set(projected["instances"].cast(int))
     assert (projected["mtbf_ci_low_hours"] < projected["mtbf_hours"]).all()
-    assert result.job_interruptions is None and result.exposure_estimated is False
+    assert result.jobs.interruptions is None and result.exposure_estimated is False
     assert sorted(result.cluster_kaplan_meier) == clusters
     medians = [result.cluster_kaplan_meier[c].median_hours_ for c in clusters]
     assert medians == sorted(medians, reverse=True)  # bigger clusters fail sooner

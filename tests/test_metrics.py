@@ -96,7 +96,7 @@ def test_values_match_the_analysis(fleet):
         == datetime(2026, 3, 1, 2, 0, 42, tzinfo=UTC).timestamp()
     )
     assert parsed[("failcast_rejected_rows_total", frozenset())] == fleet.rejects.height
-    repairs = analysis.repair_summary(fleet.outages, fleet.exposure, fleet.rate_exposure, ["cluster_id"])
+    repairs = fleet.repairs.summary(["cluster_id"])
     for row in repairs.iter_rows(named=True):
         labels = frozenset({("cluster", row["cluster_id"])})
         assert parsed[("failcast_cluster_availability_ratio", labels)] == row["availability"] < 1

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from pipeline import analysis, datasets, ingest, models, projection, report, transform, warehouse
 from pipeline.cli import main
 from pipeline.report import charts, comparisons, drivers, page
+from pipeline.report.cards import TREND_CARD_CLUSTERS
 from pipeline.report.format import duration_text, format_value
 from tests._fleets import simulated_jobs
 from tests.conftest import SAMPLE_SPEC
@@ -104,13 +105,14 @@ def with_jobs(fleet: analysis.FleetAnalysis) -> analysis.FleetAnalysis:
             "nnodes": [1] * killed.height,
         }
     )
-    restarts = fleet.job_recoveries.with_columns(nodes=pl.lit(None, pl.List(pl.String)))
-    return dataclasses.replace(
-        fleet,
+    restarts = fleet.jobs.recoveries.with_columns(nodes=pl.lit(None, pl.List(pl.String)))
+    part = analysis.JobAnalysis(
+        interruptions=transform.job_interruption_rates(jobs, fleet.rates_by_cluster),
+        backtest=analysis.JobBacktestResult(predictions, backtest, transform.MIN_HISTORY_FAILURES),
+        recoveries=fleet.jobs.recoveries,
         badput=transform.badput_by_class(ended, restarts, fleet.interruptions),
-        job_interruptions=transform.job_interruption_rates(jobs, fleet.rates_by_cluster),
-        job_backtest=analysis.JobBacktestResult(predictions, backtest, transform.MIN_HISTORY_FAILURES),
     )
+    return dataclasses.replace(fleet, jobs=part)
 
 
 def charted(sections: list[report.Section]) -> list[report.Section]:
@@ -584,19 +586,19 @@ def test_both_size_laws_are_drawn_and_tabled(pages, rich_analysis):
 
 def test_job_section_is_a_chart_with_jobs_and_a_note_without(pages, rich_analysis, hostile_analysis):
     with_jobs_section = next(s for s in report.sections(rich_analysis) if s.slug == "job-interruptions")
-    assert with_jobs_section.table.equals(rich_analysis.job_interruptions)
+    assert with_jobs_section.table.equals(rich_analysis.jobs.interruptions)
     drawn = [r for rows in pages[False].specs["job-interruptions"]["datasets"].values() for r in rows]
     assert sorted(r["nnodes_bucket"] for r in drawn) == sorted(
-        rich_analysis.job_interruptions["nnodes_bucket"]
+        rich_analysis.jobs.interruptions["nnodes_bucket"]
     )
-    assert hostile_analysis.job_interruptions is None
+    assert hostile_analysis.jobs.interruptions is None
     text = report.render_html(hostile_analysis)
     assert "spec-job-interruptions" not in text and "failcast ingest --format sacct" in text
 
 
 def test_badput_section_is_a_chart_with_losses_and_a_note_without(pages, rich_analysis, hostile_analysis):
     section = next(s for s in report.sections(rich_analysis) if s.slug == "what-stops-our-jobs")
-    badput = rich_analysis.badput
+    badput = rich_analysis.jobs.badput
     assert section.table.equals(badput) and badput["losses"].sum() == 12
     drawn = [r for rows in pages[False].specs["what-stops-our-jobs"]["datasets"].values() for r in rows]
     assert sorted(r["lost_job_hours"] for r in drawn) == sorted(badput["lost_job_hours"])
@@ -604,7 +606,7 @@ def test_badput_section_is_a_chart_with_losses_and_a_note_without(pages, rich_an
     assert section.note.startswith(f"{top['failure_class'][0]} cost the most job time")
     assert "Job time lost (h)" in pages[False].html
     # no Slurm job and no training log: listed with what to ingest, not drawn
-    assert hostile_analysis.badput.height == 0
+    assert hostile_analysis.jobs.badput.height == 0
     text = report.render_html(hostile_analysis)
     assert "spec-what-stops-our-jobs" not in text and "No job losses to show" in text
 
@@ -726,8 +728,8 @@ def test_trend_card_names_the_strongest_trends_only(rich_analysis, moving):
     _, value, note = next(c for c in cards if "trend" in c[0])
     assert value == f"flat in {6 - moving} of 6 clusters"
     named = [f"c{i} rising" for i in range(moving)]
-    assert all((name in note) is (i < cards.TREND_CARD_CLUSTERS) for i, name in enumerate(named))
-    assert ("more" in note) is (moving > cards.TREND_CARD_CLUSTERS)
+    assert all((name in note) is (i < TREND_CARD_CLUSTERS) for i, name in enumerate(named))
+    assert ("more" in note) is (moving > TREND_CARD_CLUSTERS)
 
 
 def test_contents_link_every_shown_section_and_list_the_empty_ones(hostile_analysis, rich_analysis):
@@ -779,7 +781,7 @@ def test_reliability_and_backtest_sections_render_with_bounded_data(pages, rich_
         rows = [len(v) for v in spec.get("datasets", {}).values()]
         assert rows and max(rows) <= 300, (slug, rows)
     table = next(s for s in report.sections(rich_analysis) if s.slug == "job-backtest").table
-    assert table["jobs"].sum() == rich_analysis.job_backtest.backtest.jobs_
+    assert table["jobs"].sum() == rich_analysis.jobs.backtest.backtest.jobs_
     assert "observed share (95% CI)" in table.columns
     slugs = [s.slug for s in report.sections(hostile_analysis)]
     assert "job-backtest" not in slugs  # no jobs: the section is omitted

@@ -111,10 +111,10 @@ def test_analyze_counts_what_the_start_leaves_out(db):
     assert left == {transform.BEFORE_WINDOW_REASON: 2, **dict.fromkeys(transform.LEFT_OUT_REASONS, 0)}
     assert result.failures_counted["timestamp_utc"].min() == SINCE
     assert result.exposure["start_utc"].min() == SINCE
-    assert result.outages["start_utc"].min() == SINCE  # the straddling outage is before the window
+    assert result.repairs.outages["start_utc"].min() == SINCE  # the straddling outage is before the window
     assert result.before_window == {"outages": 2, "Slurm jobs": 1, "training-job interruptions": 0}
     assert analysis.read_jobs(con, since=SINCE)["job_id"].to_list() == ["2"]
-    assert result.badput.is_empty() or result.badput["failures"].sum() == 0  # job 1 is before it
+    assert result.jobs.badput.is_empty() or result.jobs.badput["failures"].sum() == 0  # job 1 is before it
     note = analysis.before_window_note(SINCE, result.before_window)
     assert (
         note == "before the window start (--since 2026-02-01 00:00:00) and left out: 2 outages, 1 Slurm jobs"

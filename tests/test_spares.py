@@ -232,7 +232,7 @@ def test_spares_command_on_measured_repairs_without_a_price(fleet_400):
     with warehouse.connect(db, read_only=True) as con:  # closed before the run test writes the file
         fleet = analysis.analyze(con)
     rate = analysis.failure_model_for(fleet, 256).rate_per_instance_hour
-    assert d["probability_row"] == analysis.spares_for_job(fleet.repair_times, 256, rate)["spares"]
+    assert d["probability_row"] == analysis.spares_for_job(fleet.repairs.times, 256, rate)["spares"]
     assert d["recommended_low"] <= d["recommended"] <= d["recommended_high"]
     assert [r["spares"] for r in d["table"]] == list(range(len(d["table"])))
     priced = json.loads(_invoke(*args, "--price-per-gpu-hour", "4.5", "--json").stdout)

@@ -29,6 +29,7 @@ from pipeline.analysis.fleet import (
     analyze,
 )
 from pipeline.analysis.jobs import (
+    JobAnalysis,
     JobBacktestResult,
     job_backtest,
     job_badput,
@@ -55,6 +56,7 @@ from pipeline.analysis.outlook import (
 )
 from pipeline.analysis.repairs import (
     REPAIR_SCHEMA,
+    RepairAnalysis,
     repair_summary,
     repair_times,
 )
@@ -66,6 +68,8 @@ __all__ = [
     "FAILURE_COLUMNS",
     "FIT_RELATIVE_RESOLUTION",
     "FleetAnalysis",
+    "JobAnalysis",
+    "RepairAnalysis",
     "JobBacktestResult",
     "LEMON_FDR",
     "PROJECTED_SIZES",

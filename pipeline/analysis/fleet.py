@@ -24,7 +24,7 @@ from pipeline.analysis.failures import (
     trend_tests,
 )
 from pipeline.analysis.jobs import (
-    JobBacktestResult,
+    JobAnalysis,
     job_backtest,
     job_badput,
     job_interruptions,
@@ -32,7 +32,7 @@ from pipeline.analysis.jobs import (
     read_jobs,
 )
 from pipeline.analysis.options import DEFAULT_OPTIONS, AnalysisOptions, before_window
-from pipeline.analysis.repairs import repair_times
+from pipeline.analysis.repairs import RepairAnalysis, repair_times
 
 PROJECTED_SIZES = (256, 512, 2048, 16384)
 RATE_COLUMNS = ("cluster_id", "node_id", "timestamp_utc", "failure_class", "interrupting")
@@ -91,24 +91,22 @@ class FleetAnalysis:
     ``node_fits`` is empty and ``best_family``, ``kaplan_meier``, ``nelson_aalen`` are None. So is
     a fleet with fewer than ``MIN_DISTINCT_GAPS`` distinct observed times between failures (its
     first failure, say): ``has_fits`` False, ``too_few_gaps`` says why.
-    ``job_interruptions`` is None without Slurm jobs; jobs on clusters without inventory are left
-    out of it. ``rates_by_node`` has one row per node (the report shows only the nodes with the
+    ``rates_by_node`` has one row per node (the report shows only the nodes with the
     most failures), with exact intervals; ``lemons`` tests each against the rest of its cluster
     (:class:`pipeline.models.LemonTest`). The other rate tables carry ``interval_method``
     intervals: "overdispersed" (quasi-Poisson widened by ``dispersion_test.dispersion()``) or "exact";
     by default "overdispersed" exactly when the Pearson test of the non-lemon nodes' counts
     rejects Poisson at 5% (:func:`node_evidence`).
-    ``job_backtest`` (None without jobs) holds each job's interruptions predicted
-    from the data before it started, against what happened.
     ``exposure`` holds the calendar service intervals; rates divide by ``rate_exposure``, which is
-    the uptime exposure (downtime of ``outages`` removed, :func:`pipeline.transform.uptime_intervals`)
+    the uptime exposure (the outages' downtime removed, :func:`pipeline.transform.uptime_intervals`)
     when ``exposure_basis`` is "uptime", else the calendar one. Gaps and trend tests run on the
-    calendar intervals. ``repair_times`` is None when no outage has an end.
-    ``job_recoveries`` has one row per training-job interruption found in training logs, with the
-    measured detection and restart hours (:func:`pipeline.transform.job_recoveries`; empty without
-    training logs). ``badput`` is the job hours failures cost per failure class, from interrupted
-    Slurm jobs and training restarts (:func:`pipeline.transform.badput_by_class`; empty without
-    either).
+    calendar intervals.
+    Typed parts (issue 30), each what its consumers take instead of the whole analysis:
+    ``repairs`` (:class:`RepairAnalysis`: outages, repair-time fit, availability's exposure) and
+    ``jobs`` (:class:`JobAnalysis`: Slurm job rates, backtest, training-job recoveries, badput).
+    ``options`` are the :class:`AnalysisOptions` it ran with, ``until`` filled in;
+    ``before_window`` counts what the window start left out besides failures
+    (:func:`pipeline.analysis.options.before_window`).
     """
 
     observed_until: datetime
@@ -136,7 +134,6 @@ class FleetAnalysis:
     cluster_durations: pl.DataFrame
     size_regression: models.WeibullSizeRegression | None
     size_regression_projection: pl.DataFrame
-    job_interruptions: pl.DataFrame | None
     count_dispersion: float
     exposure_estimated: bool
     cluster_kaplan_meier: dict[str, models.KaplanMeier]
@@ -146,15 +143,12 @@ class FleetAnalysis:
     dispersion_test: transform.DispersionTest
     interval_method: str
     failures_left_out: pl.DataFrame
-    outages: pl.DataFrame
     rate_exposure: pl.DataFrame
     exposure_basis: str
-    repair_times: models.RepairTimes | None
-    job_recoveries: pl.DataFrame
-    badput: pl.DataFrame
     failures_counted: pl.DataFrame
     failure_operating_times: pl.DataFrame
-    job_backtest: JobBacktestResult | None = None
+    repairs: RepairAnalysis
+    jobs: JobAnalysis
     late_records: tuple[record_checks.LateRecords, ...] = ()
     left_out_warning: str | None = None
     options: AnalysisOptions = DEFAULT_OPTIONS
@@ -353,7 +347,6 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
         cluster_durations=cluster_durations,
         size_regression=regression,
         size_regression_projection=regression_projection,
-        job_interruptions=jobs,
         count_dispersion=dispersion,
         exposure_estimated=estimated,
         cluster_kaplan_meier={
@@ -367,13 +360,10 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
         dispersion_test=dispersion_check,
         interval_method=dispersion_check.method(options.interval),
         failures_left_out=left_out,
-        outages=outages,
         rate_exposure=at_risk,
         exposure_basis=options.exposure_basis,
-        repair_times=repair_times(outages),
-        job_backtest=backtest,
-        job_recoveries=recoveries,
-        badput=job_badput(con, failures, recoveries, since=since),
+        repairs=RepairAnalysis(outages, repair_times(outages), exposure, at_risk, options.exposure_basis),
+        jobs=JobAnalysis(jobs, backtest, recoveries, job_badput(con, failures, recoveries, since=since)),
         late_records=record_checks.late_records(con),
         left_out_warning=left_out_warning(con, left_out, int(overall["failures"].sum())),
         options=options,

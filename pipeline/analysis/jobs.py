@@ -33,6 +33,22 @@ class JobBacktestResult:
     min_history_failures: int
 
 
+@dataclass(frozen=True)
+class JobAnalysis:
+    """The job part of an analysis (:class:`pipeline.analysis.FleetAnalysis` ``jobs``), what the
+    job sections of the report take: Slurm job interruption rates against node rates
+    (``interruptions``, None without jobs: :func:`job_interruptions`), the backtest of each job's
+    predicted interruptions (``backtest``, None without jobs: :func:`job_backtest`), training-job
+    interruptions with measured detection and restart hours (``recoveries``, empty without
+    training logs: :func:`read_job_recoveries`) and the job hours lost per failure class
+    (``badput``: :func:`job_badput`)."""
+
+    interruptions: pl.DataFrame | None
+    backtest: JobBacktestResult | None
+    recoveries: pl.DataFrame
+    badput: pl.DataFrame
+
+
 def job_backtest(
     con,
     failures: pl.DataFrame,

@@ -186,7 +186,7 @@ def size_laws_agreement(analysis: FleetAnalysis) -> str:
 def repair_curve(analysis: FleetAnalysis) -> projection.RepairCurve | None:
     """The fleet's Kaplan–Meier repair-time curve (unresolved outages censored) with its mean's
     95% interval, for :func:`pipeline.projection.spare_advice`; None without a completed repair."""
-    fit = analysis.repair_times
+    fit = analysis.repairs.times
     if fit is None:
         return None
     return projection.RepairCurve(
@@ -223,8 +223,9 @@ def measured_recovery_hours(fleet: FleetAnalysis) -> dict[str, float]:
     time (MTTR) from outages, the mean detection and restart hours from training-job logs. Means,
     not medians: the wall-time model takes the mean cost per failure (expected wall time is linear
     in each failure's downtime), and a median would understate right-skewed restart times."""
-    times = {} if fleet.repair_times is None else {"repair_hours": fleet.repair_times.mean_hours_}
-    for row in transform.recovery_hours(fleet.job_recoveries).iter_rows(named=True):
+    repairs = fleet.repairs.times
+    times = {} if repairs is None else {"repair_hours": repairs.mean_hours_}
+    for row in transform.recovery_hours(fleet.jobs.recoveries).iter_rows(named=True):
         if row["measured"]:
             times[f"{row['measure']}_hours"] = row["mean_hours"]
     return times

@@ -4,6 +4,7 @@ hot spares: :mod:`pipeline.analysis.outlook`, which reads a whole analysis)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -135,3 +136,23 @@ def repair_summary(
     elif share is not None:
         frame = frame.with_columns(availability=pl.lit(share["availability"].item()))
     return frame.sort(keys) if keys else frame
+
+
+@dataclass(frozen=True)
+class RepairAnalysis:
+    """The repair part of an analysis (:class:`pipeline.analysis.FleetAnalysis` ``repairs``), what
+    the repair sections, metrics and the spare pool take: the ``outages``
+    (:func:`pipeline.transform.outages`; with a window start, those that began in the window),
+    their repair-time fit (``times``, None without a completed repair: :func:`repair_times`), the
+    calendar service intervals (``exposure``) and the exposure rates divide by (``uptime``,
+    the calendar one for ``exposure_basis`` "calendar") that availability is computed from."""
+
+    outages: pl.DataFrame
+    times: models.RepairTimes | None
+    exposure: pl.DataFrame
+    uptime: pl.DataFrame
+    exposure_basis: str
+
+    def summary(self, by: Sequence[str] = ()) -> pl.DataFrame:
+        """:func:`repair_summary` of these outages by ``by``."""
+        return repair_summary(self.outages, self.exposure, self.uptime, by)

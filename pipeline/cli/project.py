@@ -160,7 +160,7 @@ def project(sweep, modes, spares, monte_carlo_runs, seed, explain, as_json, **op
 
     job = resolve_job(spares=spares, **options)
     spec = job.spec
-    repair = job.fleet.repair_times if job.fleet is not None else None
+    repair = job.fleet.repairs.times if job.fleet is not None else None
     pool = (
         None
         if repair is None

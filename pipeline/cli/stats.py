@@ -396,7 +396,9 @@ def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
         "size_laws_agreement": analysis_mod.size_laws_agreement(result) or None,
         "trend_tests": records(result.trend_tests),
         "category_shares": records(result.category_shares),
-        "job_interruptions": None if result.job_interruptions is None else records(result.job_interruptions),
+        "job_interruptions": None
+        if result.jobs.interruptions is None
+        else records(result.jobs.interruptions),
     }
 
 

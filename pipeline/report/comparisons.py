@@ -20,10 +20,10 @@ ALL_CLUSTERS = "all clusters"
 PUBLISHED = "published GPU fleets"
 
 
-def job_interruption_chart(analysis: FleetAnalysis) -> alt.LayerChart:
+def job_interruption_chart(job_interruptions: pl.DataFrame) -> alt.LayerChart:
     """Observed interruptions per job-hour by node-count bucket (with exact intervals) against
-    node rate x nodes, the rate independent node failures predict."""
-    data = analysis.job_interruptions.select(
+    node rate x nodes, the rate independent node failures predict (``JobAnalysis.interruptions``)."""
+    data = job_interruptions.select(
         "nnodes_bucket",
         "jobs",
         "interruptions",

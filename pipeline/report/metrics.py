@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pipeline.analysis import FleetAnalysis, repair_summary
+from pipeline.analysis import FleetAnalysis
 from pipeline.report.outlook import JobOutlook
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -99,7 +99,7 @@ def _repairs(i: MetricInputs, column: str) -> Iterable[Sample]:
     """Per cluster with outages, one column of :func:`pipeline.analysis.repair_summary` (clusters
     without a completed repair have no MTTR: no sample, not a zero)."""
     a = i.analysis
-    summary = repair_summary(a.outages, a.exposure, a.rate_exposure, ["cluster_id"])
+    summary = a.repairs.summary(["cluster_id"])
     rows = summary.select("cluster_id", column).drop_nulls().iter_rows()
     return [({"cluster": cluster}, value) for cluster, value in rows]
 

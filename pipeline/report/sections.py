@@ -11,7 +11,13 @@ from collections.abc import Mapping
 import altair as alt
 import polars as pl
 
-from pipeline.analysis import FleetAnalysis, left_out_note, size_laws_agreement
+from pipeline.analysis import (
+    FleetAnalysis,
+    JobAnalysis,
+    RepairAnalysis,
+    left_out_note,
+    size_laws_agreement,
+)
 from pipeline.report import charts, comparisons, drivers, lemons, recovery, repairs
 from pipeline.report.backtest import backtest_section
 from pipeline.report.badput import badput_section
@@ -93,7 +99,7 @@ def _rates_section(analysis: FleetAnalysis) -> Section:
 
 def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
     if not analysis.has_fits:  # no failure or too few gaps to fit: exposure, rates and bounds only
-        return [_rates_section(analysis), _job_section(analysis), badput_section(analysis)]
+        return [_rates_section(analysis), _job_section(analysis.jobs), badput_section(analysis.jobs)]
     trends = drivers.trend_table(analysis)
     flat = (trends["crow_verdict"] == "flat").sum()
     return [
@@ -163,19 +169,19 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             charts.size_law_table(analysis) if charts.size_laws(analysis).height else None,
             note=_scaling_note(analysis),
         ),
-        _job_section(analysis),
-        badput_section(analysis),
+        _job_section(analysis.jobs),
+        badput_section(analysis.jobs),
         *reliability_sections(analysis),
-        *([backtest] if (backtest := backtest_section(analysis)) else []),
-        *repair_sections(analysis),
-        *recovery_sections(analysis),
+        *([backtest] if (backtest := backtest_section(analysis.jobs)) else []),
+        *repair_sections(analysis.repairs),
+        *recovery_sections(analysis.jobs, analysis.repairs),
     ]
 
 
-def recovery_sections(analysis: FleetAnalysis) -> list[Section]:
+def recovery_sections(jobs: JobAnalysis, repairs: RepairAnalysis) -> list[Section]:
     """Measured against assumed recovery times; without training-job logs a note naming them."""
     title = "Recovery times: measured against assumed"
-    if not recovery.has_job_recoveries(analysis):
+    if not recovery.has_job_recoveries(jobs):
         return [
             Section(
                 "recovery-times",
@@ -190,15 +196,15 @@ def recovery_sections(analysis: FleetAnalysis) -> list[Section]:
             "recovery-times",
             title,
             None,
-            recovery.recovery_table(analysis),
-            note=recovery.recovery_note(analysis),
+            recovery.recovery_table(jobs, repairs),
+            note=recovery.recovery_note(jobs),
         )
     ]
 
 
-def repair_sections(analysis: FleetAnalysis) -> list[Section]:
+def repair_sections(part: RepairAnalysis) -> list[Section]:
     title = "Outages and repair: how long nodes stay down"
-    if not repairs.has_repairs(analysis):
+    if not repairs.has_repairs(part):
         return [
             Section(
                 "repair-times",
@@ -212,23 +218,23 @@ def repair_sections(analysis: FleetAnalysis) -> list[Section]:
         Section(
             "repair-times",
             title,
-            repairs.repair_curve_chart(analysis),
-            repairs.availability_table(analysis),
-            note=repairs.repair_note(analysis),
+            repairs.repair_curve_chart(part),
+            repairs.availability_table(part),
+            note=repairs.repair_note(part),
         ),
         Section(
             "downtime-causes",
             "Top downtime causes",
             None,
-            repairs.downtime_causes(analysis),
+            repairs.downtime_causes(part),
             note="Node-hours of known downtime (outage start to end, within the window) by root cause.",
         ),
     ]
 
 
-def _job_section(analysis: FleetAnalysis) -> Section:
+def _job_section(jobs: JobAnalysis) -> Section:
     title = "Job interruptions from Slurm against node rate × nodes"
-    if analysis.job_interruptions is None or analysis.job_interruptions.height == 0:
+    if jobs.interruptions is None or jobs.interruptions.height == 0:
         return Section(
             "job-interruptions",
             title,
@@ -239,8 +245,8 @@ def _job_section(analysis: FleetAnalysis) -> Section:
     return Section(
         "job-interruptions",
         title,
-        comparisons.job_interruption_chart(analysis),
-        analysis.job_interruptions,
+        comparisons.job_interruption_chart(jobs.interruptions),
+        jobs.interruptions,
         note="Points: observed interruptions per job-hour by node-count bucket (exact 95% CI). Dashed: "
         "the cluster's node rate × nodes. Above the line, jobs die more often than node failures explain.",
     )
