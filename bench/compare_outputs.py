@@ -82,6 +82,7 @@ parts = {
     "jobs": {"interruptions": "job_interruptions", "backtest": "job_backtest",
              "recoveries": "job_recoveries", "badput": "badput"},
     "repairs": {"outages": "outages", "times": "repair_times"},
+    "nodes": {"rates": "rates_by_node", "lemons": "lemons", "dispersion_test": "dispersion_test"},
 }
 fields = {}
 for f in dataclasses.fields(result):

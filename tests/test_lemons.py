@@ -208,8 +208,8 @@ def test_the_bundled_sample_has_no_lemons(tmp_path):
     ingest.ingest_files(con, [root / "inventory.csv", root / "incidents.csv"])
     result = analysis.analyze(con)
     con.close()
-    assert result.lemons.lemons_.is_empty() and result.lemons.dispersion_ > 1.1
-    top = result.lemons.table_.row(0, named=True)
+    assert result.nodes.lemons.lemons_.is_empty() and result.nodes.lemons.dispersion_ > 1.1
+    top = result.nodes.lemons.table_.row(0, named=True)
     assert top["node_id"] == "c0512-n0136" and top["q_value"] > 0.2
 
 
@@ -298,12 +298,12 @@ def test_lemons_cli_and_report_use_the_analysis(sample_warehouse):
     con.close()
     assert result.repairs.outages["end_utc"].is_not_null().any()  # uptime is not calendar time here
     payload = json.loads(_run("lemons", "--db", str(sample_warehouse), "--json", "--fdr", "0.2"))
-    flagged = result.lemons.lemons_
+    flagged = result.nodes.lemons.lemons_
     assert [r["node_id"] for r in payload["lemons"]] == flagged["node_id"].to_list()
-    assert payload["nodes_tested"] == result.rates_by_node.height
+    assert payload["nodes_tested"] == result.nodes.rates.height
     # the same hours at risk as the report's (uptime by default): the same dispersion and p-values
     assert payload["exposure_basis"] == result.exposure_basis == "uptime"
-    assert payload["dispersion"] == pytest.approx(result.lemons.dispersion_, rel=1e-6)
+    assert payload["dispersion"] == pytest.approx(result.nodes.lemons.dispersion_, rel=1e-6)
     assert [r["p_value"] for r in payload["lemons"]] == pytest.approx(flagged["p_value"].to_list(), rel=1e-6)
     drained = _run("lemons", "--db", str(sample_warehouse), "--format", "hostlist", "--fdr", "0.2")
     assert sorted(h for line in drained.split() for h in expand(line)) == sorted(flagged["node_id"])
@@ -334,7 +334,7 @@ def test_rates_name_their_interval(sample_warehouse, args, method):
     assert {r["interval"] for r in rows} == {expected}
     # rates counts in DuckDB, analyze in Polars: sums in another order, the same phi to ~1e-11
     [dispersion] = {r["dispersion"] for r in rows}
-    assert dispersion == pytest.approx(result.dispersion_test.dispersion(expected), rel=1e-9)
+    assert dispersion == pytest.approx(result.nodes.dispersion_test.dispersion(expected), rel=1e-9)
     if method is None:  # the default is the analysis's decision, and the report says which
         assert result.rates_by_cluster["rate_ci_high"].to_list() == pytest.approx(
             [r["rate_ci_high"] for r in rows]

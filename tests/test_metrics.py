@@ -102,7 +102,7 @@ def test_values_match_the_analysis(fleet):
         assert parsed[("failcast_cluster_availability_ratio", labels)] == row["availability"] < 1
         assert parsed[("failcast_cluster_mttr_hours", labels)] == row["mttr_hours"] > 0
         assert parsed[("failcast_outages_open", labels)] == row["unresolved"]
-    lemons = dict(fleet.lemons.lemons_.group_by("cluster_id").len().iter_rows())
+    lemons = dict(fleet.nodes.lemons.lemons_.group_by("cluster_id").len().iter_rows())
     for cluster in fleet.rates_by_cluster["cluster_id"]:
         labels = frozenset({("cluster", cluster)})
         assert parsed[("failcast_lemon_nodes", labels)] == lemons.get(cluster, 0)

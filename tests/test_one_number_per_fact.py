@@ -202,7 +202,7 @@ def test_every_table_counts_the_rate_tables_failures(faults):
     assert faults.cluster_mtbf["failures"][0] == counted
     assert charts.category_table(faults)["failures"].sum() == counted
     assert drivers.category_share_table(faults)["failures"].sum() == counted
-    assert faults.rates_by_node["failures"].sum() == counted
+    assert faults.nodes.rates["failures"].sum() == counted
     assert duane["cumulative_failures"].max() == counted
     assert faults.failure_operating_times.height == counted
 

@@ -553,7 +553,7 @@ def test_root_causes_per_cluster_table_quotes_the_shares(rich_analysis):
 
 @pytest.mark.parametrize("n", [1, 5, drivers.TOP_NODES])
 def test_top_nodes_are_the_nodes_with_most_failures(rich_analysis, n):
-    by_node = rich_analysis.rates_by_node
+    by_node = rich_analysis.nodes.rates
     assert by_node["failures"].sum() == rich_analysis.rates_overall["failures"][0]
     top = drivers.top_nodes(rich_analysis, n)
     assert top.height == n and top["failures"].is_sorted(descending=True)
@@ -791,14 +791,14 @@ def test_reliability_and_backtest_sections_render_with_bounded_data(pages, rich_
 def test_summary_names_the_lemons_and_the_spares_the_job_needs(rich_analysis):
     outlook = outlook_frames()
     cards = {k: (v, n) for k, v, n in report.summary_cards(rich_analysis, outlook)}
-    lemons = rich_analysis.lemons.lemons_
+    lemons = rich_analysis.nodes.lemons.lemons_
     value, note = cards["Lemon nodes (fail more than their cluster)"]
     if lemons.height:
         assert value.startswith(f"{lemons.height:,} node") and all(
             n in note for n in lemons["node_id"].head(5)
         )
     else:
-        assert value == "none" and f"none of {rich_analysis.lemons.table_.height:,} nodes" in note
+        assert value == "none" and f"none of {rich_analysis.nodes.lemons.table_.height:,} nodes" in note
     assert f"Hot spares for {outlook.instances:,} instances" not in cards  # no repair curve, no table
 
 

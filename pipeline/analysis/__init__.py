@@ -12,6 +12,7 @@ failure model of a projected job; counts.py counts the failures of ``failcast ra
 from pipeline.analysis.failures import (
     FAILURE_COLUMNS,
     TREND_SCHEMA,
+    NodeAnalysis,
     cluster_mtbf,
     counted_failures,
     interval_check,
@@ -69,6 +70,7 @@ __all__ = [
     "FIT_RELATIVE_RESOLUTION",
     "FleetAnalysis",
     "JobAnalysis",
+    "NodeAnalysis",
     "RepairAnalysis",
     "JobBacktestResult",
     "LEMON_FDR",

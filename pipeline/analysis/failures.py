@@ -208,6 +208,19 @@ def trend_tests(operating_times: pl.DataFrame, exposure: pl.DataFrame) -> pl.Dat
     return pl.DataFrame(rows, schema=TREND_SCHEMA, orient="row")
 
 
+@dataclasses.dataclass(frozen=True)
+class NodeAnalysis:
+    """The node part of an analysis (:class:`pipeline.analysis.FleetAnalysis` ``nodes``), what the
+    lemon and top-node sections take: the rates by node (``rates``: one row per node, exact
+    intervals), the lemon test on them (``lemons``: :class:`pipeline.models.LemonTest`) and the
+    dispersion test of the nodes that are not lemons, which decides the rate intervals
+    (``dispersion_test``: :func:`interval_check`)."""
+
+    rates: pl.DataFrame
+    lemons: models.LemonTest
+    dispersion_test: transform.DispersionTest
+
+
 def node_evidence(
     failures: pl.DataFrame,
     exposure: pl.DataFrame,

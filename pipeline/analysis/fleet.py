@@ -14,6 +14,7 @@ import polars as pl
 
 from pipeline import models, record_checks, transform, warehouse
 from pipeline.analysis.failures import (
+    NodeAnalysis,
     cluster_mtbf,
     counted_failures,
     left_out_warning,
@@ -91,10 +92,10 @@ class FleetAnalysis:
     ``node_fits`` is empty and ``best_family``, ``kaplan_meier``, ``nelson_aalen`` are None. So is
     a fleet with fewer than ``MIN_DISTINCT_GAPS`` distinct observed times between failures (its
     first failure, say): ``has_fits`` False, ``too_few_gaps`` says why.
-    ``rates_by_node`` has one row per node (the report shows only the nodes with the
-    most failures), with exact intervals; ``lemons`` tests each against the rest of its cluster
-    (:class:`pipeline.models.LemonTest`). The other rate tables carry ``interval_method``
-    intervals: "overdispersed" (quasi-Poisson widened by ``dispersion_test.dispersion()``) or "exact";
+    ``nodes`` (:class:`NodeAnalysis`) has the rates by node (the report shows only the nodes with
+    the most failures), with exact intervals, and the lemon test of each against the rest of its
+    cluster. The other rate tables carry ``interval_method`` intervals: "overdispersed"
+    (quasi-Poisson widened by ``nodes.dispersion_test.dispersion()``) or "exact";
     by default "overdispersed" exactly when the Pearson test of the non-lemon nodes' counts
     rejects Poisson at 5% (:func:`node_evidence`).
     ``exposure`` holds the calendar service intervals; rates divide by ``rate_exposure``, which is
@@ -102,8 +103,9 @@ class FleetAnalysis:
     when ``exposure_basis`` is "uptime", else the calendar one. Gaps and trend tests run on the
     calendar intervals.
     Typed parts (issue 30), each what its consumers take instead of the whole analysis:
-    ``repairs`` (:class:`RepairAnalysis`: outages, repair-time fit, availability's exposure) and
-    ``jobs`` (:class:`JobAnalysis`: Slurm job rates, backtest, training-job recoveries, badput).
+    ``nodes`` (:class:`NodeAnalysis`), ``repairs`` (:class:`RepairAnalysis`: outages, repair-time
+    fit, availability's exposure) and ``jobs`` (:class:`JobAnalysis`: Slurm job rates, backtest,
+    training-job recoveries, badput).
     ``options`` are the :class:`AnalysisOptions` it ran with, ``until`` filled in;
     ``before_window`` counts what the window start left out besides failures
     (:func:`pipeline.analysis.options.before_window`).
@@ -116,7 +118,6 @@ class FleetAnalysis:
     rates_by_cluster: pl.DataFrame
     rates_by_category: pl.DataFrame
     rates_by_month: pl.DataFrame
-    rates_by_node: pl.DataFrame
     node_fits: dict[str, models.ParametricTBF]
     best_family: str | None
     kaplan_meier: models.KaplanMeier | None
@@ -139,14 +140,13 @@ class FleetAnalysis:
     cluster_kaplan_meier: dict[str, models.KaplanMeier]
     interruptions: pl.DataFrame
     interruption_window_minutes: float | None
-    lemons: models.LemonTest
-    dispersion_test: transform.DispersionTest
     interval_method: str
     failures_left_out: pl.DataFrame
     rate_exposure: pl.DataFrame
     exposure_basis: str
     failures_counted: pl.DataFrame
     failure_operating_times: pl.DataFrame
+    nodes: NodeAnalysis
     repairs: RepairAnalysis
     jobs: JobAnalysis
     late_records: tuple[record_checks.LateRecords, ...] = ()
@@ -327,7 +327,6 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
         rates_by_cluster=by_cluster,
         rates_by_category=by_category,
         rates_by_month=by_month,
-        rates_by_node=by_node,
         node_fits=fits,
         best_family=models.best_by_aic(fits) if fitted else None,
         kaplan_meier=models.KaplanMeier().fit(*args) if fitted else None,
@@ -356,8 +355,7 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
         },
         interruptions=failures,
         interruption_window_minutes=options.interruption_window_minutes,
-        lemons=lemons,
-        dispersion_test=dispersion_check,
+        nodes=NodeAnalysis(by_node, lemons, dispersion_check),
         interval_method=dispersion_check.method(options.interval),
         failures_left_out=left_out,
         rate_exposure=at_risk,

@@ -116,7 +116,7 @@ def size_rates(analysis: FleetAnalysis, instance_type: str | None = None) -> Siz
             analysis.rates_overall,
         )
     else:
-        phi = analysis.dispersion_test.dispersion(analysis.interval_method)
+        phi = analysis.nodes.dispersion_test.dispersion(analysis.interval_method)
         by_bucket, by_cluster, total = (
             transform.failure_rates(analysis.interruptions, at_risk, by=by, dispersion=phi)
             for by in (["size_bucket"], ["cluster_id"], [])

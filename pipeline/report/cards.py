@@ -74,7 +74,8 @@ LEMON_CARD_NODES = 5
 def _fleet_action_cards(analysis: FleetAnalysis, projection: JobOutlook | None) -> list[tuple[str, str, str]]:
     """What to act on: the lemon nodes to pull, and the hot spares the projected job needs."""
     cards = []
-    lemons = analysis.lemons.lemons_
+    test = analysis.nodes.lemons
+    lemons = test.lemons_
     if analysis.has_failures:
         names = lemons["node_id"].head(LEMON_CARD_NODES).to_list()
         more = f" and {lemons.height - len(names)} more" if lemons.height > len(names) else ""
@@ -85,8 +86,7 @@ def _fleet_action_cards(analysis: FleetAnalysis, projection: JobOutlook | None) 
                 f"{', '.join(names)}{more}; drain list: failcast lemons --format hostlist. The test "
                 "assumes Poisson counts per node: failures clustered in time add false alarms"
                 if lemons.height
-                else f"none of {analysis.lemons.table_.height:,} nodes at a {analysis.lemons.fdr:.0%} "
-                "false-discovery rate",
+                else f"none of {test.table_.height:,} nodes at a {test.fdr:.0%} false-discovery rate",
             )
         )
     return cards + (spares_card(projection) if projection is not None else [])

@@ -131,7 +131,7 @@ def top_nodes(analysis: FleetAnalysis, n: int = TOP_NODES) -> pl.DataFrame:
     hours (``expected_failures``): a node far above it is a candidate for replacement."""
     clusters = analysis.rates_by_cluster.select("cluster_id", cluster_rate="rate_per_node_hour")
     return (
-        analysis.rates_by_node.filter(pl.col("failures") > 0)
+        analysis.nodes.rates.filter(pl.col("failures") > 0)
         .sort(
             ["failures", "rate_per_node_hour", "cluster_id", "node_id"], descending=[True, True, False, False]
         )

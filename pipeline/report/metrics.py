@@ -106,7 +106,7 @@ def _repairs(i: MetricInputs, column: str) -> Iterable[Sample]:
 
 def _lemon_counts(i: MetricInputs) -> Iterable[Sample]:
     """Lemon nodes per cluster, 0 for a cluster without any (a gauge that goes back to 0)."""
-    flagged = i.analysis.lemons.lemons_.group_by("cluster_id").len()
+    flagged = i.analysis.nodes.lemons.lemons_.group_by("cluster_id").len()
     counts = dict(flagged.iter_rows())
     return [({"cluster": c}, counts.get(c, 0)) for c in i.analysis.rates_by_cluster["cluster_id"]]
 
@@ -198,7 +198,7 @@ METRICS: tuple[Metric, ...] = (
         "gauge",
         "Dispersion phi the rate intervals are widened by (quasi-Poisson: the Garwood interval of "
         "k/phi failures in T/phi hours); 1 = exact Poisson (Garwood).",
-        lambda i: [({}, i.analysis.dispersion_test.dispersion(i.analysis.interval_method))],
+        lambda i: [({}, i.analysis.nodes.dispersion_test.dispersion(i.analysis.interval_method))],
     ),
     Metric(
         "failcast_cluster_instances",

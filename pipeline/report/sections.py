@@ -68,8 +68,8 @@ def _scaling_note(analysis: FleetAnalysis) -> str:
 def _rates_section(analysis: FleetAnalysis) -> Section:
     """Rates per cluster; without failures the exposure and the one-sided upper bound are the news."""
     note = (
-        f"{lemons.interval_note(analysis)} {RATE_INTERVAL_SCOPE} Failures count while their node is in "
-        "service (closed intervals)."
+        f"{lemons.interval_note(analysis.nodes, analysis.interval_method)} {RATE_INTERVAL_SCOPE} "
+        "Failures count while their node is in service (closed intervals)."
     )
     if not analysis.has_failures:
         note = (
@@ -150,8 +150,8 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             "lemon-nodes",
             "Lemon nodes: failing more often than the rest of their cluster",
             None,
-            lemons.lemon_table(analysis.lemons) if analysis.lemons.lemons_.height else None,
-            note=lemons.lemon_note(analysis.lemons),
+            lemons.lemon_table(analysis.nodes.lemons) if analysis.nodes.lemons.lemons_.height else None,
+            note=lemons.lemon_note(analysis.nodes.lemons),
         ),
         Section(
             "time-between-failures",
