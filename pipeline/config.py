@@ -18,17 +18,16 @@ into its own classes, so this module does not depend on it.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import tomllib
 import zoneinfo
 from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pipeline.categories import CategoryMap, FailureCategory, class_named, normal_form
+from pipeline.config_text import line_of, render_json, render_toml
 from pipeline.ingest import (
     FORMATS,
     MAX_DECOMPRESSED_BYTES,
@@ -47,6 +46,9 @@ LOG_FORMATS = ("text", "json")
 RECOVERY_SOURCES = ("assumed", "measured")
 """``recovery_source``: the projected job's recovery times as the profiles assume them, or with
 what the warehouse measured in their place (``failcast project --recovery measured``)."""
+
+
+__all__ = ["ConfigError", "RunConfig", "load_config", "render_json", "render_toml"]
 
 
 class ConfigError(ValueError):
@@ -209,33 +211,9 @@ class _Where:
         self.path, self.text = path, text
 
     def error(self, table: tuple[str, ...], key: str, reason: str) -> ConfigError:
-        line = _line_of(self.text, table, key)
+        line = line_of(self.text, table, key)
         place = f"{self.path}:{line}" if line else str(self.path)
         return ConfigError(f"{place}: key {'.'.join((*table, key))!r} {reason}")
-
-
-_HEADER = re.compile(r"^\s*\[\[?([^\[\]]+)\]\]?\s*(#.*)?$")
-_KEY_LINE = re.compile(r"""^\s*((?:[\w"'-]+\s*\.\s*)*)([\w"'-]+)\s*=""")
-
-
-def _parts(dotted: str) -> tuple[str, ...]:
-    return tuple(p.strip().strip("\"'") for p in dotted.split(".") if p.strip())
-
-
-def _line_of(text: str, table: tuple[str, ...], key: str) -> int | None:
-    """1-based line where ``key`` is set under ``[table]`` (or a header names it); first match wins."""
-    current: tuple[str, ...] = ()
-    for number, line in enumerate(text.splitlines(), start=1):
-        if header := _HEADER.match(line):
-            current = _parts(header.group(1))
-            if current[: len(table) + 1] == (*table, key):
-                return number
-            continue
-        match = _KEY_LINE.match(line)
-        if match and _parts(match.group(2)) == (key,) and (*current, *_parts(match.group(1))) == table:
-            return number
-    # Inside an inline table (``inputs = { csv = ... }``): point at the line of the enclosing key.
-    return _line_of(text, table[:-1], table[-1]) if table else None
 
 
 def _check_type(value: Any, expected: Any) -> str | None:
@@ -466,42 +444,3 @@ def _job(job: str | dict[str, Any], roots: _Roots, where: _Where) -> str | dict[
     if not resolved.is_file():
         raise where.error((), "jobs", f"names {job!r}, but {resolved} is not a file")
     return str(resolved)
-
-
-# --- printing the merged config (failcast run --print-config) ---------------------------------
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid TOML basic string
-    if isinstance(value, int | float | datetime | date):
-        return value.isoformat() if isinstance(value, date) else repr(value)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        pairs = (f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None)
-        return "{ " + ", ".join(pairs) + " }"
-    raise TypeError(f"cannot write {type(value).__name__} as TOML")
-
-
-def render_toml(document: dict[str, Any], prefix: tuple[str, ...] = ()) -> str:
-    """A document of scalars, arrays and tables as TOML; ``None`` values are left out."""
-    lines = [
-        f"{_toml_key(k)} = {_toml_value(v)}" for k, v in document.items() if not isinstance(v, dict | None)
-    ]
-    for key, value in document.items():
-        if isinstance(value, dict):
-            name = ".".join(_toml_key(p) for p in (*prefix, key))
-            lines += ["", f"[{name}]", render_toml(value, (*prefix, key)).strip("\n")]
-    return "\n".join(lines).strip("\n") + "\n"
-
-
-def render_json(document: dict[str, Any]) -> str:
-    return json.dumps(document, indent=2, default=lambda v: v.isoformat())

@@ -33,8 +33,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from pipeline import analysis, ingest, models, sample, warehouse
+from pipeline.cli import fit as cli_fit
 from pipeline.cli import main
-from pipeline.cli import stats as cli_stats
 from pipeline.models.survival import mean_interval
 from pipeline.report import metrics, page
 from pipeline.report.format import format_value
@@ -153,12 +153,12 @@ def _check_outputs(result: analysis.FleetAnalysis, db: Path) -> None:
         for column in frame.columns:
             if frame[column].dtype.is_float():
                 assert not frame[column].is_nan().any(), column
-    payload = cli_stats.fit_payload(result)
+    payload = cli_fit.fit_payload(result)
     floats = _numbers(payload)
     assert not [p for p, v in floats if math.isnan(v)]
     # what people and machines read: `failcast fit`'s text and JSON, the report, the metrics
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cli_stats.analysis_mod, "analyze", lambda *args, **kwargs: result)
+        patch.setattr(cli_fit.analysis_mod, "analyze", lambda *args, **kwargs: result)
         for extra in ([], ["--json"]):
             run = CliRunner().invoke(main, ["fit", "--db", str(db), *extra], catch_exceptions=False)
             assert run.exit_code == 0, run.output

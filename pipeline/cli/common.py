@@ -170,7 +170,7 @@ def out_of_memory(exc: duckdb.OutOfMemoryException) -> str:
 COMMANDS = {
     "backtest": "backtest",
     "extract": "extract",
-    "fit": "stats",
+    "fit": "fit",
     "ingest": "ingest",
     "lemons": "lemons",
     "metrics": "metrics",

@@ -1,5 +1,5 @@
-"""failcast rates and failcast fit: failure rates with their intervals (exact or quasi-Poisson,
-named in the output), survival models."""
+"""failcast rates: failure rates with their intervals (exact or quasi-Poisson, named in the
+output); the options and notes the window's commands share (fit: :mod:`pipeline.cli.fit`)."""
 
 from __future__ import annotations
 
@@ -243,11 +243,11 @@ def rates(
             interval=pl.lit(method), dispersion=pl.lit(dispersion), exposure_basis=pl.lit(exposure_basis)
         )
     frame = frame.with_columns(exposure_estimated=pl.lit(transform.exposure_estimated(inventory)))
-    _echo_left_out(left_out)
-    _echo_warning(analysis_mod.left_out_warning(con, left_out, int(overall["failures"].sum())), as_json)
+    echo_left_out(left_out)
+    echo_warning(analysis_mod.left_out_warning(con, left_out, int(overall["failures"].sum())), as_json)
     echo_late_records(record_checks.late_records(con))
     if view == "rates" and not frame["failures"].sum():
-        click.echo(_no_failures_line(overall), err=True)
+        click.echo(no_failures_line(overall), err=True)
     if as_json:
         echo_json(records(frame))
         return
@@ -310,26 +310,26 @@ def echo_jobs_before_window(since, con) -> None:
             click.echo(f"note: {note}", err=True)
 
 
-def _echo_before(result: analysis_mod.FleetAnalysis) -> None:
+def echo_before(result: analysis_mod.FleetAnalysis) -> None:
     """What the window start (``--since``) left out besides failures, on stderr."""
     if note := analysis_mod.before_window_note(result.options.since, result.before_window):
         click.echo(f"note: {note}", err=True)
 
 
-def _echo_left_out(left_out: pl.DataFrame) -> None:
+def echo_left_out(left_out: pl.DataFrame) -> None:
     """The failures no statistic counts, by reason, on stderr (stdout stays the table or JSON)."""
     if note := analysis_mod.left_out_note(left_out):
         click.echo(f"note: {note}", err=True)
 
 
-def _echo_warning(warning: str | None, as_json: bool) -> None:
+def echo_warning(warning: str | None, as_json: bool) -> None:
     """A warning that changes what the numbers mean goes before them: the first line of the text
     output (JSON: stderr, so stdout stays parseable)."""
     if warning:
         click.echo(f"{'warning' if as_json else 'Warning'}: {safe_text(warning)}.", err=as_json)
 
 
-def _no_failures_line(overall: pl.DataFrame) -> str:
+def no_failures_line(overall: pl.DataFrame) -> str:
     """What a fleet with no failure yet can say: its exposure and the exact one-sided bound."""
     row = overall.row(0, named=True)
     return (
@@ -337,124 +337,3 @@ def _no_failures_line(overall: pl.DataFrame) -> str:
         f"{row['rate_upper_bound']:.3g} per node-hour (95% one-sided upper bound, -ln(0.05) / T = "
         f"3.0 / T; column rate_upper_bound)"
     )
-
-
-# --- fit -----------------------------------------------------------------------------------------
-def _tbf_fit(m) -> dict:
-    return {
-        "params": m.params_,
-        "confidence_interval": m.confidence_interval_,
-        "mtbf_hours": m.mtbf_hours_,
-        "mtbf_ci_hours": m.mtbf_confidence_interval_,
-        "mtbf_note": m.mtbf_note_,
-        "aic": m.aic_,
-        "log_likelihood": m.log_likelihood_,
-        "shape": m.shape_,
-        "infant_mortality": m.infant_mortality_,
-        "hazard_message": m.hazard_message_,
-    }
-
-
-def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
-    """Everything ``failcast fit --json`` prints (the report and notebooks read FleetAnalysis)."""
-    regression = result.size_regression
-    return {
-        "observed_until": result.observed_until,
-        **({"observed_since": result.options.since} if result.options.since else {}),
-        "first_gap": result.first_gap,
-        "interruption_window_minutes": result.interruption_window_minutes,
-        "exposure_estimated": result.exposure_estimated,
-        "failures": int(result.rates_overall["failures"].sum()),
-        "failures_left_out": records(result.failures_left_out),
-        "best_family": result.best_family,
-        "not_fitted": result.too_few_gaps or None,
-        "hazard_message": result.node_fits["weibull"].hazard_message_ if result.has_fits else None,
-        "node_time_between_failures": {family: _tbf_fit(m) for family, m in result.node_fits.items()},
-        "kaplan_meier_median_hours": result.kaplan_meier.median_hours_ if result.has_fits else None,
-        "cluster_mtbf": records(result.cluster_mtbf),
-        "scaling": None
-        if result.scaling is None
-        else {
-            "alpha": result.scaling.alpha_,
-            "alpha_ci": result.scaling.alpha_confidence_interval_,
-            "mtbf_one_instance_hours": result.scaling.mtbf_one_hours_,
-            "count_dispersion": result.count_dispersion,
-            "projected": records(result.scaling_projection),
-        },
-        "size_regression": None
-        if regression is None
-        else {
-            "model": "weibull_aft(log_instances)",
-            "alpha": regression.alpha_,
-            "alpha_ci": regression.alpha_confidence_interval_,
-            "shape": regression.shape_,
-            "shape_ci": regression.shape_confidence_interval_,
-            "count_dispersion": regression.dispersion_,
-            "mtbf_one_instance_hours": regression.mtbf_one_hours_,
-            "projected": records(result.size_regression_projection),
-        },
-        "size_laws_agreement": analysis_mod.size_laws_agreement(result) or None,
-        "trend_tests": records(result.trend_tests),
-        "category_shares": records(result.category_shares),
-        "job_interruptions": None
-        if result.jobs.interruptions is None
-        else records(result.jobs.interruptions),
-    }
-
-
-@main.command()
-@db_option
-@window_options
-@click.option(
-    "--first-gap",
-    type=click.Choice(transform.FIRST_GAP_CHOICES),
-    default="drop",
-    show_default=True,
-    help="drop: leave out the span from a window's start to its first failure (it is not a full "
-    "gap when logs start on a running node); keep: nodes are observed from installation.",
-)
-@interruption_window_option
-@json_option
-def fit(db: Path, since, until, first_gap: str, interruption_window_minutes: float, as_json: bool) -> None:
-    """Fit time-between-failures models and the MTBF scaling law."""
-    options = analysis_options(click.get_current_context().params)
-    result = analysis_mod.analyze(warehouse.connect(db, read_only=True), options)
-    _echo_left_out(result.failures_left_out)
-    _echo_before(result)
-    _echo_warning(result.left_out_warning, as_json)
-    echo_late_records(result.late_records)
-    if as_json:
-        echo_json(fit_payload(result))
-        return
-    if not result.has_failures:
-        click.echo(f"nothing to fit: {_no_failures_line(result.rates_overall)}")
-        return
-    if not result.has_fits:
-        click.echo(f"nothing to fit: {result.too_few_gaps}")
-        return
-    click.echo(f"best family by AIC: {result.best_family}")
-    for family, m in result.node_fits.items():
-        low, high = m.mtbf_confidence_interval_
-        click.echo(
-            f"  {family:12s} node MTBF {format_value('mtbf_hours', m.mtbf_hours_):>10s} h  "
-            f"(95% CI {format_value('mtbf_hours', low)}–{format_value('mtbf_hours', high)})"
-            f"  AIC {m.aic_:,.1f}" + (f"\n               {m.mtbf_note_}" if m.mtbf_note_ else "")
-        )
-    click.echo(result.node_fits["weibull"].hazard_message_)
-    for name, s in (("counts", result.scaling), ("Weibull AFT", result.size_regression)):
-        if s is not None:
-            click.echo(
-                f"MTBF(N) = {format_value('mtbf_hours', s.mtbf_one_hours_)} h / N^{s.alpha_:.3f} "
-                f"(alpha 95% CI {s.alpha_confidence_interval_[0]:.3f}–"
-                f"{s.alpha_confidence_interval_[1]:.3f}; {name})"
-            )
-    agreement = analysis_mod.size_laws_agreement(result)
-    if agreement:
-        click.echo(agreement)
-    for row in result.trend_tests.iter_rows(named=True):
-        if row["crow_verdict"] is not None:
-            click.echo(
-                f"trend {safe_text(row['cluster_id'])}: {row['crow_verdict']} "
-                f"(MIL-HDBK-189 beta {row['crow_beta']:.2f}, {p_value_text(row['crow_p_value'])}; "
-                f"Laplace {p_value_text(row['laplace_p_value'])})"
-            )
