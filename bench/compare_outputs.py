@@ -83,6 +83,10 @@ parts = {
              "recoveries": "job_recoveries", "badput": "badput"},
     "repairs": {"outages": "outages", "times": "repair_times"},
     "nodes": {"rates": "rates_by_node", "lemons": "lemons", "dispersion_test": "dispersion_test"},
+    "fits": {name: name for name in (
+        "node_fits", "best_family", "kaplan_meier", "nelson_aalen", "node_durations", "cluster_durations",
+        "cluster_kaplan_meier", "first_gap", "count_dispersion", "scaling", "scaling_projection",
+        "size_regression", "size_regression_projection")},
 }
 fields = {}
 for f in dataclasses.fields(result):

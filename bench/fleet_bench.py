@@ -467,7 +467,7 @@ def analyze(paths, db: Path) -> dict:
     return {
         "failures": int(result.rates_overall["failures"].sum()),
         "interruptions": result.interruptions.height,
-        "best_family": result.best_family,
+        "best_family": result.fits.best_family,
     }
 
 

@@ -44,7 +44,7 @@ def result(db) -> analysis.FleetAnalysis:
 def test_analysis_recovers_the_simulated_fleet(result):
     rate = result.fleet_rate
     assert rate.confidence_interval_[0] <= SPEC.rate_per_node_hour <= rate.confidence_interval_[1]
-    weibull = result.node_fits["weibull"]
+    weibull = result.fits.node_fits["weibull"]
     assert (
         weibull.confidence_interval_["rho_"][0]
         <= SPEC.weibull_shape
@@ -52,38 +52,38 @@ def test_analysis_recovers_the_simulated_fleet(result):
     )
     low, high = weibull.mtbf_confidence_interval_
     assert low <= 1 / SPEC.rate_per_node_hour <= high
-    assert result.best_family == "weibull" and weibull.infant_mortality_
-    for view in (result.scaling, result.size_regression):
+    assert result.fits.best_family == "weibull" and weibull.infant_mortality_
+    for view in (result.fits.scaling, result.fits.size_regression):
         assert view.alpha_confidence_interval_[0] <= 1 <= view.alpha_confidence_interval_[1]
 
 
 def test_analysis_new_fields_have_their_shape(result):
     clusters = sorted(f"c{n:04d}" for n in SPEC.cluster_sizes)
-    assert result.first_gap == "drop"
+    assert result.fits.first_gap == "drop"
     assert sorted(result.trend_tests["cluster_id"]) == clusters
     assert set(result.trend_tests["crow_verdict"]) <= {"flat", "rising", "falling"}
     assert sorted(result.rates_by_size_bucket["size_bucket"]) == [32, 128, 512]
     sums = result.category_shares.group_by("cluster_id").agg(pl.col("share").sum())
     assert sums["share"].to_list() == pytest.approx([1.0] * 3)
-    assert isinstance(result.nelson_aalen, models.NelsonAalen)
-    assert result.nelson_aalen.cumulative_hazard_[-1] > 0
-    assert not result.node_durations["observed"].is_null().any()
-    projected = result.size_regression_projection
+    assert isinstance(result.fits.nelson_aalen, models.NelsonAalen)
+    assert result.fits.nelson_aalen.cumulative_hazard_[-1] > 0
+    assert not result.fits.node_durations["observed"].is_null().any()
+    projected = result.fits.size_regression_projection
     assert {256, 512, 2048, 16384} <= set(projected["instances"].cast(int))
     assert (projected["mtbf_ci_low_hours"] < projected["mtbf_hours"]).all()
     assert result.jobs.interruptions is None and result.exposure_estimated is False
-    assert sorted(result.cluster_kaplan_meier) == clusters
-    medians = [result.cluster_kaplan_meier[c].median_hours_ for c in clusters]
+    assert sorted(result.fits.cluster_kaplan_meier) == clusters
+    medians = [result.fits.cluster_kaplan_meier[c].median_hours_ for c in clusters]
     assert medians == sorted(medians, reverse=True)  # bigger clusters fail sooner
     # Weibull shape 0.8 nodes: failures cluster, counts are over-dispersed
-    assert result.count_dispersion > 1
+    assert result.fits.count_dispersion > 1
 
 
 def test_keeping_first_gaps_changes_only_the_gap_fits(db, result):
     con = warehouse.connect(db, read_only=True)
     kept = analysis.analyze(con, analysis.AnalysisOptions(first_gap="keep"))
     con.close()
-    assert kept.node_durations["count"].sum() > result.node_durations["count"].sum()
+    assert kept.fits.node_durations["count"].sum() > result.fits.node_durations["count"].sum()
     # sums over the uptime pieces are summed in parallel: equal up to float rounding
     assert_frame_equal(kept.rates_by_cluster, result.rates_by_cluster, check_exact=False, rel_tol=1e-12)
 
@@ -126,10 +126,10 @@ def test_fit_json_exposes_every_view(db, result):
     out = CliRunner().invoke(main, ["fit", "--db", str(db), "--json"])
     assert out.exit_code == 0, out.output
     payload = json.loads(out.stdout)
-    assert payload["best_family"] == result.best_family
+    assert payload["best_family"] == result.fits.best_family
     assert "infant mortality" in payload["hazard_message"]
     weibull = payload["node_time_between_failures"]["weibull"]
-    assert weibull["mtbf_hours"] == pytest.approx(result.node_fits["weibull"].mtbf_hours_)
+    assert weibull["mtbf_hours"] == pytest.approx(result.fits.node_fits["weibull"].mtbf_hours_)
     assert weibull["infant_mortality"] is True
     for view in ("scaling", "size_regression"):
         assert {"alpha", "alpha_ci", "projected"} <= set(payload[view])
@@ -213,9 +213,9 @@ def test_first_gaps_are_kept_when_no_node_failed_twice(tmp_path):
     con = warehouse.connect(tmp_path / "w.duckdb")
     ingest.ingest_files(con, [tmp_path / "inventory.csv", tmp_path / "incidents.csv"])
     small = analysis.analyze(con)
-    assert small.first_gap == "keep"
-    assert small.node_durations.filter("observed")["count"].sum() == 2
-    assert small.scaling is None and small.size_regression is None
+    assert small.fits.first_gap == "keep"
+    assert small.fits.node_durations.filter("observed")["count"].sum() == 2
+    assert small.fits.scaling is None and small.fits.size_regression is None
 
 
 def test_rates_count_interruptions_by_root_cause(tmp_path):

@@ -118,5 +118,5 @@ def test_availability_trace_shares_one_match_and_counts_every_failure(tmp_path):
     assert result.failures_left_out["failures"].sum() == 0
     calendar = analysis.analyze(con, analysis.AnalysisOptions(exposure_basis="calendar"))
     assert_frame_equal(result.rates_by_cluster, calendar.rates_by_cluster)
-    assert_frame_equal(result.node_durations, calendar.node_durations)
+    assert_frame_equal(result.fits.node_durations, calendar.fits.node_durations)
     assert result.repairs.outages["end_source"].to_list() == ["resolved_at"] * 15

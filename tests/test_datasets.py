@@ -351,7 +351,7 @@ def test_lanl_failures_per_year_grow_with_system_size(lanl_warehouse, lanl):
     )
     rho, p = spearmanr(per_system["procs_total"], per_system["failures_per_year"])
     assert rho > 0.5 and p < 0.01
-    assert fleet.scaling.alpha_confidence_interval_[0] > 0
+    assert fleet.fits.scaling.alpha_confidence_interval_[0] > 0
 
 
 def test_lanl_repair_times_are_lognormal(lanl):
@@ -384,7 +384,9 @@ def test_lanl_through_every_stage_to_a_projected_job(lanl_warehouse):
     _, _, fleet = lanl_warehouse
     verdicts = set(fleet.trend_tests["crow_verdict"].drop_nulls())
     assert fleet.trend_tests.height >= 20 and verdicts <= {"rising", "falling", "flat"}
-    assert fleet.scaling is not None and fleet.scaling.alpha_confidence_interval_[0] > 0  # bigger fails more
+    assert (
+        fleet.fits.scaling is not None and fleet.fits.scaling.alpha_confidence_interval_[0] > 0
+    )  # bigger fails more
     job = {"name": "job-on-lanl", "work": {"gpu_hours": 1e5}, "cluster": {"instances": 512}}
     job["cluster"]["price_per_gpu_hour_usd"] = 2.0
     spec = projection.job_spec_for_fleet(job, fleet_failure=lambda n: analysis.failure_model_for(fleet, n))

@@ -143,13 +143,17 @@ def _check_fleet(spec: sample.FleetSpec, until: datetime, window_minutes: float)
 
 
 def _check_outputs(result: analysis.FleetAnalysis, db: Path) -> None:
-    for fit in result.node_fits.values():
+    for fit in result.fits.node_fits.values():
         _assert_sane(fit)
-    for law in (result.scaling, result.size_regression):
+    for law in (result.fits.scaling, result.fits.size_regression):
         if law is not None:
             assert all(math.isfinite(v) for v in (law.alpha_, *law.alpha_confidence_interval_))
             assert not math.isnan(law.mtbf_one_hours_) and law.mtbf_one_hours_ > 0
-    for frame in (result.scaling_projection, result.size_regression_projection, result.cluster_mtbf):
+    for frame in (
+        result.fits.scaling_projection,
+        result.fits.size_regression_projection,
+        result.cluster_mtbf,
+    ):
         for column in frame.columns:
             if frame[column].dtype.is_float():
                 assert not frame[column].is_nan().any(), column
@@ -236,13 +240,13 @@ def test_a_fit_without_variances_has_unbounded_intervals_and_says_so(tmp_path):
         )
     finally:
         con.close()
-    weibull = result.node_fits["weibull"]
+    weibull = result.fits.node_fits["weibull"]
     assert not weibull.variances_estimated_
     assert weibull.confidence_interval_ == {"lambda_": (0.0, math.inf), "rho_": (0.0, math.inf)}
     assert weibull.mtbf_confidence_interval_ == (0.0, math.inf)
     assert "variances could not be estimated" in weibull.mtbf_note_
     assert weibull.hazard_message_.endswith("whose interval could not be estimated")
-    assert all(m.variances_estimated_ for f, m in result.node_fits.items() if f != "weibull")
+    assert all(m.variances_estimated_ for f, m in result.fits.node_fits.items() if f != "weibull")
     _check_outputs(result, db)
 
 

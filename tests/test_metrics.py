@@ -85,9 +85,10 @@ def test_values_match_the_analysis(fleet):
     for row in fleet.cluster_mtbf.iter_rows(named=True):
         labels = frozenset({("cluster", row["cluster_id"])})
         assert parsed[("failcast_cluster_mtbf_hours", labels)] == pytest.approx(row["mtbf_hours"])
-    best = fleet.node_fits[fleet.best_family]
+    best = fleet.fits.node_fits[fleet.fits.best_family]
     assert (
-        parsed[("failcast_node_mtbf_hours", frozenset({("family", fleet.best_family)}))] == best.mtbf_hours_
+        parsed[("failcast_node_mtbf_hours", frozenset({("family", fleet.fits.best_family)}))]
+        == best.mtbf_hours_
     )
     assert parsed[("failcast_last_success_duration_seconds", frozenset())] == 42.0
     assert parsed[("failcast_last_success_rows_rejected", frozenset())] == 5

@@ -315,7 +315,7 @@ def test_durations_read_in_hours_minutes_or_seconds(hours, text):
 def test_sub_minute_cluster_mtbf_reads_in_seconds(trace):
     cards = report.summary_cards(trace)
     title, value, note = next(c for c in cards if c[0].startswith("Projected cluster MTBF"))
-    mtbf = trace.scaling_projection.filter(instances=16384.0)["mtbf_hours"][0]
+    mtbf = trace.fits.scaling_projection.filter(instances=16384.0)["mtbf_hours"][0]
     assert mtbf * 3600 < 60  # the fixture's point: seconds at 16,384 instances
     assert f"16,384: {duration_text(mtbf)}" in note and duration_text(mtbf).endswith(" s")
     assert "0.0 min" not in note and "0.0 min" not in value

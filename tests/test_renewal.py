@@ -195,6 +195,6 @@ def test_disagreeing_size_laws_are_named_with_the_heterogeneity_test():
     text = analysis.size_laws_agreement(uneven)
     assert "disagree" in text and "Pearson chi-square" in text and "rejects" in text
     assert "projection uses the count law" in text
-    low, high = uneven.scaling.alpha_confidence_interval_
+    low, high = uneven.fits.scaling.alpha_confidence_interval_
     even = _fleet([1e-4] * 6, (low, high))
     assert analysis.size_laws_agreement(even).startswith("The two size laws agree")

@@ -491,7 +491,7 @@ def test_one_cluster_fleet_renders_without_a_scaling_law(tmp_path):
     con = warehouse.connect(tmp_path / "w.duckdb")
     ingest.ingest_files(con, [inventory, incidents])
     one = analysis.analyze(con)
-    assert one.scaling is None
+    assert one.fits.scaling is None
     text = report.render_html(one)
     specs = {a["id"]: json.loads(b) for a, b in parse(text).scripts if a.get("type") == "application/json"}
     assert len(specs) == len(charted(report.sections(one))) and "spec-mtbf-vs-cluster-size" in specs
@@ -513,7 +513,7 @@ def test_fleet_whose_sizes_are_all_projected_sizes_renders(tmp_path):
     con = warehouse.connect(tmp_path / "w.duckdb")
     ingest.ingest_files(con, [inventory, incidents])
     fleet = analysis.analyze(con)
-    assert fleet.scaling is not None and fleet.scaling_projection["instances"].dtype == pl.Float64
+    assert fleet.fits.scaling is not None and fleet.fits.scaling_projection["instances"].dtype == pl.Float64
     assert "mtbf-vs-cluster-size" in report.render_html(fleet)
 
 
@@ -568,8 +568,8 @@ def test_both_size_laws_are_drawn_and_tabled(pages, rich_analysis):
     table = charts.size_law_table(rich_analysis)
     assert table["instances"].to_list() == list(analysis.PROJECTED_SIZES)
     for prefix, frame in (
-        ("count", rich_analysis.scaling_projection),
-        ("aft", rich_analysis.size_regression_projection),
+        ("count", rich_analysis.fits.scaling_projection),
+        ("aft", rich_analysis.fits.size_regression_projection),
     ):
         at = frame.filter(pl.col("instances").is_in([float(n) for n in analysis.PROJECTED_SIZES]))
         assert table[f"{prefix}_mtbf_hours"].to_list() == at["mtbf_hours"].to_list()
@@ -581,7 +581,9 @@ def test_both_size_laws_are_drawn_and_tabled(pages, rich_analysis):
     }
     assert laws == {charts.COUNT_LAW, charts.AFT_LAW}
     alpha = next(c for c in report.summary_cards(rich_analysis) if "exponent" in c[0])
-    assert f"Weibull AFT view {rich_analysis.size_regression.alpha_:.3f}" in alpha[2]  # the note's digits
+    assert (
+        f"Weibull AFT view {rich_analysis.fits.size_regression.alpha_:.3f}" in alpha[2]
+    )  # the note's digits
 
 
 def test_job_section_is_a_chart_with_jobs_and_a_note_without(pages, rich_analysis, hostile_analysis):
@@ -622,10 +624,10 @@ def test_estimated_exposure_banner_comes_first(hostile_analysis, estimated):
 
 def test_headline_says_what_the_weibull_shape_means(rich_analysis):
     cards = report.summary_cards(rich_analysis)
-    assert any(n == rich_analysis.node_fits["weibull"].hazard_message_ for _, _, n in cards)
+    assert any(n == rich_analysis.fits.node_fits["weibull"].hazard_message_ for _, _, n in cards)
     # no job: the law's MTBF at the smallest planned size, the larger ones in the note
     projected = next(c for c in cards if c[0].startswith("Projected cluster MTBF at 256 instances"))
-    mtbf = rich_analysis.scaling_projection.filter(instances=256.0)["mtbf_hours"][0]
+    mtbf = rich_analysis.fits.scaling_projection.filter(instances=256.0)["mtbf_hours"][0]
     assert projected[1] == duration_text(mtbf)
     # the size-law table's cell, in the same digits
     table = charts.size_law_table(rich_analysis).filter(instances=256)
@@ -808,7 +810,9 @@ def test_the_hot_spares_card_is_the_spare_tables_99_row(rich_analysis):
     spec = projection.JobSpec(
         256, None, analysis.failure_model_for(rich_analysis, 256), gpu_hours=2e6, name="planned"
     )
-    outlook = report.job_outlook(spec, monte_carlo_runs=0, repair=analysis.repair_curve(rich_analysis))
+    outlook = report.job_outlook(
+        spec, monte_carlo_runs=0, repair=analysis.repair_curve(rich_analysis.repairs)
+    )
     cards = {k: (v, n) for k, v, n in report.summary_cards(rich_analysis, outlook)}
     value, note = cards["Hot spares for 256 instances"]
     row = outlook.spares.filter(pl.col("note").str.contains("99% row")).row(0, named=True)

@@ -277,8 +277,8 @@ def test_a_measured_reports_spare_table_is_failcast_spares_with_the_assumed_swap
         fleet = analysis.analyze(con)
     spec = JobSpec(256, None, gpu_hours=3e6, failure=analysis.failure_model_for(fleet, 256))
     outlook = report.job_outlook(
-        spec, monte_carlo_runs=0, measured=analysis.measured_recovery_hours(fleet),
-        repair=analysis.repair_curve(fleet),
+        spec, monte_carlo_runs=0, measured=analysis.measured_recovery_hours(fleet.repairs, fleet.jobs),
+        repair=analysis.repair_curve(fleet.repairs),
     )  # fmt: skip
     assert cli["swap_hours"] == pytest.approx(10 / 60)
     table = outlook.spares.filter(outlook.spares["spares"] < len(cli["table"]))

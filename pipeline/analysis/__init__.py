@@ -24,6 +24,7 @@ from pipeline.analysis.failures import (
     read_failures,
     trend_tests,
 )
+from pipeline.analysis.fits import ReliabilityFits
 from pipeline.analysis.fleet import (
     PROJECTED_SIZES,
     FleetAnalysis,
@@ -71,6 +72,7 @@ __all__ = [
     "FleetAnalysis",
     "JobAnalysis",
     "NodeAnalysis",
+    "ReliabilityFits",
     "RepairAnalysis",
     "JobBacktestResult",
     "LEMON_FDR",

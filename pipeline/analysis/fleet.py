@@ -24,6 +24,7 @@ from pipeline.analysis.failures import (
     sizes_that_failed,
     trend_tests,
 )
+from pipeline.analysis.fits import ReliabilityFits
 from pipeline.analysis.jobs import (
     JobAnalysis,
     job_backtest,
@@ -54,18 +55,14 @@ MIN_DISTINCT_GAPS = 2  # distinct observed times between failures the fits need
 
 @dataclass
 class FleetAnalysis:
-    """Everything the report shows, as Polars frames and fitted models.
+    """Everything the report shows: the rates and what they count on the whole analysis, the rest
+    in typed parts (issue 30) that their consumers take instead of the whole:
+    ``fits`` (:class:`ReliabilityFits`: times between failures, fitted families, Kaplan–Meier,
+    the laws of MTBF against cluster size), ``nodes`` (:class:`NodeAnalysis`: rates by node, the
+    lemon test, the dispersion test of the rate intervals), ``repairs`` (:class:`RepairAnalysis`:
+    outages, repair-time fit, availability's exposure) and ``jobs`` (:class:`JobAnalysis`: Slurm
+    job rates, backtest, training-job recoveries, badput).
 
-    Times between failures (``node_durations``, ``node_fits``, ``kaplan_meier``, ``nelson_aalen``,
-    ``cluster_durations``, ``size_regression``) follow ``first_gap`` (see
-    :func:`pipeline.transform.times_between_failures`): by default the span from a window's start
-    to its first failure is left out because it is a forward-recurrence time, not a full gap;
-    when fewer than two gaps start at a failure that leaves too little to fit, and ``first_gap``
-    says "keep".
-    ``cluster_kaplan_meier`` holds, per cluster with a failure, the survival of the time to the
-    cluster's next interrupting failure (what a job on the whole cluster sees).
-    ``count_dispersion`` is the Pearson dispersion of node failure counts (1 for Poisson; > 1
-    means the Garwood intervals are too narrow); the scaling law's interval uses it.
     ``exposure_estimated`` is True when the inventory was inferred from the logs (every rate and
     MTBF then rests on guessed service intervals). Rates, fits, shares and trend tests count
     ``interruptions`` (:func:`pipeline.transform.node_interruptions`: a node's faults within
@@ -81,31 +78,23 @@ class FleetAnalysis:
     Times between failures alone keep the failures during a node's known repair: the fits estimate
     the failure process on the calendar clock, which does not stop for repairs.
     ``failures_left_out`` counts the failures no statistic counts, by reason
-    (:func:`pipeline.transform.failures_left_out`: after the window end, node without a service
-    interval, node out of service); :func:`left_out_note` says it in one line. ``late_records``
-    names the clusters whose records seem to start after their service
+    (:func:`pipeline.transform.failures_left_out`: before the window start, after its end, node
+    without a service interval, node out of service); :func:`left_out_note` says it in one line.
+    ``late_records`` names the clusters whose records seem to start after their service
     (:func:`pipeline.record_checks.late_records`: that time then counts as failure-free exposure).
     ``left_out_warning`` (or None) says when at least as many failures are left out as counted
     (:func:`left_out_warning`); every output shows it first.
     A fleet with no failures in service yet (``has_failures`` False) has exposure, rates (0
-    failures, with the one-sided ``rate_upper_bound``) and trend rows but nothing to fit:
-    ``node_fits`` is empty and ``best_family``, ``kaplan_meier``, ``nelson_aalen`` are None. So is
+    failures, with the one-sided ``rate_upper_bound``) and trend rows but nothing to fit; so has
     a fleet with fewer than ``MIN_DISTINCT_GAPS`` distinct observed times between failures (its
     first failure, say): ``has_fits`` False, ``too_few_gaps`` says why.
-    ``nodes`` (:class:`NodeAnalysis`) has the rates by node (the report shows only the nodes with
-    the most failures), with exact intervals, and the lemon test of each against the rest of its
-    cluster. The other rate tables carry ``interval_method`` intervals: "overdispersed"
-    (quasi-Poisson widened by ``nodes.dispersion_test.dispersion()``) or "exact";
-    by default "overdispersed" exactly when the Pearson test of the non-lemon nodes' counts
-    rejects Poisson at 5% (:func:`node_evidence`).
+    The rate tables carry ``interval_method`` intervals: "overdispersed" (quasi-Poisson widened by
+    ``nodes.dispersion_test.dispersion()``) or "exact"; by default "overdispersed" exactly when
+    the Pearson test of the non-lemon nodes' counts rejects Poisson at 5% (:func:`node_evidence`).
     ``exposure`` holds the calendar service intervals; rates divide by ``rate_exposure``, which is
     the uptime exposure (the outages' downtime removed, :func:`pipeline.transform.uptime_intervals`)
     when ``exposure_basis`` is "uptime", else the calendar one. Gaps and trend tests run on the
     calendar intervals.
-    Typed parts (issue 30), each what its consumers take instead of the whole analysis:
-    ``nodes`` (:class:`NodeAnalysis`), ``repairs`` (:class:`RepairAnalysis`: outages, repair-time
-    fit, availability's exposure) and ``jobs`` (:class:`JobAnalysis`: Slurm job rates, backtest,
-    training-job recoveries, badput).
     ``options`` are the :class:`AnalysisOptions` it ran with, ``until`` filled in;
     ``before_window`` counts what the window start left out besides failures
     (:func:`pipeline.analysis.options.before_window`).
@@ -118,26 +107,13 @@ class FleetAnalysis:
     rates_by_cluster: pl.DataFrame
     rates_by_category: pl.DataFrame
     rates_by_month: pl.DataFrame
-    node_fits: dict[str, models.ParametricTBF]
-    best_family: str | None
-    kaplan_meier: models.KaplanMeier | None
     cluster_mtbf: pl.DataFrame
-    scaling: models.MTBFScaling | None
-    scaling_projection: pl.DataFrame
     files: pl.DataFrame
     rejects: pl.DataFrame
     rates_by_size_bucket: pl.DataFrame
     category_shares: pl.DataFrame
     trend_tests: pl.DataFrame
-    first_gap: str
-    node_durations: pl.DataFrame
-    nelson_aalen: models.NelsonAalen | None
-    cluster_durations: pl.DataFrame
-    size_regression: models.WeibullSizeRegression | None
-    size_regression_projection: pl.DataFrame
-    count_dispersion: float
     exposure_estimated: bool
-    cluster_kaplan_meier: dict[str, models.KaplanMeier]
     interruptions: pl.DataFrame
     interruption_window_minutes: float | None
     interval_method: str
@@ -146,6 +122,7 @@ class FleetAnalysis:
     exposure_basis: str
     failures_counted: pl.DataFrame
     failure_operating_times: pl.DataFrame
+    fits: ReliabilityFits
     nodes: NodeAnalysis
     repairs: RepairAnalysis
     jobs: JobAnalysis
@@ -168,14 +145,14 @@ class FleetAnalysis:
     def has_fits(self) -> bool:
         """True when the times between failures were fitted (``node_fits``, ``kaplan_meier``, ...):
         at least ``MIN_DISTINCT_GAPS`` distinct observed gaps."""
-        return bool(self.node_fits)
+        return self.fits.fitted
 
     @property
     def too_few_gaps(self) -> str:
         """Why nothing was fitted though failures count (empty when fitted or no failure)."""
         if self.has_fits or not self.has_failures:
             return ""
-        gaps = self.node_durations.filter("observed")["count"].sum()
+        gaps = self.fits.node_durations.filter("observed")["count"].sum()
         return (
             f"too few times between failures to fit ({gaps} observed gap{'s' if gaps != 1 else ''}, "
             f"at least {MIN_DISTINCT_GAPS} different ones are needed): rates and bounds only"
@@ -327,12 +304,7 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
         rates_by_cluster=by_cluster,
         rates_by_category=by_category,
         rates_by_month=by_month,
-        node_fits=fits,
-        best_family=models.best_by_aic(fits) if fitted else None,
-        kaplan_meier=models.KaplanMeier().fit(*args) if fitted else None,
         cluster_mtbf=per_cluster,
-        scaling=scaling,
-        scaling_projection=projection,
         files=warehouse.table(con, "ingested_files"),
         rejects=warehouse.table(con, "rejects"),
         rates_by_size_bucket=by_size_bucket,
@@ -340,21 +312,28 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
         trend_tests=trend_tests(operating_times, exposure),
         failure_operating_times=operating_times,
         failures_counted=counted,
-        first_gap=first_gap,
-        node_durations=durations,
-        nelson_aalen=models.NelsonAalen().fit(*args) if fitted else None,
-        cluster_durations=cluster_durations,
-        size_regression=regression,
-        size_regression_projection=regression_projection,
-        count_dispersion=dispersion,
         exposure_estimated=estimated,
-        cluster_kaplan_meier={
-            cluster: models.KaplanMeier().fit(g["duration_hours"], g["observed"], g["count"])
-            for (cluster,), g in cluster_durations.group_by("cluster_id")
-            if g["observed"].any()
-        },
         interruptions=failures,
         interruption_window_minutes=options.interruption_window_minutes,
+        fits=ReliabilityFits(
+            node_fits=fits,
+            best_family=models.best_by_aic(fits) if fitted else None,
+            kaplan_meier=models.KaplanMeier().fit(*args) if fitted else None,
+            nelson_aalen=models.NelsonAalen().fit(*args) if fitted else None,
+            node_durations=durations,
+            cluster_durations=cluster_durations,
+            cluster_kaplan_meier={
+                cluster: models.KaplanMeier().fit(g["duration_hours"], g["observed"], g["count"])
+                for (cluster,), g in cluster_durations.group_by("cluster_id")
+                if g["observed"].any()
+            },
+            first_gap=first_gap,
+            count_dispersion=dispersion,
+            scaling=scaling,
+            scaling_projection=projection,
+            size_regression=regression,
+            size_regression_projection=regression_projection,
+        ),
         nodes=NodeAnalysis(by_node, lemons, dispersion_check),
         interval_method=dispersion_check.method(options.interval),
         failures_left_out=left_out,

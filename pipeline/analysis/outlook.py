@@ -12,6 +12,8 @@ import polars as pl
 
 from pipeline import models, projection, transform
 from pipeline.analysis.failures import cluster_mtbf, sizes_that_failed
+from pipeline.analysis.jobs import JobAnalysis
+from pipeline.analysis.repairs import RepairAnalysis
 
 if TYPE_CHECKING:
     from pipeline.analysis.fleet import FleetAnalysis
@@ -24,7 +26,7 @@ def failure_model_for(
     Weibull fit's shape and the covariance of (log scale, log shape): the projection shows the
     exponential (Poisson at that rate) and the fitted Weibull renewal model side by side."""
     rate = rate_model_for(analysis, instances, instance_type)
-    fit = analysis.node_fits.get("weibull")
+    fit = analysis.fits.node_fits.get("weibull")
     if fit is None or fit.shape_ is None:
         return rate
     scale, shape = fit.params_["lambda_"], fit.params_["rho_"]
@@ -128,13 +130,13 @@ def size_rates(analysis: FleetAnalysis, instance_type: str | None = None) -> Siz
     law = None
     if sizes_that_failed(per_cluster) >= 2:
         law = (
-            analysis.scaling
-            if instance_type is None and analysis.scaling is not None
+            analysis.fits.scaling
+            if instance_type is None and analysis.fits.scaling is not None
             else models.MTBFScaling().fit(
                 per_cluster["instances"],
                 per_cluster["failures"],
                 per_cluster["exposure_cluster_hours"],
-                dispersion=analysis.count_dispersion,
+                dispersion=analysis.fits.count_dispersion,
             )
         )
     return SizeRates(
@@ -153,7 +155,7 @@ def size_laws_agreement(analysis: FleetAnalysis) -> str:
     """One paragraph on the two size laws: empty unless both are fitted; when their alpha
     intervals do not overlap, that they disagree, the heterogeneity test behind it, and which
     law the projection uses."""
-    count, gaps = analysis.scaling, analysis.size_regression
+    count, gaps = analysis.fits.scaling, analysis.fits.size_regression
     if count is None or gaps is None:
         return ""
     (a_lo, a_hi), (b_lo, b_hi) = count.alpha_confidence_interval_, gaps.alpha_confidence_interval_
@@ -183,10 +185,10 @@ def size_laws_agreement(analysis: FleetAnalysis) -> str:
     )
 
 
-def repair_curve(analysis: FleetAnalysis) -> projection.RepairCurve | None:
+def repair_curve(repairs: RepairAnalysis) -> projection.RepairCurve | None:
     """The fleet's Kaplan–Meier repair-time curve (unresolved outages censored) with its mean's
     95% interval, for :func:`pipeline.projection.spare_advice`; None without a completed repair."""
-    fit = analysis.repairs.times
+    fit = repairs.times
     if fit is None:
         return None
     return projection.RepairCurve(
@@ -218,14 +220,14 @@ def spares_for_job(
     }
 
 
-def measured_recovery_hours(fleet: FleetAnalysis) -> dict[str, float]:
+def measured_recovery_hours(repairs: RepairAnalysis, jobs: JobAnalysis) -> dict[str, float]:
     """What the warehouse measured, as ``projection.measured_recovery`` keywords: the mean repair
     time (MTTR) from outages, the mean detection and restart hours from training-job logs. Means,
     not medians: the wall-time model takes the mean cost per failure (expected wall time is linear
     in each failure's downtime), and a median would understate right-skewed restart times."""
-    repairs = fleet.repairs.times
-    times = {} if repairs is None else {"repair_hours": repairs.mean_hours_}
-    for row in transform.recovery_hours(fleet.jobs.recoveries).iter_rows(named=True):
+    fit = repairs.times
+    times = {} if fit is None else {"repair_hours": fit.mean_hours_}
+    for row in transform.recovery_hours(jobs.recoveries).iter_rows(named=True):
         if row["measured"]:
             times[f"{row['measure']}_hours"] = row["mean_hours"]
     return times

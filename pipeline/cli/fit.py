@@ -46,29 +46,29 @@ def _tbf_fit(m) -> dict:
 
 def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
     """Everything ``failcast fit --json`` prints (the report and notebooks read FleetAnalysis)."""
-    regression = result.size_regression
+    regression = result.fits.size_regression
     return {
         "observed_until": result.observed_until,
         **({"observed_since": result.options.since} if result.options.since else {}),
-        "first_gap": result.first_gap,
+        "first_gap": result.fits.first_gap,
         "interruption_window_minutes": result.interruption_window_minutes,
         "exposure_estimated": result.exposure_estimated,
         "failures": int(result.rates_overall["failures"].sum()),
         "failures_left_out": records(result.failures_left_out),
-        "best_family": result.best_family,
+        "best_family": result.fits.best_family,
         "not_fitted": result.too_few_gaps or None,
-        "hazard_message": result.node_fits["weibull"].hazard_message_ if result.has_fits else None,
-        "node_time_between_failures": {family: _tbf_fit(m) for family, m in result.node_fits.items()},
-        "kaplan_meier_median_hours": result.kaplan_meier.median_hours_ if result.has_fits else None,
+        "hazard_message": result.fits.node_fits["weibull"].hazard_message_ if result.has_fits else None,
+        "node_time_between_failures": {family: _tbf_fit(m) for family, m in result.fits.node_fits.items()},
+        "kaplan_meier_median_hours": result.fits.kaplan_meier.median_hours_ if result.has_fits else None,
         "cluster_mtbf": records(result.cluster_mtbf),
         "scaling": None
-        if result.scaling is None
+        if result.fits.scaling is None
         else {
-            "alpha": result.scaling.alpha_,
-            "alpha_ci": result.scaling.alpha_confidence_interval_,
-            "mtbf_one_instance_hours": result.scaling.mtbf_one_hours_,
-            "count_dispersion": result.count_dispersion,
-            "projected": records(result.scaling_projection),
+            "alpha": result.fits.scaling.alpha_,
+            "alpha_ci": result.fits.scaling.alpha_confidence_interval_,
+            "mtbf_one_instance_hours": result.fits.scaling.mtbf_one_hours_,
+            "count_dispersion": result.fits.count_dispersion,
+            "projected": records(result.fits.scaling_projection),
         },
         "size_regression": None
         if regression is None
@@ -80,7 +80,7 @@ def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
             "shape_ci": regression.shape_confidence_interval_,
             "count_dispersion": regression.dispersion_,
             "mtbf_one_instance_hours": regression.mtbf_one_hours_,
-            "projected": records(result.size_regression_projection),
+            "projected": records(result.fits.size_regression_projection),
         },
         "size_laws_agreement": analysis_mod.size_laws_agreement(result) or None,
         "trend_tests": records(result.trend_tests),
@@ -121,16 +121,16 @@ def fit(db: Path, since, until, first_gap: str, interruption_window_minutes: flo
     if not result.has_fits:
         click.echo(f"nothing to fit: {result.too_few_gaps}")
         return
-    click.echo(f"best family by AIC: {result.best_family}")
-    for family, m in result.node_fits.items():
+    click.echo(f"best family by AIC: {result.fits.best_family}")
+    for family, m in result.fits.node_fits.items():
         low, high = m.mtbf_confidence_interval_
         click.echo(
             f"  {family:12s} node MTBF {format_value('mtbf_hours', m.mtbf_hours_):>10s} h  "
             f"(95% CI {format_value('mtbf_hours', low)}–{format_value('mtbf_hours', high)})"
             f"  AIC {m.aic_:,.1f}" + (f"\n               {m.mtbf_note_}" if m.mtbf_note_ else "")
         )
-    click.echo(result.node_fits["weibull"].hazard_message_)
-    for name, s in (("counts", result.scaling), ("Weibull AFT", result.size_regression)):
+    click.echo(result.fits.node_fits["weibull"].hazard_message_)
+    for name, s in (("counts", result.fits.scaling), ("Weibull AFT", result.fits.size_regression)):
         if s is not None:
             click.echo(
                 f"MTBF(N) = {format_value('mtbf_hours', s.mtbf_one_hours_)} h / N^{s.alpha_:.3f} "

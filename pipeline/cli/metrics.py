@@ -40,7 +40,11 @@ def render(db: Path, cfg: config_mod.RunConfig) -> str:
             )
             for job in cfg.jobs
         ]
-        measured = analysis_mod.measured_recovery_hours(result) if cfg.recovery_source == "measured" else None
+        measured = (
+            analysis_mod.measured_recovery_hours(result.repairs, result.jobs)
+            if cfg.recovery_source == "measured"
+            else None
+        )
         outlook = report_mod.job_outlook(  # the metrics use expected values, as failcast run writes them
             specs[0], monte_carlo_runs=0, measured=measured or None, others=specs[1:]
         )

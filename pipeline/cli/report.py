@@ -87,7 +87,7 @@ def report(
             monte_carlo_runs=monte_carlo_runs,
             seed=seed,
             measured=measured,
-            repair=analysis_mod.repair_curve(result),
+            repair=analysis_mod.repair_curve(result.repairs),
             others=specs[1:],
         )
     folder, name = (out.parent, out.name) if out.suffix.lower() in (".html", ".htm") else (out, None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis
+from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, ReliabilityFits
 from pipeline.report.format import duration_text, format_value, interval_name
 from pipeline.report.outlook import JobOutlook, mode_card, saving_card
 from pipeline.report.planning import spares_card
@@ -32,8 +32,8 @@ def summary_cards(
             (
                 (
                     "Best time-between-failures model",
-                    analysis.best_family,
-                    analysis.node_fits["weibull"].hazard_message_ or "",
+                    analysis.fits.best_family,
+                    analysis.fits.node_fits["weibull"].hazard_message_ or "",
                 )
                 if analysis.has_fits
                 else ("Time between failures", "not fitted", analysis.too_few_gaps)
@@ -52,7 +52,7 @@ def summary_cards(
     cards += _cause_card(analysis)
     cards += _fleet_action_cards(analysis, projection)
     at = "" if analysis.has_failures else " at the upper-bound rate"
-    cards += _scaling_cards(analysis, projection)
+    cards += _scaling_cards(analysis.fits, projection)
     cards += _trend_card(analysis)
     if projection is not None:
         for m in projection.modes.iter_rows(named=True):
@@ -108,11 +108,11 @@ def _cause_card(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
     return [("Biggest cause of interruptions", value, f"a tie: {', '.join(top)}, {each} each")]
 
 
-def _scaling_cards(analysis: FleetAnalysis, projection: JobOutlook | None) -> list[tuple[str, str, str]]:
+def _scaling_cards(fits: ReliabilityFits, projection: JobOutlook | None) -> list[tuple[str, str, str]]:
     """α of the count law (the AFT's α in the note: the two views should agree), and the cluster
     MTBF at the planned size: the job's, from the failure model its projection uses, else the
     smallest of ``PROJECTED_SIZES``; the law's MTBF at the other sizes people plan for in the note."""
-    s, aft = analysis.scaling, analysis.size_regression
+    s, aft = fits.scaling, fits.size_regression
     cards, law = [], {}
     if s is not None:
         # 3 decimals, as the scaling section's note and failcast fit print them
@@ -121,7 +121,7 @@ def _scaling_cards(analysis: FleetAnalysis, projection: JobOutlook | None) -> li
             low, high = aft.alpha_confidence_interval_
             note += f"; Weibull AFT view {aft.alpha_:.3f} ({low:.3f}–{high:.3f})"
         cards.append(("MTBF scaling exponent α", f"{s.alpha_:.3f}", f"{note} (1 = independent failures)"))
-        projected = analysis.scaling_projection.filter(
+        projected = fits.scaling_projection.filter(
             pl.col("instances").is_in([float(n) for n in PROJECTED_SIZES])
         )
         law = {int(r["instances"]): r for r in projected.iter_rows(named=True)}

@@ -77,10 +77,10 @@ def _per_cluster(frame: str, column: str) -> Callable[[MetricInputs], Iterable[S
 
 def _best_fit(attribute: str, index: int | None = None) -> Callable[[MetricInputs], Iterable[Sample]]:
     def samples(i: MetricInputs) -> Iterable[Sample]:
-        if i.analysis.best_family is None:  # no failures yet: nothing was fitted, nothing to export
+        if i.analysis.fits.best_family is None:  # no failures yet: nothing was fitted, nothing to export
             return []
-        value = getattr(i.analysis.node_fits[i.analysis.best_family], attribute)
-        return [({"family": i.analysis.best_family}, value if index is None else value[index])]
+        value = getattr(i.analysis.fits.node_fits[i.analysis.fits.best_family], attribute)
+        return [({"family": i.analysis.fits.best_family}, value if index is None else value[index])]
 
     return samples
 

@@ -14,6 +14,7 @@ import polars as pl
 from pipeline.analysis import (
     FleetAnalysis,
     JobAnalysis,
+    ReliabilityFits,
     RepairAnalysis,
     left_out_note,
     size_laws_agreement,
@@ -29,7 +30,7 @@ from pipeline.report.reliability import reliability_sections
 from pipeline.report.section import Section
 
 
-def _fits_table(analysis: FleetAnalysis) -> pl.DataFrame:
+def _fits_table(fits: ReliabilityFits) -> pl.DataFrame:
     return pl.DataFrame(
         [
             {
@@ -39,7 +40,7 @@ def _fits_table(analysis: FleetAnalysis) -> pl.DataFrame:
                 "mtbf_ci_high_hours": m.mtbf_confidence_interval_[1],
                 "aic": m.aic_,
             }
-            for f, m in analysis.node_fits.items()
+            for f, m in fits.node_fits.items()
         ]
     ).sort("aic")
 
@@ -50,16 +51,16 @@ def _scaling_note(analysis: FleetAnalysis) -> str:
         f"({interval_name(analysis.interval_method)}: the headline table's and the rate table's figures)."
     )
     for name, model, how in (
-        (charts.COUNT_LAW, analysis.scaling, "failure counts per cluster-hour"),
-        (charts.AFT_LAW, analysis.size_regression, "cluster-level times between failures"),
+        (charts.COUNT_LAW, analysis.fits.scaling, "failure counts per cluster-hour"),
+        (charts.AFT_LAW, analysis.fits.size_regression, "cluster-level times between failures"),
     ):
         if model is not None:
             low, high = model.alpha_confidence_interval_
             note += f" {name} fitted on {how}: α = {model.alpha_:.3f} (95% CI {low:.3f}–{high:.3f})."
-    if analysis.scaling is not None or analysis.size_regression is not None:
+    if analysis.fits.scaling is not None or analysis.fits.size_regression is not None:
         note += (
             f" Bands: each law's 95% interval, widened by the dispersion of every node's counts "
-            f"(φ = {analysis.count_dispersion:.2f}) when above 1."
+            f"(φ = {analysis.fits.count_dispersion:.2f}) when above 1."
         )
     agreement = size_laws_agreement(analysis)
     return f"{note} {agreement}" if agreement else note
@@ -156,17 +157,18 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
         Section(
             "time-between-failures",
             "Time between failures per node: Kaplan–Meier, Nelson–Aalen and fitted models",
-            alt.hconcat(charts.survival_chart(analysis), charts.cumulative_hazard_chart(analysis)),
-            _fits_table(analysis),
-            note=f"Left: Kaplan–Meier with its 95% band; best family by AIC: {analysis.best_family}. "
+            alt.hconcat(charts.survival_chart(analysis.fits), charts.cumulative_hazard_chart(analysis.fits)),
+            _fits_table(analysis.fits),
+            note=f"Left: Kaplan–Meier with its 95% band; best family by AIC: {analysis.fits.best_family}. "
             "Right: Nelson–Aalen cumulative hazard; the dashed line is the exponential fit (constant "
-            "hazard)." + "".join(f" {m.mtbf_note_}." for m in analysis.node_fits.values() if m.mtbf_note_),
+            "hazard)."
+            + "".join(f" {m.mtbf_note_}." for m in analysis.fits.node_fits.values() if m.mtbf_note_),
         ),
         Section(
             "mtbf-vs-cluster-size",
             "Cluster MTBF against cluster size: two views",
             charts.scaling_chart(analysis),
-            charts.size_law_table(analysis) if charts.size_laws(analysis).height else None,
+            charts.size_law_table(analysis) if charts.size_laws(analysis.fits).height else None,
             note=_scaling_note(analysis),
         ),
         _job_section(analysis.jobs),
