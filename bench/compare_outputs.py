@@ -83,6 +83,11 @@ parts = {
              "recoveries": "job_recoveries", "badput": "badput"},
     "repairs": {"outages": "outages", "times": "repair_times"},
     "nodes": {"rates": "rates_by_node", "lemons": "lemons", "dispersion_test": "dispersion_test"},
+    "rates": {
+        "overall": "rates_overall", "by_cluster": "rates_by_cluster", "by_category": "rates_by_category",
+        "by_month": "rates_by_month", "by_size_bucket": "rates_by_size_bucket",
+        "category_shares": "category_shares", "trend_tests": "trend_tests", "cluster_mtbf": "cluster_mtbf",
+        "interval_method": "interval_method"},
     "fits": {name: name for name in (
         "node_fits", "best_family", "kaplan_meier", "nelson_aalen", "node_durations", "cluster_durations",
         "cluster_kaplan_meier", "first_gap", "count_dispersion", "scaling", "scaling_projection",

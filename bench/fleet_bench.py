@@ -465,7 +465,7 @@ def analyze(paths, db: Path) -> dict:
 
     result = analysis.analyze(warehouse.connect(db, read_only=True))
     return {
-        "failures": int(result.rates_overall["failures"].sum()),
+        "failures": int(result.rates.overall["failures"].sum()),
         "interruptions": result.interruptions.height,
         "best_family": result.fits.best_family,
     }

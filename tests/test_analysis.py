@@ -60,10 +60,10 @@ def test_analysis_recovers_the_simulated_fleet(result):
 def test_analysis_new_fields_have_their_shape(result):
     clusters = sorted(f"c{n:04d}" for n in SPEC.cluster_sizes)
     assert result.fits.first_gap == "drop"
-    assert sorted(result.trend_tests["cluster_id"]) == clusters
-    assert set(result.trend_tests["crow_verdict"]) <= {"flat", "rising", "falling"}
-    assert sorted(result.rates_by_size_bucket["size_bucket"]) == [32, 128, 512]
-    sums = result.category_shares.group_by("cluster_id").agg(pl.col("share").sum())
+    assert sorted(result.rates.trend_tests["cluster_id"]) == clusters
+    assert set(result.rates.trend_tests["crow_verdict"]) <= {"flat", "rising", "falling"}
+    assert sorted(result.rates.by_size_bucket["size_bucket"]) == [32, 128, 512]
+    sums = result.rates.category_shares.group_by("cluster_id").agg(pl.col("share").sum())
     assert sums["share"].to_list() == pytest.approx([1.0] * 3)
     assert isinstance(result.fits.nelson_aalen, models.NelsonAalen)
     assert result.fits.nelson_aalen.cumulative_hazard_[-1] > 0
@@ -85,7 +85,7 @@ def test_keeping_first_gaps_changes_only_the_gap_fits(db, result):
     con.close()
     assert kept.fits.node_durations["count"].sum() > result.fits.node_durations["count"].sum()
     # sums over the uptime pieces are summed in parallel: equal up to float rounding
-    assert_frame_equal(kept.rates_by_cluster, result.rates_by_cluster, check_exact=False, rel_tol=1e-12)
+    assert_frame_equal(kept.rates.by_cluster, result.rates.by_cluster, check_exact=False, rel_tol=1e-12)
 
 
 EXISTING_RATE_KEYS = {
@@ -166,9 +166,9 @@ def test_job_interruptions_from_the_warehouse_jobs_table(db, tmp_path, result):
             " file_id, line) VALUES (?, ?, ?, ?, ?, [], ?, 0, 0)",
             [job_id, cluster, state, hours, nnodes, interrupted],
         )
-    jobs = analysis.job_interruptions(con, result.rates_by_cluster)
+    jobs = analysis.job_interruptions(con, result.rates.by_cluster)
     con.close()
-    rate = dict(result.rates_by_cluster.select("cluster_id", "rate_per_node_hour").iter_rows())
+    rate = dict(result.rates.by_cluster.select("cluster_id", "rate_per_node_hour").iter_rows())
     four = jobs.filter(nnodes_bucket=4).row(0, named=True)
     assert (four["jobs"], four["interruptions"]) == (2, 1)
     assert four["expected_rate_per_job_hour"] == pytest.approx(4 * rate["c0032"])
@@ -246,11 +246,11 @@ def test_rates_count_interruptions_by_root_cause(tmp_path):
     truth = transform.failure_rates(incidents, exposure, by=["failure_class"]).select(
         "failure_class", "failures"
     )
-    assert default.rates_by_category.select("failure_class", "failures").equals(truth)
-    assert default.rates_overall["failures"][0] == truth["failures"].sum()
+    assert default.rates.by_category.select("failure_class", "failures").equals(truth)
+    assert default.rates.overall["failures"][0] == truth["failures"].sum()
     # an echo after its node left service has no exposure behind it: at most one per XID 79
     assert (
-        truth["failures"].sum() < raw.rates_overall["failures"][0] <= truth["failures"].sum() + xid79.height
+        truth["failures"].sum() < raw.rates.overall["failures"][0] <= truth["failures"].sum() + xid79.height
     )
     assert default.interruption_window_minutes == 30 and raw.interruption_window_minutes is None
     assert counts == [fleet.incidents.height + echoes.height] * 2  # the whole table, lazily
@@ -275,7 +275,7 @@ def test_failure_model_for_a_job_size_recovers_the_true_rate(result, instances, 
     low, high = model.rate_ci_low_per_instance_hour, model.rate_ci_high_per_instance_hour
     assert low <= SPEC.rate_per_node_hour <= high  # independent nodes: the same rate at any size
     if "measured" in how:
-        row = result.rates_by_size_bucket.filter(pl.col("size_bucket") == 128).row(0, named=True)
+        row = result.rates.by_size_bucket.filter(pl.col("size_bucket") == 128).row(0, named=True)
         assert model.rate_per_instance_hour == pytest.approx(row["rate_per_node_hour"])
 
 
@@ -304,9 +304,9 @@ def test_failure_model_with_one_cluster_size_uses_the_fleet_rate(tmp_path):
     fleet = analysis.analyze(con)
     con.close()
     model = analysis.failure_model_for(fleet, 1024)
-    assert model.source == f"fleet: rate ({fleet.interval_method} 95% interval)"
+    assert model.source == f"fleet: rate ({fleet.rates.interval_method} 95% interval)"
     assert model.rate_per_instance_hour == pytest.approx(fleet.fleet_rate.rate_)
-    overall = fleet.rates_overall.row(0, named=True)  # the rate table's interval, not another one
+    overall = fleet.rates.overall.row(0, named=True)  # the rate table's interval, not another one
     assert (model.rate_ci_low_per_instance_hour, model.rate_ci_high_per_instance_hour) == (
         overall["rate_ci_low"],
         overall["rate_ci_high"],

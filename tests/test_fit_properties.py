@@ -152,7 +152,7 @@ def _check_outputs(result: analysis.FleetAnalysis, db: Path) -> None:
     for frame in (
         result.fits.scaling_projection,
         result.fits.size_regression_projection,
-        result.cluster_mtbf,
+        result.rates.cluster_mtbf,
     ):
         for column in frame.columns:
             if frame[column].dtype.is_float():

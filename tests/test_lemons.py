@@ -330,13 +330,13 @@ def test_rates_name_their_interval(sample_warehouse, args, method):
     con = warehouse.connect(sample_warehouse, read_only=True)
     result = analysis.analyze(con)
     con.close()
-    expected = method or result.interval_method
+    expected = method or result.rates.interval_method
     assert {r["interval"] for r in rows} == {expected}
     # rates counts in DuckDB, analyze in Polars: sums in another order, the same phi to ~1e-11
     [dispersion] = {r["dispersion"] for r in rows}
     assert dispersion == pytest.approx(result.nodes.dispersion_test.dispersion(expected), rel=1e-9)
     if method is None:  # the default is the analysis's decision, and the report says which
-        assert result.rates_by_cluster["rate_ci_high"].to_list() == pytest.approx(
+        assert result.rates.by_cluster["rate_ci_high"].to_list() == pytest.approx(
             [r["rate_ci_high"] for r in rows]
         )
     verdict, interval, *table = _run("rates", "--db", str(sample_warehouse), *args).splitlines()
@@ -344,7 +344,7 @@ def test_rates_name_their_interval(sample_warehouse, args, method):
         "95% intervals: " + ("quasi-Poisson" if expected == "overdispersed" else "exact")
     )
     # the verdict first: the fleet's rate in % per instance-hour and its interval, as the report has it
-    fleet = result.rates_overall.row(0, named=True) if method is None else None
+    fleet = result.rates.overall.row(0, named=True) if method is None else None
     assert verdict.startswith("Fleet: ") and "per instance-hour (95% CI" in verdict
     if fleet is not None:
         rate, low, high = (
@@ -356,7 +356,7 @@ def test_rates_name_their_interval(sample_warehouse, args, method):
         assert f"{fleet['failures']:,} failures" in verdict
     # a table for people: headers in words with units, one row per cluster, rates in percent
     assert table[0].split("  ")[0] == "Cluster" and "Rate (% per instance-hour)" in table[0]
-    assert len(table) == 2 + result.rates_by_cluster.height and table[2].split()[-1].endswith("%")
+    assert len(table) == 2 + result.rates.by_cluster.height and table[2].split()[-1].endswith("%")
 
 
 def test_vectorised_beta_binomial_tail_is_scipys_bit_for_bit():

@@ -77,7 +77,7 @@ def hostile_analysis(hostile_warehouse) -> analysis.FleetAnalysis:
 def with_jobs(fleet: analysis.FleetAnalysis) -> analysis.FleetAnalysis:
     """``fleet`` with Slurm job interruptions of a few jobs on every cluster (1 to 16 nodes), and
     a backtest of 300 jobs drawn from the sample fleet's true model."""
-    clusters = fleet.rates_by_cluster["cluster_id"].to_list()
+    clusters = fleet.rates.by_cluster["cluster_id"].to_list()
     jobs = pl.DataFrame(
         {
             "cluster_id": [c for c in clusters for _ in range(5)],
@@ -107,7 +107,7 @@ def with_jobs(fleet: analysis.FleetAnalysis) -> analysis.FleetAnalysis:
     )
     restarts = fleet.jobs.recoveries.with_columns(nodes=pl.lit(None, pl.List(pl.String)))
     part = analysis.JobAnalysis(
-        interruptions=transform.job_interruption_rates(jobs, fleet.rates_by_cluster),
+        interruptions=transform.job_interruption_rates(jobs, fleet.rates.by_cluster),
         backtest=analysis.JobBacktestResult(predictions, backtest, transform.MIN_HISTORY_FAILURES),
         recoveries=fleet.jobs.recoveries,
         badput=transform.badput_by_class(ended, restarts, fleet.interruptions),
@@ -266,7 +266,10 @@ def test_charts_embed_only_aggregated_rows(pages, rich_analysis):
     assert len(pages[True].html.encode()) < 5_000_000
     a = rich_analysis
     bound = max(
-        charts.MAX_CURVE_POINTS, a.rates_by_month.height, a.rates_by_category.height, a.category_shares.height
+        charts.MAX_CURVE_POINTS,
+        a.rates.by_month.height,
+        a.rates.by_category.height,
+        a.rates.category_shares.height,
     )
     for slug, spec in pages[True].specs.items():
         for name, rows in spec.get("datasets", {}).items():
@@ -341,7 +344,7 @@ def test_mode_colour_does_not_depend_on_order(order):
 def test_headline_quotes_fleet_rate_and_projection(hostile_analysis):
     outlook = outlook_frames()
     cards = report.summary_cards(hostile_analysis, outlook)
-    row = hostile_analysis.rates_overall.row(0, named=True)  # the rate table's figures, as printed there
+    row = hostile_analysis.rates.overall.row(0, named=True)  # the rate table's figures, as printed there
     assert cards[0][1] == f"{format_value('rate_per_node_hour', row['rate_per_node_hour'])} per instance-hour"
     low, high = (format_value("rate_ci_low", row[k]) for k in ("rate_ci_low", "rate_ci_high"))
     assert f"{low}–{high}" in cards[0][2]
@@ -529,7 +532,9 @@ def sample_analysis(sample_warehouse) -> analysis.FleetAnalysis:
 def test_trend_section_shows_every_clusters_verdicts(pages, rich_analysis):
     table = drivers.trend_table(rich_analysis)
     assert table["cluster_id"].to_list() == charts.clusters_by_size(rich_analysis)
-    expected = rich_analysis.trend_tests.select("cluster_id", "laplace_verdict", "crow_verdict", "crow_beta")
+    expected = rich_analysis.rates.trend_tests.select(
+        "cluster_id", "laplace_verdict", "crow_verdict", "crow_beta"
+    )
     assert table.select(expected.columns).sort("cluster_id").equals(expected.sort("cluster_id"))
     rows = [r for rows in pages[False].specs["rate-trends"]["datasets"].values() for r in rows]
     drawn = {r["cluster_id"]: r for r in rows if "crow_beta" in r}
@@ -543,8 +548,8 @@ def test_trend_section_shows_every_clusters_verdicts(pages, rich_analysis):
 
 def test_root_causes_per_cluster_table_quotes_the_shares(rich_analysis):
     table = drivers.category_share_table(rich_analysis)
-    shares = rich_analysis.category_shares
-    assert table["failures"].sum() == shares["failures"].sum() == rich_analysis.rates_overall["failures"][0]
+    shares = rich_analysis.rates.category_shares
+    assert table["failures"].sum() == shares["failures"].sum() == rich_analysis.rates.overall["failures"][0]
     for row in shares.filter(pl.col("failures") > 0).iter_rows(named=True):
         cell = table.filter(failure_class=row["failure_class"])[row["cluster_id"]][0]
         assert cell.startswith(f"{round(row['share'] * 100, 1)}% [{round(row['share_ci_low'] * 100, 1)}–")
@@ -554,12 +559,12 @@ def test_root_causes_per_cluster_table_quotes_the_shares(rich_analysis):
 @pytest.mark.parametrize("n", [1, 5, drivers.TOP_NODES])
 def test_top_nodes_are_the_nodes_with_most_failures(rich_analysis, n):
     by_node = rich_analysis.nodes.rates
-    assert by_node["failures"].sum() == rich_analysis.rates_overall["failures"][0]
+    assert by_node["failures"].sum() == rich_analysis.rates.overall["failures"][0]
     top = drivers.top_nodes(rich_analysis, n)
     assert top.height == n and top["failures"].is_sorted(descending=True)
     assert top["failures"][0] == by_node["failures"].max()
     assert top["failures"].min() >= by_node["failures"].sort(descending=True)[n - 1]
-    rate = dict(rich_analysis.rates_by_cluster.select("cluster_id", "rate_per_node_hour").iter_rows())
+    rate = dict(rich_analysis.rates.by_cluster.select("cluster_id", "rate_per_node_hour").iter_rows())
     for row in top.iter_rows(named=True):
         assert row["expected_failures"] == pytest.approx(rate[row["cluster_id"]] * row["exposure_node_hours"])
 
@@ -640,12 +645,12 @@ def test_headline_rate_interval_is_the_default_one_and_named(rich_analysis, meth
     """The card quotes the same interval as `failcast rates` (the default method's), not always
     the exact one, and names its method."""
     phi = 1.7 if method == "overdispersed" else 1.0
-    row = rich_analysis.rates_overall.row(0, named=True)
+    row = rich_analysis.rates.overall.row(0, named=True)
     low, high = transform.poisson_interval([row["failures"]], [row["exposure_node_hours"]], dispersion=phi)
     fleet = dataclasses.replace(
         rich_analysis,
         interval_method=method,
-        rates_overall=rich_analysis.rates_overall.with_columns(rate_ci_low=low[0], rate_ci_high=high[0]),
+        rates_overall=rich_analysis.rates.overall.with_columns(rate_ci_low=low[0], rate_ci_high=high[0]),
     )
     title, _, note = report.summary_cards(fleet)[0]
     assert title == "Fleet interruption rate"
@@ -681,9 +686,9 @@ def test_public_baselines_put_this_fleet_beside_published_fleets(rich_analysis, 
         (pl.col("source") == comparisons.THIS_FLEET) & (pl.col("fleet") != comparisons.ALL_CLUSTERS)
     )
     assert mine["series"].to_list() == mine["fleet"].to_list()
-    assert set(mine["fleet"]) == set(rich_analysis.rates_by_cluster["cluster_id"])
+    assert set(mine["fleet"]) == set(rich_analysis.rates.by_cluster["cluster_id"])
     lanl = table.filter(source="LANL")
-    assert lanl.height == sample_analysis.rates_by_cluster.height and set(lanl["series"]) == {"LANL"}
+    assert lanl.height == sample_analysis.rates.by_cluster.height and set(lanl["series"]) == {"LANL"}
     assert table["label"].n_unique() == table.height
     # published fleets always, other fleets only when passed in
     alone = comparisons.baselines(rich_analysis)
@@ -720,13 +725,15 @@ def test_cli_report_names_a_baseline_warehouse_without_inventory(tmp_path, sampl
 
 @pytest.mark.parametrize("moving", [0, 1, 3, 5])
 def test_trend_card_names_the_strongest_trends_only(rich_analysis, moving):
-    tests = rich_analysis.trend_tests.filter(pl.col("crow_verdict").is_not_null()).head(1)
+    tests = rich_analysis.rates.trend_tests.filter(pl.col("crow_verdict").is_not_null()).head(1)
     tests = pl.concat([tests] * 6).with_columns(
         cluster_id=pl.Series([f"c{i}" for i in range(6)]),
         crow_verdict=pl.Series(["rising"] * moving + ["flat"] * (6 - moving)),
         crow_p_value=pl.Series([0.01 * (i + 1) for i in range(6)]),
     )
-    cards = report.summary_cards(dataclasses.replace(rich_analysis, trend_tests=tests))
+    cards = report.summary_cards(
+        dataclasses.replace(rich_analysis, rates=dataclasses.replace(rich_analysis.rates, trend_tests=tests))
+    )
     _, value, note = next(c for c in cards if "trend" in c[0])
     assert value == f"flat in {6 - moving} of 6 clusters"
     named = [f"c{i} rising" for i in range(moving)]
@@ -751,8 +758,8 @@ def test_contents_link_every_shown_section_and_list_the_empty_ones(hostile_analy
 
 def test_biggest_cause_card_names_the_top_category_and_its_share(rich_analysis):
     card = next(c for c in report.summary_cards(rich_analysis) if c[0] == "Biggest cause of interruptions")
-    top = rich_analysis.rates_by_category.sort("failures", descending=True).row(0, named=True)
-    total = rich_analysis.rates_by_category["failures"].sum()
+    top = rich_analysis.rates.by_category.sort("failures", descending=True).row(0, named=True)
+    total = rich_analysis.rates.by_category["failures"].sum()
     assert card[1] == top["failure_class"]
     assert f"{top['failures']:,} of {total:,} interruptions" in card[2]
 
@@ -769,7 +776,9 @@ def test_biggest_cause_card_names_the_top_category_and_its_share(rich_analysis):
 def test_biggest_cause_card_names_every_cause_that_ties(rich_analysis, failures, value, note):
     classes = ["gpu_memory", "network", "software", "host"][: len(failures)]
     causes = pl.DataFrame({"failure_class": classes, "failures": list(failures)})
-    fleet = dataclasses.replace(rich_analysis, rates_by_category=causes)
+    fleet = dataclasses.replace(
+        rich_analysis, rates=dataclasses.replace(rich_analysis.rates, by_category=causes)
+    )
     card = next(c for c in report.summary_cards(fleet) if c[0] == "Biggest cause of interruptions")
     assert card[1] == value and note in card[2]
 

@@ -105,8 +105,8 @@ def test_analyze_counts_what_the_start_leaves_out(db):
     con = warehouse.connect(db, read_only=True)
     result = analysis.analyze(con, analysis.AnalysisOptions(since=SINCE, exposure_basis="calendar"))
     assert result.options.until == UNTIL and result.options.since == SINCE
-    assert result.rates_overall["failures"].item() == 3
-    assert result.rates_overall["exposure_node_hours"].item() == pytest.approx(CALENDAR_HOURS)
+    assert result.rates.overall["failures"].item() == 3
+    assert result.rates.overall["exposure_node_hours"].item() == pytest.approx(CALENDAR_HOURS)
     left = dict(result.failures_left_out.iter_rows())
     assert left == {transform.BEFORE_WINDOW_REASON: 2, **dict.fromkeys(transform.LEFT_OUT_REASONS, 0)}
     assert result.failures_counted["timestamp_utc"].min() == SINCE

@@ -114,7 +114,7 @@ def test_rates_count_the_same_uptime_in_duckdb_as_in_polars(table_db):
         fleet = analysis.analyze(con)
     finally:
         con.close()
-    [row] = fleet.rates_overall.to_dicts()
+    [row] = fleet.rates.overall.to_dicts()
     assert rates[0]["failures"] == row["failures"]
     assert rates[0]["exposure_node_hours"] == pytest.approx(row["exposure_node_hours"], rel=1e-12)
 

@@ -15,6 +15,7 @@ import polars as pl
 from pipeline import models, record_checks, transform, warehouse
 from pipeline.analysis.failures import (
     NodeAnalysis,
+    RateAnalysis,
     cluster_mtbf,
     counted_failures,
     left_out_warning,
@@ -88,7 +89,7 @@ class FleetAnalysis:
     failures, with the one-sided ``rate_upper_bound``) and trend rows but nothing to fit; so has
     a fleet with fewer than ``MIN_DISTINCT_GAPS`` distinct observed times between failures (its
     first failure, say): ``has_fits`` False, ``too_few_gaps`` says why.
-    The rate tables carry ``interval_method`` intervals: "overdispersed" (quasi-Poisson widened by
+    The rate tables carry ``rates.interval_method`` intervals: "overdispersed" (quasi-Poisson widened by
     ``nodes.dispersion_test.dispersion()``) or "exact"; by default "overdispersed" exactly when
     the Pearson test of the non-lemon nodes' counts rejects Poisson at 5% (:func:`node_evidence`).
     ``exposure`` holds the calendar service intervals; rates divide by ``rate_exposure``, which is
@@ -103,25 +104,17 @@ class FleetAnalysis:
     observed_until: datetime
     exposure: pl.DataFrame
     incidents: pl.LazyFrame
-    rates_overall: pl.DataFrame
-    rates_by_cluster: pl.DataFrame
-    rates_by_category: pl.DataFrame
-    rates_by_month: pl.DataFrame
-    cluster_mtbf: pl.DataFrame
     files: pl.DataFrame
     rejects: pl.DataFrame
-    rates_by_size_bucket: pl.DataFrame
-    category_shares: pl.DataFrame
-    trend_tests: pl.DataFrame
     exposure_estimated: bool
     interruptions: pl.DataFrame
     interruption_window_minutes: float | None
-    interval_method: str
     failures_left_out: pl.DataFrame
     rate_exposure: pl.DataFrame
     exposure_basis: str
     failures_counted: pl.DataFrame
     failure_operating_times: pl.DataFrame
+    rates: RateAnalysis
     fits: ReliabilityFits
     nodes: NodeAnalysis
     repairs: RepairAnalysis
@@ -133,13 +126,13 @@ class FleetAnalysis:
 
     @property
     def fleet_rate(self) -> models.PoissonRate:
-        row = self.rates_overall.row(0, named=True)
+        row = self.rates.overall.row(0, named=True)
         return models.PoissonRate().fit(row["failures"], row["exposure_node_hours"])
 
     @property
     def has_failures(self) -> bool:
         """True when at least one failure counts (in service, in the window)."""
-        return bool(self.rates_overall["failures"].sum())
+        return bool(self.rates.overall["failures"].sum())
 
     @property
     def has_fits(self) -> bool:
@@ -300,21 +293,24 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
         observed_until=end,
         exposure=exposure,
         incidents=incidents,
-        rates_overall=overall,
-        rates_by_cluster=by_cluster,
-        rates_by_category=by_category,
-        rates_by_month=by_month,
-        cluster_mtbf=per_cluster,
         files=warehouse.table(con, "ingested_files"),
         rejects=warehouse.table(con, "rejects"),
-        rates_by_size_bucket=by_size_bucket,
-        category_shares=shares,
-        trend_tests=trend_tests(operating_times, exposure),
         failure_operating_times=operating_times,
         failures_counted=counted,
         exposure_estimated=estimated,
         interruptions=failures,
         interruption_window_minutes=options.interruption_window_minutes,
+        rates=RateAnalysis(
+            overall=overall,
+            by_cluster=by_cluster,
+            by_category=by_category,
+            by_month=by_month,
+            by_size_bucket=by_size_bucket,
+            category_shares=shares,
+            trend_tests=trend_tests(operating_times, exposure),
+            cluster_mtbf=per_cluster,
+            interval_method=dispersion_check.method(options.interval),
+        ),
         fits=ReliabilityFits(
             node_fits=fits,
             best_family=models.best_by_aic(fits) if fitted else None,
@@ -335,7 +331,6 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
             size_regression_projection=regression_projection,
         ),
         nodes=NodeAnalysis(by_node, lemons, dispersion_check),
-        interval_method=dispersion_check.method(options.interval),
         failures_left_out=left_out,
         rate_exposure=at_risk,
         exposure_basis=options.exposure_basis,

@@ -113,12 +113,12 @@ def size_rates(analysis: FleetAnalysis, instance_type: str | None = None) -> Siz
         label += " (exposure estimated)"
     if instance_type is None:
         by_bucket, by_cluster, total = (
-            analysis.rates_by_size_bucket,
-            analysis.rates_by_cluster,
-            analysis.rates_overall,
+            analysis.rates.by_size_bucket,
+            analysis.rates.by_cluster,
+            analysis.rates.overall,
         )
     else:
-        phi = analysis.nodes.dispersion_test.dispersion(analysis.interval_method)
+        phi = analysis.nodes.dispersion_test.dispersion(analysis.rates.interval_method)
         by_bucket, by_cluster, total = (
             transform.failure_rates(analysis.interruptions, at_risk, by=by, dispersion=phi)
             for by in (["size_bucket"], ["cluster_id"], [])
@@ -140,7 +140,7 @@ def size_rates(analysis: FleetAnalysis, instance_type: str | None = None) -> Siz
             )
         )
     return SizeRates(
-        label, f"{analysis.interval_method} 95% interval", measured, law, total.row(0, named=True)
+        label, f"{analysis.rates.interval_method} 95% interval", measured, law, total.row(0, named=True)
     )
 
 
@@ -161,7 +161,7 @@ def size_laws_agreement(analysis: FleetAnalysis) -> str:
     (a_lo, a_hi), (b_lo, b_hi) = count.alpha_confidence_interval_, gaps.alpha_confidence_interval_
     if a_lo <= b_hi and b_lo <= a_hi:
         return "The two size laws agree (their 95% intervals for alpha overlap)."
-    clusters = analysis.cluster_mtbf
+    clusters = analysis.rates.cluster_mtbf
     test = models.ClusterHeterogeneity().fit(
         clusters["instances"], clusters["failures"], clusters["exposure_cluster_hours"], count
     )

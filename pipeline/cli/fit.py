@@ -53,14 +53,14 @@ def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
         "first_gap": result.fits.first_gap,
         "interruption_window_minutes": result.interruption_window_minutes,
         "exposure_estimated": result.exposure_estimated,
-        "failures": int(result.rates_overall["failures"].sum()),
+        "failures": int(result.rates.overall["failures"].sum()),
         "failures_left_out": records(result.failures_left_out),
         "best_family": result.fits.best_family,
         "not_fitted": result.too_few_gaps or None,
         "hazard_message": result.fits.node_fits["weibull"].hazard_message_ if result.has_fits else None,
         "node_time_between_failures": {family: _tbf_fit(m) for family, m in result.fits.node_fits.items()},
         "kaplan_meier_median_hours": result.fits.kaplan_meier.median_hours_ if result.has_fits else None,
-        "cluster_mtbf": records(result.cluster_mtbf),
+        "cluster_mtbf": records(result.rates.cluster_mtbf),
         "scaling": None
         if result.fits.scaling is None
         else {
@@ -83,8 +83,8 @@ def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
             "projected": records(result.fits.size_regression_projection),
         },
         "size_laws_agreement": analysis_mod.size_laws_agreement(result) or None,
-        "trend_tests": records(result.trend_tests),
-        "category_shares": records(result.category_shares),
+        "trend_tests": records(result.rates.trend_tests),
+        "category_shares": records(result.rates.category_shares),
         "job_interruptions": None
         if result.jobs.interruptions is None
         else records(result.jobs.interruptions),
@@ -116,7 +116,7 @@ def fit(db: Path, since, until, first_gap: str, interruption_window_minutes: flo
         echo_json(fit_payload(result))
         return
     if not result.has_failures:
-        click.echo(f"nothing to fit: {no_failures_line(result.rates_overall)}")
+        click.echo(f"nothing to fit: {no_failures_line(result.rates.overall)}")
         return
     if not result.has_fits:
         click.echo(f"nothing to fit: {result.too_few_gaps}")
@@ -140,7 +140,7 @@ def fit(db: Path, since, until, first_gap: str, interruption_window_minutes: flo
     agreement = analysis_mod.size_laws_agreement(result)
     if agreement:
         click.echo(agreement)
-    for row in result.trend_tests.iter_rows(named=True):
+    for row in result.rates.trend_tests.iter_rows(named=True):
         if row["crow_verdict"] is not None:
             click.echo(
                 f"trend {safe_text(row['cluster_id'])}: {row['crow_verdict']} "

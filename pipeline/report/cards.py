@@ -18,7 +18,7 @@ def summary_cards(
     analysis: FleetAnalysis, projection: JobOutlook | None = None
 ) -> list[tuple[str, str, str]]:
     """(title, value, note) of the headline cards: the numbers people quote."""
-    overall = analysis.rates_overall.row(0, named=True)  # the rate table's figures, its interval
+    overall = analysis.rates.overall.row(0, named=True)  # the rate table's figures, its interval
     low, high = (format_value("rate_ci_low", overall[k]) for k in ("rate_ci_low", "rate_ci_high"))
     hours = format_value("exposure_node_hours", overall["exposure_node_hours"])
     if analysis.has_failures:
@@ -26,7 +26,7 @@ def summary_cards(
             (
                 "Fleet interruption rate",
                 f"{format_value('rate_per_node_hour', overall['rate_per_node_hour'])} per instance-hour",
-                f"95% CI {low}–{high}, {interval_name(analysis.interval_method)}; "
+                f"95% CI {low}–{high}, {interval_name(analysis.rates.interval_method)}; "
                 f"{overall['failures']:,} failures in {hours} instance-hours",
             ),
             (
@@ -95,7 +95,7 @@ def _fleet_action_cards(analysis: FleetAnalysis, projection: JobOutlook | None) 
 def _cause_card(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
     """The root cause with the most interruptions, and its share; causes that tie for the most
     are named together (one picked would be a verdict the data do not give)."""
-    causes = analysis.rates_by_category
+    causes = analysis.rates.by_category
     total = int(causes["failures"].sum()) if causes.height else 0
     if total == 0:
         return []
@@ -169,7 +169,7 @@ TREND_CARD_CLUSTERS = 3  # the card names the clusters with the strongest trends
 
 
 def _trend_card(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
-    tested = analysis.trend_tests.filter(pl.col("crow_verdict").is_not_null())
+    tested = analysis.rates.trend_tests.filter(pl.col("crow_verdict").is_not_null())
     if tested.height == 0:
         return []
     moving = tested.filter(pl.col("crow_verdict") != "flat").sort("crow_p_value")

@@ -55,19 +55,19 @@ def mode_color(modes: Sequence[str]) -> alt.Scale:
 
 
 def clusters_by_size(analysis: FleetAnalysis) -> list[str]:
-    return analysis.cluster_mtbf.sort("instances", "cluster_id")["cluster_id"].to_list()
+    return analysis.rates.cluster_mtbf.sort("instances", "cluster_id")["cluster_id"].to_list()
 
 
 def rate_ci_words(analysis: FleetAnalysis) -> str:
     """ "95% CI, <method>" of the fleet's rate tables (``interval_method``: every rate of the
     analysis but the per-node ones), for axis titles and notes."""
-    return f"95% CI, {interval_name(analysis.interval_method)}"
+    return f"95% CI, {interval_name(analysis.rates.interval_method)}"
 
 
 def rate_by_cluster_chart(analysis: FleetAnalysis) -> alt.Chart:
     data = (
-        analysis.cluster_mtbf.select("cluster_id", "instances")
-        .join(analysis.rates_by_cluster, on="cluster_id")
+        analysis.rates.cluster_mtbf.select("cluster_id", "instances")
+        .join(analysis.rates.by_cluster, on="cluster_id")
         .with_columns(
             pct_per_instance_hour=pl.col("rate_per_node_hour") * 100,
             ci_low_pct=pl.col("rate_ci_low") * 100,
@@ -111,7 +111,7 @@ def rate_by_cluster_chart(analysis: FleetAnalysis) -> alt.Chart:
 
 
 def rate_over_time_chart(analysis: FleetAnalysis) -> alt.Chart:
-    data = analysis.rates_by_month.select(
+    data = analysis.rates.by_month.select(
         "cluster_id",
         "period",
         "failures",
@@ -142,7 +142,7 @@ def rate_over_time_chart(analysis: FleetAnalysis) -> alt.Chart:
 def category_table(analysis: FleetAnalysis) -> pl.DataFrame:
     """Root causes like Llama 3's table: count, share of interruptions, rate with interval."""
     return (
-        analysis.rates_by_category.with_columns(share=pl.col("failures") / pl.col("failures").sum())
+        analysis.rates.by_category.with_columns(share=pl.col("failures") / pl.col("failures").sum())
         .select("failure_class", "failures", "share", "rate_per_node_hour", "rate_ci_low", "rate_ci_high")
         .sort("failures", descending=True)
     )
@@ -302,7 +302,7 @@ def size_law_layers(analysis: FleetAnalysis, axis_x: alt.X, axis_y: alt.Y) -> al
 
 def scaling_chart(analysis: FleetAnalysis) -> alt.LayerChart:
     """Observed cluster MTBF per cluster with both fitted size laws over it (log-log axes)."""
-    observed = analysis.cluster_mtbf.select(
+    observed = analysis.rates.cluster_mtbf.select(
         "cluster_id", "instances", "failures", "mtbf_hours", "mtbf_ci_low_hours", "mtbf_ci_high_hours"
     )
     axis_x = alt.X("instances:Q", scale=alt.Scale(type="log"), title="instances in the cluster")

@@ -64,7 +64,7 @@ class Metric:
 
 
 def _fleet(column: str) -> Callable[[MetricInputs], Iterable[Sample]]:
-    return lambda i: [({}, i.analysis.rates_overall[column][0])]
+    return lambda i: [({}, i.analysis.rates.overall[column][0])]
 
 
 def _per_cluster(frame: str, column: str) -> Callable[[MetricInputs], Iterable[Sample]]:
@@ -88,7 +88,7 @@ def _best_fit(attribute: str, index: int | None = None) -> Callable[[MetricInput
 def _interruptions(i: MetricInputs) -> Iterable[Sample]:
     """Per cluster and failure class (the ``category`` label: a bounded set, where the fleet's own
     category names could be unbounded label values), counted as the rates count them."""
-    counts = i.analysis.category_shares  # the report's root causes per cluster
+    counts = i.analysis.rates.category_shares  # the report's root causes per cluster
     return [
         ({"cluster": c, "category": k}, n)
         for c, k, n in counts.select("cluster_id", "failure_class", "failures").iter_rows()
@@ -108,7 +108,7 @@ def _lemon_counts(i: MetricInputs) -> Iterable[Sample]:
     """Lemon nodes per cluster, 0 for a cluster without any (a gauge that goes back to 0)."""
     flagged = i.analysis.nodes.lemons.lemons_.group_by("cluster_id").len()
     counts = dict(flagged.iter_rows())
-    return [({"cluster": c}, counts.get(c, 0)) for c in i.analysis.rates_by_cluster["cluster_id"]]
+    return [({"cluster": c}, counts.get(c, 0)) for c in i.analysis.rates.by_cluster["cluster_id"]]
 
 
 def _job(column: str) -> Callable[[MetricInputs], Iterable[Sample]]:
@@ -198,7 +198,7 @@ METRICS: tuple[Metric, ...] = (
         "gauge",
         "Dispersion phi the rate intervals are widened by (quasi-Poisson: the Garwood interval of "
         "k/phi failures in T/phi hours); 1 = exact Poisson (Garwood).",
-        lambda i: [({}, i.analysis.nodes.dispersion_test.dispersion(i.analysis.interval_method))],
+        lambda i: [({}, i.analysis.nodes.dispersion_test.dispersion(i.analysis.rates.interval_method))],
     ),
     Metric(
         "failcast_cluster_instances",

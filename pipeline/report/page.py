@@ -162,7 +162,7 @@ def _headline(analysis: FleetAnalysis, projection: JobOutlook | None) -> str:
         f"</div><div class='n'>{html.escape(n)}</div></div>"
         for k, v, n in summary_cards(analysis, projection)
     )
-    mtbf = analysis.cluster_mtbf.select(
+    mtbf = analysis.rates.cluster_mtbf.select(
         pl.col("instances").round(1),
         "cluster_id",
         "failures",
@@ -181,7 +181,7 @@ def _headline(analysis: FleetAnalysis, projection: JobOutlook | None) -> str:
     if analysis.has_failures:
         parts.append(
             "<p class='note'>Cluster MTBF = cluster-hours / failures, with the 95% interval of the "
-            f"cluster's rate ({html.escape(interval_name(analysis.interval_method))}: the rate table's "
+            f"cluster's rate ({html.escape(interval_name(analysis.rates.interval_method))}: the rate table's "
             "figures).</p>"
         )
     if projection is None:

@@ -114,7 +114,7 @@ def reliability_sections(analysis: FleetAnalysis) -> list:
                 "burn in.",
             )
         )
-    duane = transform.duane_points(analysis.failure_operating_times, analysis.trend_tests)
+    duane = transform.duane_points(analysis.failure_operating_times, analysis.rates.trend_tests)
     if duane.height:
         out.append(
             Section(

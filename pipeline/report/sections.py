@@ -48,7 +48,8 @@ def _fits_table(fits: ReliabilityFits) -> pl.DataFrame:
 def _scaling_note(analysis: FleetAnalysis) -> str:
     note = (
         f"Points: observed cluster MTBF with the 95% interval of the cluster's rate "
-        f"({interval_name(analysis.interval_method)}: the headline table's and the rate table's figures)."
+        f"({interval_name(analysis.rates.interval_method)}: the headline table's and the rate table's "
+        "figures)."
     )
     for name, model, how in (
         (charts.COUNT_LAW, analysis.fits.scaling, "failure counts per cluster-hour"),
@@ -69,7 +70,7 @@ def _scaling_note(analysis: FleetAnalysis) -> str:
 def _rates_section(analysis: FleetAnalysis) -> Section:
     """Rates per cluster; without failures the exposure and the one-sided upper bound are the news."""
     note = (
-        f"{lemons.interval_note(analysis.nodes, analysis.interval_method)} {RATE_INTERVAL_SCOPE} "
+        f"{lemons.interval_note(analysis.nodes, analysis.rates.interval_method)} {RATE_INTERVAL_SCOPE} "
         "Failures count while their node is in service (closed intervals)."
     )
     if not analysis.has_failures:
@@ -83,7 +84,7 @@ def _rates_section(analysis: FleetAnalysis) -> Section:
         "failure-rate-by-cluster",
         "Failure rate by cluster",
         charts.rate_by_cluster_chart(analysis),
-        analysis.rates_by_cluster.select(
+        analysis.rates.by_cluster.select(
             "cluster_id",
             "failures",
             "exposure_node_hours",
@@ -110,7 +111,7 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             "Failure rate over time",
             charts.rate_over_time_chart(analysis),
             note="Monthly rate per cluster; the band is its 95% interval, "
-            f"{interval_name(analysis.interval_method)} as in the rate table.",
+            f"{interval_name(analysis.rates.interval_method)} as in the rate table.",
         ),
         Section(
             "rate-trends",
@@ -126,7 +127,7 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             "Root causes of interruptions",
             charts.category_chart(analysis),
             charts.category_table(analysis),
-            note=f"Rates with {interval_name(analysis.interval_method)} 95% intervals; shares of all "
+            note=f"Rates with {interval_name(analysis.rates.interval_method)} 95% intervals; shares of all "
             "interruptions. " + charts.recorded_categories_note(analysis),
         ),
         Section(
