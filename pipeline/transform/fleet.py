@@ -20,8 +20,8 @@ counts once, in the interval it ends (the earlier one), and one held by overlapp
 its node (a dirty inventory) counts once, in the one that starts first; in calendar periods, a
 failure at a period boundary that ends its interval counts in the period it ends. Failures while
 the node was out of service (between intervals, before its first, after its last), of nodes
-with no interval in the window, or after the window end are kept as incidents but are not
-failures: they have no exposure behind them and would bias rates upwards.
+with no interval in the window, before the window start or after its end are kept as incidents
+but are not failures: they have no exposure behind them and would bias rates upwards.
 :func:`failures_left_out` counts them by reason so every output can say how many were left out
 and why. Matching is an as-of join (:func:`first_holding`), linear in rows however long a node's
 history.
