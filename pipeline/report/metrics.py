@@ -68,8 +68,10 @@ def _fleet(column: str) -> Callable[[MetricInputs], Iterable[Sample]]:
 
 
 def _per_cluster(frame: str, column: str) -> Callable[[MetricInputs], Iterable[Sample]]:
+    """A column of one of the rate part's per-cluster frames (``RateAnalysis.by_cluster``, ...)."""
+
     def samples(i: MetricInputs) -> Iterable[Sample]:
-        rows = getattr(i.analysis, frame).select("cluster_id", column).iter_rows()
+        rows = getattr(i.analysis.rates, frame).select("cluster_id", column).iter_rows()
         return [({"cluster": cluster}, value) for cluster, value in rows]
 
     return samples
@@ -179,19 +181,19 @@ METRICS: tuple[Metric, ...] = (
         "failcast_cluster_interruption_rate_per_node_hour",
         "gauge",
         f"{RATE}, per cluster.",
-        _per_cluster("rates_by_cluster", "rate_per_node_hour"),
+        _per_cluster("by_cluster", "rate_per_node_hour"),
     ),
     Metric(
         "failcast_cluster_interruption_rate_ci_low_per_node_hour",
         "gauge",
         f"{RATE}, per cluster: {CI}, low.",
-        _per_cluster("rates_by_cluster", "rate_ci_low"),
+        _per_cluster("by_cluster", "rate_ci_low"),
     ),
     Metric(
         "failcast_cluster_interruption_rate_ci_high_per_node_hour",
         "gauge",
         f"{RATE}, per cluster: {CI}, high.",
-        _per_cluster("rates_by_cluster", "rate_ci_high"),
+        _per_cluster("by_cluster", "rate_ci_high"),
     ),
     Metric(
         "failcast_rate_interval_dispersion",
@@ -252,7 +254,7 @@ METRICS: tuple[Metric, ...] = (
         "failcast_exposure_node_hours_total",
         "counter",
         "Node-hours in service and observed, per cluster.",
-        _per_cluster("rates_by_cluster", "exposure_node_hours"),
+        _per_cluster("by_cluster", "exposure_node_hours"),
     ),
     Metric(
         "failcast_exposure_estimated",
