@@ -51,6 +51,7 @@ COMMANDS = (
     ["backtest", "--json"],
     ["project", "--instances", "512", "--gpu-hours", "1000000", "--price-per-gpu-hour", "2", "--json"],
     ["spares", "--instances", "512", "--gpu-hours", "1000000", "--price-per-gpu-hour", "2", "--json"],
+    ["metrics"],
 )
 
 # one interpreter per tree and warehouse: each command through click (exit code, stdout, stderr),
