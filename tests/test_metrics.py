@@ -114,11 +114,12 @@ def test_values_match_the_analysis(fleet):
 def test_hostile_cluster_label_round_trips(fleet):
     first = fleet.rates.by_cluster["cluster_id"][0]
     rename = pl.col("cluster_id").replace(first, HOSTILE_LABEL)
-    hostile = dataclasses.replace(
-        fleet,
-        rates_by_cluster=fleet.rates.by_cluster.with_columns(rename),
+    rates = dataclasses.replace(
+        fleet.rates,
+        by_cluster=fleet.rates.by_cluster.with_columns(rename),
         cluster_mtbf=fleet.rates.cluster_mtbf.with_columns(rename),
     )
+    hostile = dataclasses.replace(fleet, rates=rates)
     text = metrics.render_metrics(metrics.MetricInputs(hostile))
     assert "\n}{" not in text  # the newline was escaped: no sample line starts inside the label
     clusters = {
@@ -130,9 +131,8 @@ def test_hostile_cluster_label_round_trips(fleet):
 
 
 def test_unbounded_mtbf_is_inf(fleet):
-    no_failures = dataclasses.replace(
-        fleet, cluster_mtbf=fleet.rates.cluster_mtbf.with_columns(mtbf_hours=pl.lit(float("inf")))
-    )
+    unbounded = fleet.rates.cluster_mtbf.with_columns(mtbf_hours=pl.lit(float("inf")))
+    no_failures = dataclasses.replace(fleet, rates=dataclasses.replace(fleet.rates, cluster_mtbf=unbounded))
     parsed = samples(metrics.render_metrics(metrics.MetricInputs(no_failures)))
     values = [v for (name, _), v in parsed.items() if name == "failcast_cluster_mtbf_hours"]
     assert values and all(v == float("inf") for v in values)

@@ -216,7 +216,7 @@ def test_the_page_shows_one_count_and_one_rate(faults, page):
     calendar = transform.failures_in_service(faults.interruptions, faults.exposure).height
     assert f" {calendar:,} " not in text.replace(f"({calendar:,} interruptions", "")
     # the repair note says why its interruptions outnumber its outages
-    during = calendar - faults.outages.height
+    during = calendar - faults.repairs.outages.height
     assert during > 0
     assert f"({calendar:,} interruptions, {during:,} of them while the node was already down)" in text
     rate, low, high = (

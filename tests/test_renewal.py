@@ -187,7 +187,8 @@ def _fleet(rates_per_node_hour: list[float], alpha_ci_gaps: tuple[float, float])
     law = models.MTBFScaling().fit(sizes, failures, hours)
     gaps = SimpleNamespace(alpha_=sum(alpha_ci_gaps) / 2, alpha_confidence_interval_=alpha_ci_gaps)
     clusters = pl.DataFrame({"instances": sizes, "failures": failures, "exposure_cluster_hours": hours})
-    return SimpleNamespace(scaling=law, size_regression=gaps, cluster_mtbf=clusters)
+    fits = SimpleNamespace(scaling=law, size_regression=gaps)
+    return SimpleNamespace(fits=fits, rates=SimpleNamespace(cluster_mtbf=clusters))
 
 
 def test_disagreeing_size_laws_are_named_with_the_heterogeneity_test():

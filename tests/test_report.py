@@ -647,11 +647,12 @@ def test_headline_rate_interval_is_the_default_one_and_named(rich_analysis, meth
     phi = 1.7 if method == "overdispersed" else 1.0
     row = rich_analysis.rates.overall.row(0, named=True)
     low, high = transform.poisson_interval([row["failures"]], [row["exposure_node_hours"]], dispersion=phi)
-    fleet = dataclasses.replace(
-        rich_analysis,
+    rates = dataclasses.replace(
+        rich_analysis.rates,
         interval_method=method,
-        rates_overall=rich_analysis.rates.overall.with_columns(rate_ci_low=low[0], rate_ci_high=high[0]),
+        overall=rich_analysis.rates.overall.with_columns(rate_ci_low=low[0], rate_ci_high=high[0]),
     )
+    fleet = dataclasses.replace(rich_analysis, rates=rates)
     title, _, note = report.summary_cards(fleet)[0]
     assert title == "Fleet interruption rate"
     name = "quasi-Poisson (overdispersed)" if method == "overdispersed" else "exact Poisson (Garwood)"
