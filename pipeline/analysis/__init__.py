@@ -30,6 +30,7 @@ from pipeline.analysis.fleet import (
     PROJECTED_SIZES,
     FleetAnalysis,
     analyze,
+    require_inventory,
 )
 from pipeline.analysis.jobs import (
     JobAnalysis,
@@ -102,6 +103,7 @@ __all__ = [
     "read_job_recoveries",
     "read_jobs",
     "repair_curve",
+    "require_inventory",
     "repair_summary",
     "repair_times",
     "size_laws_agreement",

@@ -159,6 +159,17 @@ def _projection(predict, sizes: np.ndarray) -> pl.DataFrame:
     )
 
 
+def require_inventory(inventory: pl.DataFrame) -> None:
+    """Rates, fits and the lemon test divide by node-hours in service: without an inventory there
+    are none, and a rate of "failures / 0" must stop with the fix, not print 0% or crash."""
+    if inventory.height == 0:
+        raise ValueError(
+            "the warehouse has no inventory: ingest an inventory file (cluster_id, node_id, "
+            "instance_type, gpus_per_node, in_service_from, in_service_to), or re-ingest the failures "
+            "with --estimate-exposure GPUS_PER_NODE to estimate it from the nodes seen"
+        )
+
+
 def _duckdb_share(analysis):
     """Run ``analysis`` with DuckDB's cap lowered while it reads (:func:`pipeline.warehouse.reading`):
     its rows live in Polars, and what DuckDB keeps after a read would add to them."""
@@ -194,11 +205,7 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
     """
     incidents = warehouse.scan_incidents(con)
     inventory = warehouse.table(con, "inventory")
-    if inventory.height == 0:
-        raise ValueError(
-            "the warehouse has no inventory: ingest an inventory file (cluster_id, "
-            "node_id, instance_type, gpus_per_node, in_service_from, in_service_to)"
-        )
+    require_inventory(inventory)
     options = options.resolved(con, inventory)
     end, since, first_gap = options.until, options.since, options.first_gap
     estimated = transform.exposure_estimated(inventory)

@@ -117,8 +117,7 @@ def backtest(
     with what happened: verdict, calibration, coverage, Brier score."""
     con = warehouse.connect(db, read_only=True)
     inventory = warehouse.table(con, "inventory")
-    if inventory.height == 0:
-        raise ValueError("the warehouse has no inventory: ingest an inventory file before backtesting")
+    analysis_mod.require_inventory(inventory)
     options = analysis_options(click.get_current_context().params).resolved(con, inventory)
     failures = analysis_mod.read_failures(con, window_minutes=options.interruption_window_minutes)
     exposure = transform.exposure_intervals(inventory, options.until, options.since)

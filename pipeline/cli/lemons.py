@@ -71,6 +71,7 @@ def lemons(
     options = analysis_options(click.get_current_context().params)
     con = warehouse.connect(db, read_only=True)
     inventory = warehouse.table(con, "inventory")
+    analysis_mod.require_inventory(inventory)
     options = options.resolved(con, inventory)
     end, since, window_minutes = options.until, options.since, options.interruption_window_minutes
     exposure = transform.exposure_intervals(inventory, end, since)

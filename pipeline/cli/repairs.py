@@ -126,6 +126,8 @@ def repairs(db: Path, by, interruption_window_minutes: float, since, until, as_j
         return
     zero_length = int((outages["repair_hours"] == 0).sum())
     click.echo("\n".join(_verdict(total, left_out, zero_length, before_note)))
+    if inventory.height == 0:
+        click.echo("  availability needs each node's hours in service: ingest an inventory file")
     columns = [*by, "outages", "unresolved", "downtime_hours", "availability", "mttr_hours"]
     table = groups.select(*columns, "repair_hours_p50", "repair_hours_p90")
     click.echo(safe_lines(text_table(table)))

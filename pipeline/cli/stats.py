@@ -153,6 +153,7 @@ def rates(
     con = warehouse.connect(db, read_only=True)
     by, attributes = _group_keys(con, by)
     inventory = warehouse.table(con, "inventory")
+    analysis_mod.require_inventory(inventory)
     options = options.resolved(con, inventory)
     end, since, window_minutes = options.until, options.since, options.interruption_window_minutes
     exposure = transform.exposure_intervals(inventory, end, since)
