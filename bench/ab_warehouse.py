@@ -33,7 +33,11 @@ _CHILD = """
 import sys
 from pathlib import Path
 from pipeline import warehouse
-from pipeline.ingest import canonical, ingest_files, parse_category_map
+from pipeline.ingest import ingest_files, parse_category_map
+try:  # the canonical reader: pipeline.readers since issue 30, pipeline.ingest before
+    from pipeline.readers import canonical
+except ImportError:
+    from pipeline.ingest import canonical
 try:  # a tree from before ReaderOptions takes the time zone as a keyword
     from pipeline.ingest import ReaderOptions
 except ImportError:
@@ -43,10 +47,12 @@ if batch_rows:
     canonical.ingest_canonical.__kwdefaults__["batch_rows"] = batch_rows
 con = warehouse.connect(db)
 for group in groups:
-    zone, entries, files = group.split("|")
+    zone, entries, files, *fmt = group.split("|")
     cmap = parse_category_map(entries.split(";") if entries else [])
     paths = [Path(f) for f in files.split(",")]
-    reader = {"timezone": zone} if ReaderOptions is None else {"options": ReaderOptions(timezone=zone)}
+    named = {"fmt": fmt[0]} if fmt else {}
+    options = None if ReaderOptions is None else ReaderOptions(timezone=zone, **named)
+    reader = {"timezone": zone} if options is None else {"options": options}
     for s in ingest_files(con, paths, category_map=cmap, **reader):
         print(s.path, s.rows_read, s.rows_ingested, s.rows_duplicate, s.rows_rejected, s.notes)
 con.close()
@@ -55,7 +61,7 @@ con.close()
 
 def edge_inputs(out: Path) -> list[str]:
     """Groups of files, one ``ingest_files`` call each, as ``TIMEZONE|CATEGORY MAP|file,file``
-    (map entries separated by ``;``)."""
+    (map entries separated by ``;``), optionally ``|FORMAT`` (else detected)."""
     out.mkdir(parents=True, exist_ok=True)
     categories = ("gpu_memory", "Faulty GPU", "XID 79", "Cosmic Rays")
     rows = [
@@ -134,8 +140,21 @@ def main() -> None:
     parser.add_argument("--base", type=Path, required=True, help="the other code tree (e.g. /work/main)")
     parser.add_argument("--out", type=Path, required=True, help="folder for the inputs and warehouses")
     parser.add_argument("--fleet", type=Path, nargs="*", default=[], help="folders with a bench fleet")
+    parser.add_argument(
+        "--fixtures",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="folders of inputs in any format (e.g. the ingest tests' fixtures): each one group, its files "
+        "in name order, formats detected",
+    )
+    parser.add_argument(
+        "--named", nargs="*", default=[], metavar="FORMAT=PATH", help="an input read with --format FORMAT"
+    )
     args = parser.parse_args()
     groups = edge_inputs(args.out / "inputs")
+    groups += ["UTC||" + ",".join(str(f) for f in sorted(d.iterdir())) for d in args.fixtures]
+    groups += [f"UTC||{path}|{fmt}" for fmt, _, path in (n.partition("=") for n in args.named)]
     groups += [f"UTC||{f / 'inventory.csv'},{f / 'incidents.csv'}" for f in args.fleet]
     same = True
     for batch_rows in (0, 3):

@@ -8,7 +8,9 @@ Runs each command of :data:`COMMANDS` (``failcast rates`` text and ``--json``, `
 number ``analysis.analyze`` returns (what the report and ``failcast run`` show) once with
 ``PYTHONPATH`` at each tree, and compares stdout, stderr and exit code. ``--sample`` adds two
 warehouses built in a temporary folder: the bundled sample, and the sample with an extra input
-column ``level`` (so ``--by level`` reads attributes). Prints one line per command; exits 1 on any
+column ``level`` (so ``--by level`` reads attributes); with ``--ingest-each`` each tree builds its
+own and reads it (for ingest changes), as ``--db-pair BEFORE AFTER`` does for warehouses each tree
+built (bench/ab_warehouse.py leaves them in its ``--out``). Prints one line per command; exits 1 on any
 difference beyond a relative 1e-9 in a number (:func:`close`).
 """
 
@@ -55,7 +57,8 @@ COMMANDS = (
 )
 
 # one interpreter per tree and warehouse: each command through click (exit code, stdout, stderr),
-# then every field of analyze()'s result (frames in full, fitted models' public ``*_`` values)
+# then every field of analyze()'s result (frames in full but for the times the warehouse was written,
+# fitted models' public ``*_`` values)
 DRIVER = """
 import dataclasses, json, sys
 import polars as pl
@@ -69,7 +72,8 @@ for command in commands:
 from pipeline import analysis, warehouse
 result = analysis.analyze(warehouse.connect(db, read_only=True))
 def show(value):
-    if isinstance(value, pl.DataFrame):
+    if isinstance(value, pl.DataFrame):  # less when the warehouse was written: not a result
+        value = value.drop("ingested_at_utc", "rejected_at_utc", strict=False)
         return [value.columns, [[repr(v) for v in row] for row in value.rows()]]
     if isinstance(value, dict):
         return {k: show(v) for k, v in value.items()}
@@ -120,18 +124,25 @@ def outputs(tree: Path, db: Path, commands: list[list[str]]) -> list[list]:
     return json.loads(out.splitlines()[-1])
 
 
-def sample_warehouses(tree: Path, folder: Path) -> list[Path]:
-    """The bundled sample, and the sample with an attribute column ``level``, ingested by ``tree``."""
-    sample = tree / "data" / "sample"
+def sample_inputs(tree: Path, folder: Path) -> dict[str, list[Path]]:
+    """The bundled sample of ``tree``, and the sample with an attribute column ``level``."""
+    sample = tree.resolve() / "data" / "sample"
+    folder.mkdir(parents=True, exist_ok=True)
     incidents = pl.read_csv(sample / "incidents.csv", infer_schema_length=0)
     levels = pl.Series(["critical", "major", "minor"])[pl.int_range(incidents.height, eager=True) % 3]
     with_level = folder / "incidents-level.csv"
     incidents.with_columns(level=levels).write_csv(with_level)
+    return {
+        "sample": [sample / "inventory.csv", sample / "incidents.csv"],
+        "level": [sample / "inventory.csv", with_level],
+    }
+
+
+def sample_warehouses(tree: Path, inputs: dict[str, list[Path]], folder: Path) -> list[Path]:
+    """The ``inputs`` ingested by ``tree`` into warehouses in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
     out = []
-    for name, files in (
-        ("sample", [sample / "inventory.csv", sample / "incidents.csv"]),
-        ("level", [sample / "inventory.csv", with_level]),
-    ):
+    for name, files in inputs.items():
         db = folder / f"{name}.duckdb"
         code, _, err = run(tree, ["-m", "pipeline", "ingest", *map(str, files), "--db", str(db), "-q"])
         if code:
@@ -171,16 +182,36 @@ def main() -> None:
     parser.add_argument("--before", type=Path, required=True)
     parser.add_argument("--after", type=Path, required=True)
     parser.add_argument("--db", type=Path, action="append", default=[])
+    parser.add_argument(
+        "--db-pair",
+        type=Path,
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("BEFORE_DB", "AFTER_DB"),
+        help="warehouses each tree built from the same inputs (bench/ab_warehouse.py): each reads its own",
+    )
     parser.add_argument("--sample", action="store_true")
+    parser.add_argument(
+        "--ingest-each",
+        action="store_true",
+        help="with --sample: each tree ingests the sample and reads its own warehouse (ingest changes)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        dbs = [*(sample_warehouses(args.before, Path(tmp)) if args.sample else []), *args.db]
+        pairs = [(db, db) for db in args.db] + [tuple(pair) for pair in args.db_pair]
+        if args.sample:
+            inputs = sample_inputs(args.before, Path(tmp))
+            built = sample_warehouses(args.before, inputs, Path(tmp) / "before")
+            after = sample_warehouses(args.after, inputs, Path(tmp) / "after") if args.ingest_each else built
+            pairs = [*zip(built, after, strict=True), *pairs]
         failed = 0
-        for db in dbs:
+        for db, db_after in pairs:
             commands = [list(c) for c in COMMANDS]
             if db.name.startswith("level"):
                 commands.append(["rates", "--by", "level", "--json"])
-            before, after = (outputs(tree.resolve(), db, commands) for tree in (args.before, args.after))
+            before = outputs(args.before.resolve(), db, commands)
+            after = outputs(args.after.resolve(), db_after, commands)
             for command, b, a in zip([*commands, ["analyze (every field)"]], before, after, strict=True):
                 verdict = "same" if b == a else f"same within {TOLERANCE:g}" if close(b, a) else "DIFFERENT"
                 failed += verdict == "DIFFERENT"

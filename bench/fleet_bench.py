@@ -229,7 +229,7 @@ def floor_guarantees(paths, db: Path) -> dict:
 
     import duckdb
 
-    from pipeline.ingest.canonical_checks import stage_sql
+    from pipeline.readers.canonical_checks import stage_sql
 
     text = "(SELECT 0 AS line, *, NULL AS attributes FROM read_csv($path, all_varchar = true))"
     staged = stage_sql("incidents").replace("FROM source", f"FROM {text}")

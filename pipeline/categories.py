@@ -64,7 +64,7 @@ INTERRUPTING_CATEGORIES: tuple[str, ...] = tuple(c.value for c in FailureCategor
 # Fleets name their failure categories in their own words (a ticket system's "Faulty GPU", a fault
 # manager's "Parameter Plane Cable"). Every category is stored verbatim; its *class* is one
 # FailureCategory value, found by (first match wins): the user's map, this synonym table, an
-# ``Xid N`` in the text (the Xid catalog's class, see pipeline.ingest.taxonomy), else ``other``.
+# ``Xid N`` in the text (the Xid catalog's class, see pipeline.store.taxonomy), else ``other``.
 # Keys are compared in normal form (:func:`normal_form`: lower case, letters and digits only), so
 # "Link Down", "link-down" and "LINK_DOWN" are one key. Each FailureCategory value is its own class
 # (so "GPU memory" is gpu_memory without an entry here).
@@ -168,7 +168,7 @@ SYNONYMS: dict[str, FailureCategory] = {
     "NeuronHBMUncorrectableError": FailureCategory.HARDWARE,
     **{name: FailureCategory.SOFTWARE for name in ("SoftLockup", "KernelBug", "ForkFailedOutOfPIDs")},
     **{name: FailureCategory.NETWORK for name in ("InterfaceNotUp", "InterfaceNotRunning", "IPAMDNotReady")},
-    # cloud host events (pipeline.ingest.cloud_events): EC2 scheduled event codes (API reference,
+    # cloud host events (pipeline.readers.cloud_events): EC2 scheduled event codes (API reference,
     # InstanceStatusEvent) and Compute Engine system events (audit log methodName); each concerns
     # the host the instance runs on; the planned attribute tells maintenance from failure
     **{
@@ -188,7 +188,7 @@ SYNONYMS: dict[str, FailureCategory] = {
         name: FailureCategory.UNDETERMINED
         for name in ("unavailable", "unknown", "N/A", "none", "not determined")
     },
-    # what a training job's own log says (pipeline.ingest.training_log): the torchelastic agent sees
+    # what a training job's own log says (pipeline.readers.training_log): the torchelastic agent sees
     # its workers fail, not why; a rendezvous is the restart (the reader flags it non-interrupting)
     **{
         name: FailureCategory.UNDETERMINED

@@ -19,7 +19,7 @@ events          every accepted raw event (a canonical incident row, one XID line
                 and slurmctld lines whose node's cluster is not known at ingest carry cluster_id
                 ``UNKNOWN_CLUSTER``; the rebuild resolves it from the inventory. ``category`` is
                 the source's text; ``failure_class`` (a FailureCategory value) and ``interrupting``
-                come from the taxonomy (:mod:`pipeline.ingest.taxonomy`), ``source_interrupting``
+                come from the taxonomy (:mod:`pipeline.store.taxonomy`), ``source_interrupting``
                 is the source's own flag (an Xid's catalog entry; NULL: none); ``attributes``
                 (JSON) holds a canonical row's extra columns. ``changed_file_id``: the file of a later
                 export that closed this stored event (Slurm node events, Kubernetes, a lake), so the
@@ -50,7 +50,7 @@ runs            one row per ``failcast run`` (see :mod:`pipeline.runs`): run_id,
                 report written and the error of a failed run.
 migrations      one row per one-time change of stored data (name, when, what it changed), so it
                 runs once per warehouse: ``canonical_key_utc`` (see
-                :func:`pipeline.ingest.canonical_store.rekey_stored_incidents`).
+                :func:`pipeline.store.canonical_events.rekey_stored_incidents`).
 """
 
 from __future__ import annotations
@@ -320,7 +320,7 @@ def serial_appends(con) -> Iterator[duckdb.DuckDBPyConnection]:
     partial row groups): 1.5 s on one core. One thread appends each statement's rows where the
     last one stopped, so the checkpoint finds whole row groups. ``threads`` is the database's
     setting, not the connection's, so queries on the cursor run on one thread too: the caller runs
-    them beside ``con``'s to keep both cores busy (see :mod:`pipeline.ingest.canonical`)."""
+    them beside ``con``'s to keep both cores busy (see :mod:`pipeline.readers.canonical`)."""
     threads = con.sql("SELECT current_setting('threads')").fetchall()[0][0]
     timezone = con.sql("SELECT current_setting('TimeZone')").fetchall()[0][0]
     cursor = con.cursor()

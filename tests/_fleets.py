@@ -13,7 +13,7 @@ import polars as pl
 
 from pipeline import sample, transform, warehouse
 from pipeline.categories import CategoryMap
-from pipeline.ingest import taxonomy
+from pipeline.store import taxonomy
 
 
 def warehouse_frames(fleet: sample.Fleet) -> tuple[pl.DataFrame, pl.DataFrame, datetime]:

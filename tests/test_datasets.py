@@ -14,16 +14,11 @@ import pytest
 from scipy.stats import spearmanr
 
 from pipeline import analysis, ingest, models, transform, warehouse
-from pipeline.datasets import (
-    PUBLISHED_GPU_FLEETS,
-    CanonicalFrames,
-    cumulative_incidence,
-    merge_intervals,
-    public_baselines,
-    read_bgl,
-    read_lanl,
-    read_titan,
-)
+from pipeline.datasets import PUBLISHED_GPU_FLEETS, public_baselines
+from pipeline.readers.bgl import read_bgl
+from pipeline.readers.lanl import read_lanl
+from pipeline.readers.public_data import CanonicalFrames, merge_intervals
+from pipeline.readers.titan import cumulative_incidence, read_titan
 
 DATASETS = Path(
     os.environ.get("FAILCAST_SHARED_DATASETS")

@@ -290,7 +290,7 @@ def test_lemons_cli_and_report_use_the_analysis(sample_warehouse):
     import json
 
     from pipeline import warehouse
-    from pipeline.ingest.hostlist import expand
+    from pipeline.readers.hostlist import expand
     from pipeline.report.sections import fleet_sections
 
     con = warehouse.connect(sample_warehouse, read_only=True)

@@ -46,7 +46,7 @@ def test_notebook_runs_to_the_end(path, sample_warehouse, tmp_path, monkeypatch)
     monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     nb = nbformat.read(path, as_version=4)
     if any("shared_datasets_dir" in c.source for c in nb.cells):
-        from pipeline.datasets import shared_datasets_dir
+        from pipeline.readers.public_data import shared_datasets_dir
 
         if not shared_datasets_dir().exists():
             pytest.skip(f"public data sets not found at {shared_datasets_dir()}")

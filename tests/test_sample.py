@@ -6,8 +6,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.ingest.taxonomy import classify
 from pipeline.sample import TICKET_NAMES, FleetSpec, simulate_fleet, stationary_renewal_times
+from pipeline.store.taxonomy import classify
 
 
 def _interrupting(fleet) -> pl.DataFrame:

@@ -52,56 +52,57 @@ SQL_WORDS = re.compile(
 )
 # Reviewed interpolations into SQL text: (file, expression) -> why it is safe.
 ALLOWED_SQL_INTERPOLATIONS = {
-    (
-        "pipeline/ingest/__init__.py",
-        "checked_timezone(con, timezone)",
-    ): "a name from pg_timezone_names",
+    ("pipeline/ingest/files.py", "checked_timezone(con, timezone)"): "a name from pg_timezone_names",
+    ("pipeline/store/events.py", "closings"): "a reader's literal SELECT of closing rows (values bound)",
+    ("pipeline/store/events.py", "window_sql"): "a literal condition or nothing",
+    ("pipeline/store/files.py", "text"): "a column name checked against [a-z][a-z0-9_]*",
+    ("pipeline/store/files.py", "reason"): "a column name checked against [a-z][a-z0-9_]*",
+    ("pipeline/store/files.py", "lines"): "account_lines' SELECT of checked column names",
+    ("pipeline/store/staging.py", "_checked(table)"): "a reader's table name checked against [a-z][a-z0-9_]*",
     ("pipeline/runs/batch.py", "name"): "table names from a literal tuple",
     ("pipeline/warehouse.py", "name"): "table() checks the name against the schema's tables",
     ("pipeline/warehouse.py", "query"): "read_incidents: one of incidents_query's literal queries",
     ("pipeline/warehouse.py", "select"): "read_incidents: column names checked against the table's",
     ("pipeline/warehouse.py", "where"): "read_incidents: a literal WHERE or nothing",
     ("pipeline/warehouse.py", "order"): "read_incidents: a literal ORDER BY or nothing",
-    ("pipeline/ingest/sacct.py", "slurm_time('start')"): "SQL of a literal column name",
-    ("pipeline/ingest/sacct.py", "slurm_time('\"end\"')"): "SQL of a literal column name",
-    ("pipeline/ingest/slurm_events.py", "slurm_time('timestart')"): "SQL of a literal column name",
-    ("pipeline/ingest/slurm_events.py", "slurm_time('timeend')"): "SQL of a literal column name",
-    ("pipeline/ingest/slurm_events.py", "table"): "temp table names from a literal tuple",
-    ("pipeline/ingest/slurmctld.py", "table"): "temp table names from a literal tuple",
-    ("pipeline/ingest/sacct.py", "spec.table"): "a PipeExport's table name, a literal in each reader",
-    ("pipeline/ingest/kubernetes.py", "table"): "temp table names from a literal tuple",
-    ("pipeline/ingest/cloud_events.py", "table"): "temp table names from a literal tuple",
-    ("pipeline/ingest/cloud_events.py", "time_sql('start_text')"): "SQL of a literal column name",
-    ("pipeline/ingest/cloud_events.py", "time_sql('end_text')"): "SQL of a literal column name",
-    ("pipeline/ingest/cloud_events.py", "time_sql('ts_text')"): "SQL of a literal column name",
-    ("pipeline/ingest/hyperpod_hma.py", "time_sql('time_text')"): "SQL of a literal column name",
-    ("pipeline/ingest/canonical_checks.py", "time_sql('trim(timestamp)', time_format=time_format)"): (
+    ("pipeline/readers/sacct.py", "slurm_time('start')"): "SQL of a literal column name",
+    ("pipeline/readers/sacct.py", "slurm_time('\"end\"')"): "SQL of a literal column name",
+    ("pipeline/readers/slurm_events.py", "slurm_time('timestart')"): "SQL of a literal column name",
+    ("pipeline/readers/slurm_events.py", "slurm_time('timeend')"): "SQL of a literal column name",
+    ("pipeline/readers/sacct.py", "PIPE_REASONS"): "constant SQL: the -P readers' first reasons",
+    ("pipeline/readers/slurm_events.py", "PIPE_REASONS"): "constant SQL: the -P readers' first reasons",
+    ("pipeline/readers/slurmctld.py", "LINE_REASONS"): "constant SQL: a line reader's first reasons",
+    ("pipeline/readers/cloud_events.py", "time_sql('start_text')"): "SQL of a literal column name",
+    ("pipeline/readers/cloud_events.py", "time_sql('end_text')"): "SQL of a literal column name",
+    ("pipeline/readers/cloud_events.py", "time_sql('ts_text')"): "SQL of a literal column name",
+    ("pipeline/readers/hyperpod_hma.py", "time_sql('time_text')"): "SQL of a literal column name",
+    ("pipeline/readers/canonical_checks.py", "time_sql('trim(timestamp)', time_format=time_format)"): (
         "SQL of a column; the format itself is bound as $time_format"
     ),
     (
-        "pipeline/ingest/canonical_checks.py",
+        "pipeline/readers/canonical_checks.py",
         "time_sql(\"nullif(trim(resolved_at), '')\", time_format=time_format)",
     ): ("SQL of a column; the format itself is bound as $time_format"),
-    ("pipeline/ingest/canonical_checks.py", "time_sql('trim(in_service_from)', time_format=time_format)"): (
+    ("pipeline/readers/canonical_checks.py", "time_sql('trim(in_service_from)', time_format=time_format)"): (
         "SQL of a column; the format itself is bound as $time_format"
     ),
     (
-        "pipeline/ingest/canonical_checks.py",
+        "pipeline/readers/canonical_checks.py",
         "time_sql(\"nullif(trim(in_service_to), '')\", time_format=time_format)",
     ): ("SQL of a column; the format itself is bound as $time_format"),
-    ("pipeline/ingest/canonical_checks.py", "not_a_time"): "one of two literal reasons (_NOT_A_TIME)",
-    ("pipeline/ingest/canonical_checks.py", "incident_key_sql('make_timestamp(epoch_us(ts))')"): (
+    ("pipeline/readers/canonical_checks.py", "not_a_time"): "one of two literal reasons (_NOT_A_TIME)",
+    ("pipeline/readers/canonical_checks.py", "incident_key_sql('make_timestamp(epoch_us(ts))')"): (
         "the content key's SQL over a literal expression"
     ),
-    ("pipeline/ingest/canonical_store.py", "incident_key_sql('timestamp_utc')"): (
+    ("pipeline/store/canonical_events.py", "incident_key_sql('timestamp_utc')"): (
         "the content key's SQL over a literal column"
     ),
-    ("pipeline/ingest/canonical_checks.py", "_ABSENT"): "a literal list of no-value markers",
+    ("pipeline/readers/canonical_checks.py", "_ABSENT"): "a literal list of no-value markers",
     (
-        "pipeline/ingest/canonical_checks.py",
+        "pipeline/readers/canonical_checks.py",
         "whole_number_sql(\"nullif(trim(gpu_index), '')\")",
     ): "SQL of a literal column",
-    ("pipeline/ingest/canonical_checks.py", "whole_number_sql('trim(gpus_per_node)')"): "SQL of a column",
+    ("pipeline/readers/canonical_checks.py", "whole_number_sql('trim(gpus_per_node)')"): "SQL of a column",
 }
 
 

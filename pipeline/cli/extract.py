@@ -9,14 +9,14 @@ import click
 from pipeline import extract as extract_mod
 from pipeline.cli.common import echo_json, fail, json_option, main, safe_text
 from pipeline.cli.ingest import limit_options, reader_options, time_format_option
-from pipeline.ingest import lake as layout
+from pipeline.readers import LAKE_FORMATS
 
 EXTRACT_HELP = f"""Parse log files into a hive-partitioned Parquet lake, one task per file, in parallel.
 
 \b
 SOURCE: files, globs ('logs/**/*.log') or URLs that pyarrow's filesystems read (s3://bucket/logs/,
 gs://..., hdfs://...: a file or every file under the prefix).
-Formats: {", ".join(layout.LAKE_FORMATS)} (as for failcast ingest; the others are
+Formats: {", ".join(LAKE_FORMATS)} (as for failcast ingest; the others are
 ingested directly). Each file is parsed by failcast ingest's own reader; the lake LAKE holds its
 events, jobs, inventory rows, rejects (file, line, raw, reason) and a manifest entry with its line
 counts. Files already in the lake (same sha256) are skipped; a file whose task died is parsed again
@@ -43,7 +43,7 @@ Needs {extract_mod.engines.RAY_EXTRA}. On a cluster, LAKE must be a path every n
 @click.option("--engine", type=click.Choice(extract_mod.ENGINES), default="local", show_default=True)
 @click.option("--address", help="Ray cluster address (--engine ray), e.g. auto or ray://head:10001.")
 @click.option("--workers", type=click.IntRange(min=1), help="Parallel tasks (default: the cores).")
-@click.option("--format", "fmt", type=click.Choice(layout.LAKE_FORMATS))
+@click.option("--format", "fmt", type=click.Choice(LAKE_FORMATS))
 @click.option("--map", "mapping", multiple=True, metavar="CANONICAL=SOURCE", help="As for ingest.")
 @click.option("--timezone", default="UTC", show_default=True, help="Time zone of times without an offset.")
 @click.option("--year", type=click.IntRange(1970, 2999), help="Year of year-less syslog files (see ingest).")

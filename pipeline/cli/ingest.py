@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from pipeline import ingest as ingest_mod
-from pipeline import warehouse
+from pipeline import readers, warehouse
 from pipeline.cli.common import (
     db_option,
     echo_json,
@@ -20,67 +20,31 @@ from pipeline.cli.common import (
     safe_text,
 )
 
+
 # --- ingest --------------------------------------------------------------------------------------
-INGEST_HELP = """Read incident logs, job accounting and inventory files into the warehouse.
+def _format_lines(readers) -> str:
+    """Each format's lines of the help, its name in a column of 12 (from the registry)."""
+    blocks = []
+    for r in readers:
+        first, *rest = r.help.splitlines()
+        blocks.append(
+            "\n".join(
+                [f"  {r.name}{' ' * max(12 - len(r.name), 2)}{first}", *(" " * 14 + line for line in rest)]
+            )
+        )
+    return "\n".join(blocks)
+
+
+INGEST_HELP = f"""Read incident logs, job accounting and inventory files into the warehouse.
 
 \b
 Formats (auto-detected from the name or the first lines, or --format); any may be .gz:
-  csv         canonical incidents: timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at
-              2026-03-02T04:26:29Z,c0512,c0512-n0017,gpu_fell_off_bus,3,job-7,"NVRM: Xid ...",
-              or inventory: cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to
-              c0512,c0512-n0017,p5.48xlarge,8,2026-03-01T00:00:00Z,
-  jsonl       {"timestamp": "2026-03-02T04:26:29+00:00", "cluster_id": "c0512", ...}
-  json        the same records as one JSON document (a REST export): [{...}, ...] or {"result": [{...}, ...]}
-  parquet     the same columns
-  kernel-log  NVIDIA Xid/SXid lines in syslog, journalctl or dmesg -T output, e.g.
-              2026-03-02T04:26:29.892511+00:00 node-017 kernel: NVRM: Xid (PCI:0000:18:00): 79, GPU has ...
-              Mar  2 04:26:29 node-017 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=10895, name=python3, ...
-              [Mon Mar  2 04:26:29 2026] NVRM: Xid (PCI:0000:18:00): 79, ...   (needs --node)
-              and a GPU fallen off the bus without an Xid (NVRM: GPU at 0000:01:00.0 has fallen off
-              the bus.; the three-line NVRM: The NVIDIA GPU ... fallen off the bus ... message);
-              other kernel messages are counted as ignored; syslog lines have no year: see --year
-  journald-json  journalctl -k -o json (one entry per line): the same messages in MESSAGE, time
-              __REALTIME_TIMESTAMP, node _HOSTNAME (else --node); entries of other sources ignored
-              {"__REALTIME_TIMESTAMP":"1772425589892511","_HOSTNAME":"node-017","MESSAGE":"NVRM: Xid ..."}
-  sacct       sacct -P (--parsable2) with its header, any column order; needs JobID,State,Start,End,NodeList
-              JobID|JobName|State|Start|End|ElapsedRaw|NNodes|NodeList
-              881204|pretrain-7b|NODE_FAIL|2024-03-01T10:00:03|2024-03-01T13:12:44|11561|4|gpu-[001-004]
-  slurm-events  sacctmgr -P show event (node events, header kept): DOWN/DRAIN/FAIL become events
-              with the Reason as category; TimeEnd Unknown = still out of service
-              Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User
-              tiger|gpu-017|2024-05-01T12:00:00|Unknown|DRAIN|Xid 79|root(0)
-  slurmctld   slurmctld log lines: Nodes ... not responding, setting DOWN; update_node: node ...
-              reason/state set to ...; Killing JobId=... on failed node ...; other lines ignored
-              [2024-05-01T12:00:00.123] error: Nodes gpu-[017-018] not responding, setting DOWN
-  kubernetes  kubectl get events -A -o json / kubectl get nodes -o json (or JSON Lines of items):
-              Warning node events and NodeNotReady become events (reason as category); node
-              conditions in trouble (Ready=False, KernelDeadlock=True ...) are outages that a
-              later snapshot showing them healthy ends; other events and healthy nodes ignored
-  ec2-status  aws ec2 describe-instance-status --include-all-instances --output json: completed
-              scheduled events (Code as category, NotBefore-NotAfter), attribute planned=true
-              {"InstanceStatuses": [{"InstanceId": "i-0abc", "Events": [{"Code": "system-reboot", ...
-  gce-audit   gcloud logging read (system_event audit log) --format=json: compute.instances.hostError
-              (planned=false), terminateOnHostMaintenance / migrateOnHostMaintenance (planned=true)
-  hyperpod-hma  SageMaker HyperPod health-monitoring agent detections from CloudWatch: aws logs
-              filter-log-events --output json, a Logs Insights CSV (@timestamp,@logStream,@message) or
-              the console's lines (<@timestamp> {"level":...,"details: ":{...}} : need --node); node =
-              instance id of SagemakerHealthMonitoringAgent/<group>/<instance-id>, category = reason
-  training-log  PyTorch job logs: NCCL watchdog timeouts, torchelastic worker-group failures and
-              rendezvous completions (restarts) give measured detection and restart times, e.g.
-              [rank1]:[E810 03:04:11.061727749 ProcessGroupNCCL.cpp:683] [Rank 1] Watchdog caught ...
-              I0501 12:00:00.123000 140 torch/.../agent/server/api.py:700] [default] Worker group FAILED. ...
-              one job per file (--job, default the file name); --node for the host, if known
+{_format_lines(r for r in readers.READERS if r.sniffs)}
 
 \b
 Public failure data sets (only with --format; incidents AND inventory from one file, see
 docs/public-data.md):
-  lanl        LANL failure records 1996-2005 (LA-UR-05-7318-failure-data-1996-2005.csv[.gz])
-              20,cluster,512,2048,4,...,5/13/2004 9:11,5/13/2004 10:52,101,,CPU,,,,,No
-  titan       OLCF Titan GPU lifetimes: gc_full.csv[.gz]; gc_summary_loc.csv[.gz] (batch) and
-              titan.service.txt[.gz] (service nodes) are read from the same folder when present
-              0320117100060,c11-2c1s4n1,2017-04-09 21:36:19,2019-08-01 20:07:33,72916274,FALSE,DBE
-  bgl         Loghub BlueGene/L RAS log: alert lines become incidents, "-" lines are ignored
-              KERNDTLB 1118536327 2005.06.11 R30-M0-N9-C:J16-U01 2005-06-11-17.32.07.581048 ... FATAL ...
+{_format_lines(r for r in readers.READERS if not r.sniffs)}
 
 \b
 A log lake written by 'failcast extract SOURCE... --out LAKE' is ingested by naming its directory:

@@ -22,7 +22,7 @@ from pipeline.cli.common import (
     window_options,
 )
 from pipeline.cli.stats import exposure_option, fdr_option, interruption_window_option
-from pipeline.ingest.hostlist import compress, host_order
+from pipeline.readers.hostlist import compress, host_order
 from pipeline.report.format import text_table
 from pipeline.report.lemons import lemon_note, lemon_table
 

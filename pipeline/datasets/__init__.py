@@ -1,23 +1,7 @@
-"""Readers for public failure data sets (LANL 1996-2005, OLCF Titan GPUs, Loghub BGL) and the
-public baselines table. See docs/public-data.md for the mapping choices and published numbers."""
+"""Published reference figures: the GPU fleets' interruption counts (OPT-175B, MPT-7B, Llama 3.1)
+and the baselines table that sets a fleet's own rates beside them (:mod:`.baselines`). The public
+data sets' readers (LANL, Titan, BGL) are readers like any other: :mod:`pipeline.readers`."""
 
 from pipeline.datasets.baselines import PUBLISHED_GPU_FLEETS, PublishedFleet, public_baselines
-from pipeline.datasets.frames import CanonicalFrames, merge_intervals, shared_datasets_dir
-from pipeline.datasets.lanl import read_lanl
-from pipeline.datasets.loghub import BGL_ALERT_CATEGORIES, read_bgl
-from pipeline.datasets.titan import cumulative_incidence, read_service_locations, read_titan
 
-__all__ = [
-    "BGL_ALERT_CATEGORIES",
-    "PUBLISHED_GPU_FLEETS",
-    "CanonicalFrames",
-    "PublishedFleet",
-    "cumulative_incidence",
-    "merge_intervals",
-    "public_baselines",
-    "read_bgl",
-    "read_lanl",
-    "read_service_locations",
-    "read_titan",
-    "shared_datasets_dir",
-]
+__all__ = ["PUBLISHED_GPU_FLEETS", "PublishedFleet", "public_baselines"]

@@ -4,7 +4,7 @@ The stage that needs more than one machine at fleet scale: parsing tens of TB of
 file is one task. A task parses the file with failcast's own reader (:func:`pipeline.ingest.read_file`,
 the code ``failcast ingest`` runs) into a scratch in-memory warehouse of its own
 (:func:`pipeline.warehouse.scratch`), then writes what the reader stored, its rejects and its counts
-to the lake (layout and merge rules: :mod:`pipeline.ingest.lake`) with pyarrow. ``failcast ingest
+to the lake (layout and merge rules: :mod:`pipeline.store.lake`) with pyarrow. ``failcast ingest
 LAKE`` then merges the lake into the warehouse on one machine: everything after parsing (dedup
 across files, incidents, fits, projection, report) stays as it is.
 
@@ -52,8 +52,9 @@ from pipeline.ingest import (
     session_timezone,
     sha256_of,
 )
-from pipeline.ingest import lake as layout
-from pipeline.ingest.lines import head_text, is_gzip
+from pipeline.readers import LAKE_FORMATS
+from pipeline.readers.lines import head_text, is_gzip
+from pipeline.store import lake as layout
 
 ATTEMPTS_DIR = "attempts"
 """``LAKE/attempts/<run>-<sha256>-<id>``: one empty file per attempt at an input whose process is
@@ -218,10 +219,10 @@ def _parse_into_lake(
 ) -> Extracted:
     source, started = task["source"], time.perf_counter()
     fmt = options.fmt or detect_format(path)
-    if fmt not in layout.LAKE_FORMATS:
+    if fmt not in LAKE_FORMATS:
         raise InputError(
             f"{path}: format {fmt} is not extracted to a lake (formats: "
-            f"{', '.join(layout.LAKE_FORMATS)}); ingest it directly with failcast ingest"
+            f"{', '.join(LAKE_FORMATS)}); ingest it directly with failcast ingest"
         )
     with warehouse.scratch() as con:
         with session_timezone(con, options.timezone):
@@ -286,8 +287,8 @@ def extract_files(
     options = options or ReaderOptions()
     if engine not in ENGINES:
         raise InputError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
-    if options.fmt is not None and options.fmt not in layout.LAKE_FORMATS:
-        raise InputError(f"format {options.fmt} is not extracted to a lake; use one of {layout.LAKE_FORMATS}")
+    if options.fmt is not None and options.fmt not in LAKE_FORMATS:
+        raise InputError(f"format {options.fmt} is not extracted to a lake; use one of {LAKE_FORMATS}")
     lake = Path(out_lake)
     if lake.exists() and not lake.is_dir():
         raise InputError(f"{lake}: not a directory; --out takes the lake's directory")

@@ -1,6 +1,6 @@
 """Training-job interruptions and restarts -> measured detection and restart times (hours).
 
-Input: the ``training-log`` events (:mod:`pipeline.ingest.training_log`): columns ``job_id``,
+Input: the ``training-log`` events (:mod:`pipeline.readers.training_log`): columns ``job_id``,
 ``timestamp_utc``, ``category`` and ``message``. Per job, in time order:
 
 * an **interruption** starts with a failure line (``nccl_timeout``, ``worker_group_failed`` or

@@ -18,7 +18,7 @@ from pipeline.cli import main
 from pipeline.extract import extract_files, extract_one
 from pipeline.extract.engines import run_local
 from pipeline.ingest import InputError, ReaderOptions
-from pipeline.ingest import lake as layout
+from pipeline.store import lake as layout
 from tests.extract._lake_fleet import (
     BAD_XID,
     BUSES,

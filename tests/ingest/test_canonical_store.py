@@ -1,4 +1,4 @@
-"""How canonical incidents are stored (pipeline/ingest/canonical_store.py): a later export that
+"""How canonical incidents are stored (pipeline/store/canonical_events.py): a later export that
 closes an open ticket, the content key whatever the session's time zone, and the one-time
 migration of keys stored while the key still carried the zone's offset."""
 
@@ -8,8 +8,9 @@ import pytest
 
 from pipeline import rebuild, warehouse
 from pipeline.categories import CategoryMap
-from pipeline.ingest import ReaderOptions, canonical_store, ingest_files
-from pipeline.ingest.canonical import BATCH_ROWS, ingest_canonical
+from pipeline.ingest import ReaderOptions, ingest_files
+from pipeline.readers.canonical import BATCH_ROWS, ingest_canonical
+from pipeline.store import canonical_events as canonical_store
 
 TICKETS = "timestamp,cluster_id,node_id,category,resolved_at\n"
 OPEN = "2026-03-02T04:26:29Z,c1,n1,Xid 79,\n"

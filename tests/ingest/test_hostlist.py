@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.ingest.hostlist import HostlistError, compress, expand, host_order
+from pipeline.readers.hostlist import HostlistError, compress, expand, host_order
 
 
 @pytest.mark.parametrize(

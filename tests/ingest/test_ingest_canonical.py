@@ -19,10 +19,10 @@ from pipeline.ingest import (
     ingest_files,
     parse_category_map,
     parse_column_map,
-    taxonomy,
 )
-from pipeline.ingest.canonical import BATCH_ROWS, ingest_canonical
-from pipeline.ingest.taxonomy import classify
+from pipeline.readers.canonical import BATCH_ROWS, ingest_canonical
+from pipeline.store import taxonomy
+from pipeline.store.taxonomy import classify
 
 HEADER = "timestamp,cluster_id,node_id,category,gpu_index,job_id,message,resolved_at\n"
 GOOD = "2026-03-02T04:26:29Z,c1,n1,gpu_memory,0,j1,ecc,2026-03-02T06:00:00Z\n"
@@ -483,7 +483,7 @@ _PEAK_RSS_CHILD = """
 import sys
 from pathlib import Path
 from pipeline import warehouse
-from pipeline.ingest.canonical import ingest_canonical
+from pipeline.readers.canonical import ingest_canonical
 con = warehouse.connect(Path(sys.argv[1]))
 with warehouse.transaction(con):
     ingest_canonical(con, Path(sys.argv[2]), sha="x", fmt="csv", column_map={})

@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli import main
-from pipeline.ingest import InputError, ReaderOptions, detect_format, ingest_files, json_array
+from pipeline.ingest import InputError, ReaderOptions, detect_format, ingest_files
+from pipeline.readers import json_array
 
 RECORDS = [
     {

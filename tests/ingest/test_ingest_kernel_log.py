@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from pipeline import sample, warehouse
 from pipeline.ingest import InputError, ReaderOptions, ingest_files
-from pipeline.ingest.lines import read_lines
+from pipeline.readers.lines import read_lines
 
 HOST = "node-017"
 XID79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=10895, name=python3, GPU has fallen off the bus."
@@ -177,7 +177,7 @@ def test_non_utf8_bytes(con, write, sql):
 @pytest.mark.parametrize("block_bytes", [None, 1000])
 def test_truncated_gz_keeps_lines_before_the_cut(con, write, sql, monkeypatch, block_bytes):
     if block_bytes:  # the cut falls after many blocks
-        monkeypatch.setattr("pipeline.ingest.lines.BLOCK_BYTES", block_bytes)
+        monkeypatch.setattr("pipeline.readers.lines.BLOCK_BYTES", block_bytes)
     lines = "".join(
         iso(f"2026-03-02T04:{m:02d}:00", XID79.replace("pid=10895", f"pid={m}")) + "\n" for m in range(60)
     )
@@ -439,7 +439,7 @@ def test_tiny_blocks_give_the_same_result(tmp_path, write, monkeypatch, packed):
     snapshots = []
     for block in (None, 37):
         if block:
-            monkeypatch.setattr("pipeline.ingest.lines.BLOCK_BYTES", block)
+            monkeypatch.setattr("pipeline.readers.lines.BLOCK_BYTES", block)
         con = warehouse.connect(tmp_path / f"w{block}.duckdb")
         ingest_files(con, [path], ReaderOptions(year=2025, cluster="c1"))
         snapshots.append(_snapshot(con))
@@ -530,10 +530,10 @@ def test_parallel_spans_give_the_same_result_as_one_pass(tmp_path, monkeypatch, 
     snapshots = []
     for mode in ("one pass", "spans", "spans without workers"):
         if mode != "one pass":
-            monkeypatch.setattr("pipeline.ingest.kernel_log.SPAN_BYTES", 1499)
-            monkeypatch.setattr("pipeline.ingest.lines.BLOCK_BYTES", 37)
+            monkeypatch.setattr("pipeline.readers.kernel_log.SPAN_BYTES", 1499)
+            monkeypatch.setattr("pipeline.readers.lines.BLOCK_BYTES", 37)
         if mode == "spans without workers":
-            monkeypatch.setattr("pipeline.ingest.kernel_log.ThreadPoolExecutor", _NoPool)
+            monkeypatch.setattr("pipeline.readers.kernel_log.ThreadPoolExecutor", _NoPool)
         con = warehouse.connect(tmp_path / f"{mode}.duckdb")
         [s] = ingest_files(con, [path], ReaderOptions(year=2025, cluster="c1"))
         assert s.rows_read == s.rows_ingested + s.rows_duplicate + s.rows_rejected + s.rows_ignored

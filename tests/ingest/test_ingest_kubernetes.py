@@ -399,7 +399,7 @@ def test_truncated_list_is_one_clear_error_and_stores_nothing(con, write, sql):
 
 
 def test_list_over_the_size_limit_is_refused(con, write, monkeypatch):
-    from pipeline.ingest import kubernetes
+    from pipeline.readers import kubernetes
 
     monkeypatch.setattr(kubernetes, "MAX_LIST_BYTES", 1000)
     with pytest.raises(InputError, match="over 0 MB is not read whole; convert it to JSON Lines"):

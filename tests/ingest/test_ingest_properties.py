@@ -19,9 +19,11 @@ from hypothesis import strategies as st
 
 from pipeline import config, warehouse
 from pipeline.categories import FailureCategory
-from pipeline.datasets import read_bgl, read_lanl, read_titan
 from pipeline.ingest import InputError, ReaderOptions, ingest_files
-from pipeline.ingest.hostlist import MAX_HOSTS, HostlistError, expand
+from pipeline.readers.bgl import read_bgl
+from pipeline.readers.hostlist import MAX_HOSTS, HostlistError, expand
+from pipeline.readers.lanl import read_lanl
+from pipeline.readers.titan import read_titan
 
 EXAMPLES = [
     pytest.param(25, id="bounded"),

@@ -8,7 +8,7 @@ from datetime import datetime
 import pytest
 
 from pipeline.ingest import InputError, ReaderOptions, ingest_files
-from pipeline.ingest.hostlist import HostlistError, expand
+from pipeline.readers.hostlist import HostlistError, expand
 
 SACCT = """JobID|JobName|Partition|State|ExitCode|Start|End|ElapsedRaw|NNodes|NodeList
 881204|pretrain-7b|gpu|NODE_FAIL|0:0|2024-03-01T10:00:03|2024-03-01T13:12:44|11561|4|gpu-[001-004]

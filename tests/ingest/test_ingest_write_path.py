@@ -9,7 +9,9 @@ import polars as pl
 import pytest
 
 from pipeline import warehouse
-from pipeline.ingest import canonical, canonical_store, ingest_files
+from pipeline.ingest import ingest_files
+from pipeline.readers import canonical
+from pipeline.store import canonical_events as canonical_store
 
 ROW_GROUP = 122_880  # DuckDB's default row group size
 

@@ -19,8 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline import warehouse
-from pipeline.ingest import ReaderOptions, ingest_files, kernel_log, syslog_years
-from pipeline.ingest.lines import read_blocks
+from pipeline.ingest import ReaderOptions, ingest_files
+from pipeline.readers import kernel_log, syslog_years
+from pipeline.readers.lines import read_blocks
 
 # Xid lines in every form the parser accepts or rejects by name, with their sources:
 # /work/shared/reference/log_formats.md section 1 and docs/ingest.md "Kernel logs".

@@ -13,7 +13,7 @@ from pipeline.categories import SYNONYMS, CategoryMap, FailureCategory, normal_f
 from pipeline.cli import main
 from pipeline.config import ConfigError, load_config
 from pipeline.ingest import ReaderOptions, ingest_files, parse_category_map
-from pipeline.ingest.taxonomy import category_with_xid, classify
+from pipeline.store.taxonomy import category_with_xid, classify
 
 C = FailureCategory
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.ingest.xid import XID_CATALOG, catalog_frame, interrupting
+from pipeline.xid import XID_CATALOG, catalog_frame, interrupting
 
 
 @pytest.mark.parametrize(
