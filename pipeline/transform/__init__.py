@@ -52,7 +52,6 @@ from pipeline.transform.interruptions import (
     INTERRUPTION_WINDOW_MINUTES,
     chained_starts,
     failure_operating_times,
-    node_interruptions,
     times_between_failures,
 )
 from pipeline.transform.jobs import job_interruption_rates
@@ -108,7 +107,6 @@ __all__ = [
     "mean_cumulative_function",
     "job_predictions",
     "job_recoveries",
-    "node_interruptions",
     "observation_end",
     "outages",
     "poisson_interval",

@@ -27,6 +27,7 @@ from polars.testing import assert_frame_equal
 from pipeline import analysis, transform, warehouse
 from pipeline.analysis.counts import FailureCounts
 from tests._fleets import write_warehouse
+from tests._interruptions import node_interruptions
 
 # the modules (``transform.outages`` is also the name of a function the package exports)
 fleet = importlib.import_module("pipeline.transform.fleet")
@@ -243,7 +244,7 @@ def _inventory_frame(rows) -> pl.DataFrame:
 def _interruptions(incidents: pl.DataFrame) -> pl.DataFrame:
     """What analyze reads: the interrupting incidents as node interruptions, node and time order."""
     interrupting = incidents.filter("interrupting").sort("cluster_id", "node_id", "timestamp_utc")
-    return transform.node_interruptions(interrupting, window_minutes=30.0)
+    return node_interruptions(interrupting, window_minutes=30.0)
 
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
