@@ -25,15 +25,13 @@ def node_interruptions(
     its first incident's row (every column of ``incidents``) plus ``categories``, ``faults`` and
     ``last_fault_utc``, in (cluster, node, time, category, input) order."""
     unit = incidents.schema["timestamp_utc"]
-    frame = incidents.with_columns(
-        pl.col("timestamp_utc").dt.cast_time_unit("us"),
-        failure_class=pl.col("failure_class") if "failure_class" in incidents.columns else pl.col("category"),
-        resolved_at_utc=(
-            pl.col("resolved_at_utc").dt.cast_time_unit("us")
-            if "resolved_at_utc" in incidents.columns
-            else pl.lit(None, pl.Datetime("us"))
-        ),
-        attributes=pl.lit(None, pl.String),
+    added = {
+        "failure_class": pl.col("category"),
+        "resolved_at_utc": pl.lit(None, pl.Datetime("us")),
+        "attributes": pl.lit(None, pl.String),
+    }
+    frame = incidents.with_columns(pl.col("timestamp_utc").dt.cast_time_unit("us")).with_columns(
+        **{name: value for name, value in added.items() if name not in incidents.columns}
     )
     con = duckdb.connect()
     con.execute("CREATE TABLE incidents AS SELECT * FROM frame")  # rowid: the frame's order
@@ -47,9 +45,9 @@ def node_interruptions(
         frame.filter(pl.col("interrupting").fill_null(False))
         .sort(key, maintain_order=True)
         .unique(subset=key, keep="first", maintain_order=True)
-        .drop("resolved_at_utc", "failure_class", "attributes")
+        .drop("resolved_at_utc")
     )
-    result = collapsed.select(*key, "resolved_at_utc", "failure_class", *_ADDED).join(
+    result = collapsed.select(*key, "resolved_at_utc", *_ADDED).join(
         firsts, on=key, how="left", maintain_order="left"
     )
     times = [pl.col(c).dt.cast_time_unit(unit.time_unit) for c in ("timestamp_utc", "last_fault_utc")]

@@ -156,7 +156,7 @@ def _polars(con, end, window, basis):
     failures = analysis.read_failures(con, window_minutes=window)
     inventory = warehouse.table(con, "inventory")
     at_risk, _ = analysis.rate_exposure(
-        failures, inventory, transform.exposure_intervals(inventory, end), end, basis
+        con, failures, inventory, transform.exposure_intervals(inventory, end), end, basis
     )
     return failures, at_risk, transform.failures_in_service(failures, at_risk, with_interval=True)
 

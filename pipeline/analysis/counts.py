@@ -7,16 +7,17 @@ tables), instead of reading the interrupting incidents into Polars and running t
 rows. The rules are those of the Polars transforms, step for step (tests/test_analysis_counts.py
 compares both on fleets with every edge case):
 
-1. node interruptions (:func:`pipeline.transform.node_interruptions`): the interrupting incidents
+1. node interruptions (:func:`node_interruptions` reads them as rows: the one implementation of
+   the rule, for every command): the interrupting incidents
    sorted by cluster, node, time, category and table order; a node's first incident and each
    one more than the window after the one before start a run; runs longer than the window are
    chained in NumPy (:func:`pipeline.transform.interruptions.chained_starts`, only their rows
    are updated); an interruption keeps its first incident's columns and the latest
    ``resolved_at_utc`` of its incidents;
-2. outages with a recorded end (:func:`pipeline.transform.outages`): the end is the
-   interruption's own resolution, else the start of the node's next service interval when the
-   one it was in ends at the failure (within ``GAP_TOLERANCE``); a failure before the latest
-   end of the node's earlier outages joins them;
+2. outages with a recorded end (:func:`pipeline.analysis.downtime.outages`, the same query on
+   these tables): the end is the interruption's own resolution, else the start of the node's next
+   service interval when the one it was in ends at the failure (within ``GAP_TOLERANCE``); a
+   failure before the latest end of the node's earlier outages joins them;
 3. uptime pieces (:func:`pipeline.transform.uptime_intervals`): the calendar service intervals
    split around those outages (basis "uptime"; "calendar" keeps the intervals);
 4. failures in service (:func:`pipeline.transform.failures_in_service`): an interruption counts
@@ -50,6 +51,7 @@ import numpy as np
 import polars as pl
 
 from pipeline import transform, warehouse
+from pipeline.analysis import downtime
 
 # group keys a count may use: a literal SQL expression each (never user text in SQL)
 _KEYS = {
@@ -125,46 +127,20 @@ SELECT x._interval, n._node, x.start_utc, x.end_utc
 FROM _fc_exposure x JOIN _fc_nodes n ON n.cluster_id = x.cluster_id AND n.node_id = x.node_id
 """
 
-# outage ends from the inventory (transform.outages._inventory_ends): the first end of a service
-# interval at or after the failure, when within the tolerance, then the first start at or after
-# it; as-of joins, whose size is the interruptions, not interruptions x intervals per node
+# step 2: the outages of the interruptions up to the window end (pipeline.analysis.downtime, the
+# one implementation of the rule) on these tables, by node number; their recorded downtime
 _DOWNTIME = """
 CREATE OR REPLACE TEMP TABLE _fc_downtime AS
-WITH service AS (
-    SELECT n._node, v.in_service_from_utc, v.in_service_to_utc
-    FROM inventory v JOIN _fc_nodes n ON n.cluster_id = v.cluster_id AND n.node_id = v.node_id
-), removals AS (
-    SELECT _node, in_service_to_utc AS removed_utc FROM service WHERE in_service_to_utc IS NOT NULL
-), returns AS (
-    SELECT _node, in_service_from_utc AS back_utc FROM service
-), i AS (
-    SELECT * FROM _fc_interruptions WHERE timestamp_utc <= $until
-), closing AS (
-    SELECT i._node, i._n, r.removed_utc
-    FROM i ASOF JOIN removals r ON r._node = i._node AND r.removed_utc >= i.timestamp_utc
-    WHERE r.removed_utc <= i.timestamp_utc + to_microseconds($tolerance_us)
-), reopened AS (
-    SELECT c._node, c._n, b.back_utc AS inventory_end_utc
-    FROM closing c ASOF JOIN returns b ON b._node = c._node AND b.back_utc >= c.removed_utc
-), ends AS (
-    SELECT i._node, i._n, i.timestamp_utc,
-        CASE WHEN i.resolved_at_utc >= i.timestamp_utc THEN i.resolved_at_utc ELSE r.inventory_end_utc END
-            AS end_utc
-    FROM i LEFT JOIN reopened r USING (_node, _n)
-), running AS (
-    SELECT *, max(coalesce(end_utc, timestamp_utc)) OVER (
-        PARTITION BY _node ORDER BY _n ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    ) AS _running_end
-    FROM ends
-), numbered AS (
-    SELECT *, sum((_running_end IS NULL OR timestamp_utc >= _running_end)::INTEGER) OVER (
-        PARTITION BY _node ORDER BY _n
-    ) AS _outage
-    FROM running
+SELECT _node, start_utc AS out_from, end_utc AS out_to FROM ({outages}) WHERE end_utc IS NOT NULL
+""".format(
+    outages=downtime.outages_query(
+        "(SELECT _node, _n AS _order, timestamp_utc, resolved_at_utc FROM _fc_interruptions)",
+        "(SELECT n._node, v.in_service_from_utc, v.in_service_to_utc "
+        "FROM inventory v JOIN _fc_nodes n ON n.cluster_id = v.cluster_id AND n.node_id = v.node_id)",
+        ["_node"],
+        ["_node"],
+    )
 )
-SELECT _node, min(timestamp_utc) AS out_from, max(end_utc) AS out_to
-FROM numbered GROUP BY _node, _outage HAVING max(end_utc) IS NOT NULL
-"""
 
 # step 3 as transform.uptime_intervals does it: the gaps between a node's downtime windows (of
 # positive length, merged where they overlap: a running maximum of their ends) are its up
@@ -357,8 +333,7 @@ class FailureCounts:
         con.register("_fc_exposure", exposure.with_row_index("_interval"))
         con.execute(_INTERVALS)
         if basis == "uptime":
-            tolerance = transform.GAP_TOLERANCE // timedelta(microseconds=1)
-            con.execute(_DOWNTIME, {"until": observed_until, "tolerance_us": tolerance})
+            con.execute(_DOWNTIME, downtime.query_parameters(observed_until))
             con.execute(_UPTIME_PIECES)
             con.execute("DROP TABLE _fc_downtime")
         else:

@@ -10,7 +10,7 @@ from datetime import datetime
 import polars as pl
 
 from pipeline import models, record_checks, transform, warehouse
-from pipeline.analysis import counts
+from pipeline.analysis import counts, downtime
 
 FAILURE_COLUMNS = (
     "cluster_id",
@@ -70,23 +70,26 @@ def _with_attributes(frame: pl.DataFrame, attributes: Sequence[str]) -> pl.DataF
 
 
 def rate_exposure(
+    con,
     failures: pl.DataFrame,
     inventory: pl.DataFrame,
     exposure: pl.DataFrame,
     observed_until: datetime,
     basis: str = "uptime",
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(exposure that rates divide by, outages): the calendar ``exposure`` with the outages'
-    downtime removed for ``basis`` "uptime" (MTBF = uptime / failures), ``exposure`` itself for
-    "calendar". ``exposure`` itself too when no recorded downtime falls inside a service interval
-    (no outage has a recorded end, or, as in an availability trace, a node is out of service
-    while it is down): callers then match failures to one set of intervals, not two equal ones
-    (:func:`pipeline.analysis.analyze`; at 5 M intervals each match holds ~0.5 GB)."""
+    """(exposure that rates divide by, outages): the outages of ``failures``
+    (:func:`pipeline.analysis.downtime.outages`, on the connection ``con``), and the calendar
+    ``exposure`` with their downtime removed for ``basis`` "uptime" (MTBF = uptime / failures),
+    ``exposure`` itself for "calendar". ``exposure`` itself too when no recorded downtime falls
+    inside a service interval (no outage has a recorded end, or, as in an availability trace, a
+    node is out of service while it is down): callers then match failures to one set of
+    intervals, not two equal ones (:func:`pipeline.analysis.analyze`; at 5 M intervals each match
+    holds ~0.5 GB)."""
     if basis not in transform.EXPOSURE_BASES:
         raise ValueError(
             f"unknown exposure basis {basis!r}; use one of {', '.join(transform.EXPOSURE_BASES)}"
         )
-    outages = transform.outages(failures, inventory, observed_until)
+    outages = downtime.outages(con, failures, inventory, observed_until)
     if basis == "calendar":
         return exposure, outages
     uptime = transform.uptime_intervals(exposure, outages)

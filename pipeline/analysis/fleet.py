@@ -244,7 +244,7 @@ def analyze(
     estimated = transform.exposure_estimated(inventory)
     failures = read_failures(con, window_minutes=interruption_window_minutes)
     exposure = transform.exposure_intervals(inventory, end)
-    at_risk, outages = rate_exposure(failures, inventory, exposure, end, exposure_basis)
+    at_risk, outages = rate_exposure(con, failures, inventory, exposure, end, exposure_basis)
     del inventory  # as many rows as the exposure: an availability trace has one per up-interval
     # Memory (bench/RESULTS.md, issue 27): every row frame below is as long as the failures or the
     # intervals, so each is built from the columns its statistics use, and dropped once they ran.

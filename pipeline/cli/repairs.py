@@ -87,7 +87,7 @@ def repairs(db: Path, by, interruption_window: float, observed_until, as_json: b
     end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
     failures = analysis_mod.read_failures(con, window_minutes=interruption_window or None)
     exposure = transform.exposure_intervals(inventory, end)
-    uptime, outages = analysis_mod.rate_exposure(failures, inventory, exposure, end)
+    uptime, outages = analysis_mod.rate_exposure(con, failures, inventory, exposure, end)
     left_out = int((failures["timestamp_utc"] > end).sum())
     groups = analysis_mod.repair_summary(outages, exposure, uptime, by)
     total = analysis_mod.repair_summary(outages, exposure, uptime).row(0, named=True)
