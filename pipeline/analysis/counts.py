@@ -4,8 +4,10 @@ The rates view needs counts, not rows: failures per group, node-hours per group,
 left out by reason. :class:`FailureCounts` computes them where the incidents are stored and hands
 Polars only those aggregates (:func:`pipeline.transform.rates_from_counts` turns them into rate
 tables), instead of reading the interrupting incidents into Polars and running the transforms on
-rows. The rules are those of the Polars transforms, step for step (tests/test_analysis_counts.py
-compares both on fleets with every edge case):
+rows. Steps 1 and 2 are the only implementations of their rules (every command reads its
+interruptions and outages from them); steps 3-5 are those of the Polars transforms, step for step
+(tests/test_analysis_counts.py and tests/transform/test_interval_joins.py hold both to the same
+tables on fleets with every edge case):
 
 1. node interruptions (:func:`node_interruptions` reads them as rows: the one implementation of
    the rule, for every command): the interrupting incidents
