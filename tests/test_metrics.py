@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import threading
 import urllib.error
@@ -18,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline import analysis, config, warehouse
+from pipeline import analysis, config, projection, report, warehouse
 from pipeline.cli import main
 from pipeline.cli.metrics import CachedMetrics, make_server
 from pipeline.report import metrics
@@ -235,3 +236,29 @@ def test_dashboard_queries_only_failcast_metrics():
     titles = " ".join(p["title"].lower() for p in board["panels"])
     for topic in ("rate", "mtbf", "availability", "mttr", "lemon", "savings", "run"):
         assert topic in titles, topic
+
+
+def test_every_configured_job_is_exported_and_a_job_without_a_price_has_no_cost(fleet):
+    """Two jobs, the second without a price and too big for manual recovery: a job label each;
+    no cost or dollar-savings sample for the unpriced one (not NaN); +Inf days where it cannot
+    finish; the first job's numbers are its projection's."""
+    rate = projection.FailureModel.exponential(0.0005)
+    priced = projection.JobSpec(256, 4.5, rate, gpu_hours=6.5e6, name="priced")
+    unpriced = projection.JobSpec(4096, None, rate, gpu_hours=6.5e6, name="unpriced")
+    outlook = report.job_outlook(priced, monte_carlo_runs=0, others=[unpriced])
+    text = metrics.render_metrics(metrics.MetricInputs(fleet, outlook))
+    assert "NaN" not in text
+    parsed = samples(text)
+
+    def of(name: str) -> dict[tuple[str, str], float]:
+        return {(dict(lab)["job"], dict(lab)["recovery"]): v for (n, lab), v in parsed.items() if n == name}
+
+    days, cost = of("failcast_job_projected_days"), of("failcast_job_projected_cost_dollars")
+    assert set(days) == {(j, m) for j in ("priced", "unpriced") for m in ("manual", "automatic")}
+    assert set(cost) == {("priced", "manual"), ("priced", "automatic")}
+    first = {r["mode"]: r for r in outlook.modes.iter_rows(named=True)}
+    assert days[("priced", "automatic")] == first["automatic"]["expected_days"]
+    assert cost[("priced", "manual")] == first["manual"]["cost_usd"]
+    assert days[("unpriced", "manual")] == math.inf  # 4 096 instances, 3.5 h per failure: never
+    assert set(of("failcast_job_projected_savings_days")) == {("priced", "automatic")}
+    assert set(of("failcast_job_projected_savings_dollars")) == {("priced", "automatic")}

@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from pipeline import analysis, datasets, ingest, models, report, transform, warehouse
+from pipeline import analysis, datasets, ingest, models, projection, report, transform, warehouse
 from pipeline.cli import main
 from pipeline.report import charts, comparisons, drivers, page
 from pipeline.report.format import duration_text, format_value
@@ -797,11 +797,21 @@ def test_summary_names_the_lemons_and_the_spares_the_job_needs(rich_analysis):
         )
     else:
         assert value == "none" and f"none of {rich_analysis.lemons.table_.height:,} nodes" in note
-    assert rich_analysis.repair_times is not None
-    spares = analysis.spares_for_job(
-        rich_analysis.repair_times, outlook.instances, rich_analysis.fleet_rate.rate_
+    assert f"Hot spares for {outlook.instances:,} instances" not in cards  # no repair curve, no table
+
+
+def test_the_hot_spares_card_is_the_spare_tables_99_row(rich_analysis):
+    """One number per fact: the card is the table's row (the job's own rate at its size), not the
+    fleet-wide rate's pool."""
+    spec = projection.JobSpec(
+        256, None, analysis.failure_model_for(rich_analysis, 256), gpu_hours=2e6, name="planned"
     )
-    assert cards[f"Hot spares for {outlook.instances:,} instances"][0] == f"{spares['spares']:,}"
+    outlook = report.job_outlook(spec, monte_carlo_runs=0, repair=analysis.repair_curve(rich_analysis))
+    cards = {k: (v, n) for k, v, n in report.summary_cards(rich_analysis, outlook)}
+    value, note = cards["Hot spares for 256 instances"]
+    row = outlook.spares.filter(pl.col("note").str.contains("99% row")).row(0, named=True)
+    assert value == f"{row['spares']:,}" and f"{row['free_spare_probability']:.1%} of the time" in note
+    assert f"recommended for days and cost: {outlook.spares_summary['recommended'][0]}" in note
 
 
 @pytest.mark.parametrize(

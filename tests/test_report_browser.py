@@ -177,6 +177,69 @@ def _hover_points(page, slug: str) -> list[dict] | None:
     return [t for t in found if t["text"]]
 
 
+VERDICT = "() => document.querySelector('#chart-planner svg .mark-text.role-mark text').textContent"
+
+
+def _planner_verdict(spec: proj.JobSpec, repair: proj.RepairCurve, spares: int) -> str:
+    """What the model gives (failcast spares' row of ``spares``), as the planner's verdict reads."""
+    row = proj.spare_advice(spec, repair).table.row(spares, named=True)
+    return f"{row['expected_days']:,.1f} days, goodput {row['goodput']:.1%}, cost ${row['cost_usd']:,.0f}"
+
+
+def test_planner_redraws_when_a_slider_moves(sample_warehouse, tmp_path):
+    """The planner of the sample fleet's priced job: at the configured settings it reads the spare
+    table's recommended row; two presses of the left arrow on the spares slider, then 512
+    instances, redraw it to the model's numbers at those settings; no console errors."""
+    con = warehouse.connect(sample_warehouse, read_only=True)
+    try:
+        fleet = analysis.analyze(con)
+    finally:
+        con.close()
+    repair = analysis.repair_curve(fleet)
+
+    def job(instances: int) -> proj.JobSpec:
+        return proj.job_spec_for_fleet(
+            REPO / "data" / "jobs" / "fleet-llama3-70b.toml",
+            fleet_failure=lambda n: analysis.failure_model_for(fleet, n),
+            instances=instances,
+        )
+
+    outlook = report.job_outlook(job(256), monte_carlo_runs=200, repair=repair)
+    path = report.write_report(fleet, tmp_path, projection=outlook, images=False)
+    recommended = outlook.spares_summary["recommended"][0]
+    errors = []
+    with sync_playwright() as p:
+        browser = _launch(p)
+        try:
+            page = browser.new_page(viewport=VIEWPORT)
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(path.as_uri(), wait_until="load")
+            page.wait_for_selector("#chart-planner svg.marks", timeout=20_000)
+            shown = [page.evaluate(VERDICT)]
+            slider = page.locator("#chart-planner input[name=spares]")
+            slider.focus()
+            for _ in range(2):
+                slider.press("ArrowLeft")
+            page.wait_for_function(f"({VERDICT})() !== {shown[0]!r}", timeout=10_000)
+            shown.append(page.evaluate(VERDICT))
+            page.locator("#chart-planner input[name=instances]").evaluate(
+                "el => { el.value = '512'; el.dispatchEvent(new Event('input', {bubbles: true})); }"
+            )
+            page.wait_for_function(f"({VERDICT})() !== {shown[1]!r}", timeout=10_000)
+            shown.append(page.evaluate(VERDICT))
+            spans = page.locator("#chart-planner .vega-bind span:last-child").all_text_contents()
+        finally:
+            browser.close()
+    assert shown == [
+        _planner_verdict(job(256), repair, recommended),
+        _planner_verdict(job(256), repair, recommended - 2),
+        _planner_verdict(job(512), repair, recommended - 2),
+    ]
+    assert "512" in spans and str(recommended - 2) in spans
+    assert not errors
+
+
 def test_screenshot_of_the_bundled_sample_report(tmp_path):
     """``failcast run`` on ``data/sample/`` (a fresh warehouse), then the top of its report at 1280 px
     wide into ``docs/report.png``; only with ``FAILCAST_UPDATE_SCREENSHOT=1``."""

@@ -45,6 +45,8 @@ def test_headers_are_words_with_units(column, label):
         ("repair_hours_p50", 2.2166, "2.22"),  # a quantile of a duration reads like one
         ("statistic", 33.59, "33.59"),  # not a duration: 4 digits
         ("cost_usd", 49517559.4, "$49,517,559"),
+        ("saving_usd", -35196.2, "-$35,196"),  # the sign before the symbol, not $-35,196
+        ("usd", -0.4, "$0"),  # no sign on an amount that rounds to nothing
         ("goodput", 0.591, "59.1%"),
         ("availability", 0.99731, "99.73%"),
         ("laplace_p_value", 0.2601, "0.260"),
@@ -83,3 +85,15 @@ def test_text_table_reads_like_the_report():
 def test_text_table_says_how_many_rows_it_leaves_out():
     lines = text_table(pl.DataFrame({"failures": list(range(10))}), max_rows=3).splitlines()
     assert len(lines) == 2 + 3 + 1 and lines[-1] == "... 7 more rows (--json prints all)"
+
+
+def test_negative_money_in_cards_and_the_cli_reads_minus_dollars():
+    """A spare past the recommendation costs more than it saves; a mode can cost more than the
+    baseline: -$35,196 and -$1.20M, never $-35,196."""
+    from pipeline.projection.explain import _usd
+    from pipeline.report.format import usd
+    from pipeline.report.outlook import saving_card
+
+    assert usd(-35196.2) == "-$35,196" and usd(1234.5, 2) == "$1,234.50"
+    assert saving_card({"days": -2.0, "usd": -1.2e6}) == "-2.0 days · -$1.20M"
+    assert _usd(-35196.2) == ", cost -$35,196"

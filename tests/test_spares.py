@@ -4,6 +4,7 @@ no prices (400 GPU servers, built here)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 from math import comb
@@ -13,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from scipy import integrate
 
-from pipeline import analysis, ingest, models, sample, warehouse
+from pipeline import analysis, ingest, models, report, sample, warehouse
 from pipeline.cli import main
 from pipeline.projection import (
     FailureModel,
@@ -228,7 +229,8 @@ def test_spares_command_on_measured_repairs_without_a_price(fleet_400):
     out = _invoke(*args).stdout
     assert out.splitlines()[1].startswith("recommended: ") and "no price" in out and "$" not in out
     d = json.loads(_invoke(*args, "--json").stdout)
-    fleet = analysis.analyze(warehouse.connect(db, read_only=True))
+    with warehouse.connect(db, read_only=True) as con:  # closed before the run test writes the file
+        fleet = analysis.analyze(con)
     rate = analysis.failure_model_for(fleet, 256).rate_per_instance_hour
     assert d["probability_row"] == analysis.spares_for_job(fleet.repair_times, 256, rate)["spares"]
     assert d["recommended_low"] <= d["recommended"] <= d["recommended_high"]
@@ -256,8 +258,28 @@ def test_report_shows_every_job_and_their_spares(fleet_400, tmp_path):
 
 def test_run_reports_every_configured_job_and_their_spares(fleet_400):
     root, _, config = fleet_400
+    gc.collect()  # the read-only connections of the commands run in this process before (a fleet's
+    # lazy incidents keep theirs open until collected): DuckDB refuses a writer beside them
     _invoke("run", "--config", str(config))
     html = (root / "reports" / "latest.html").read_text()
     for needle in ("id='configured-jobs'", "id='hot-spares'", "small-run", "big-run", "None given: costs"):
         assert needle.lower() in html.lower()
     assert "$nan" not in html.lower() and "inf days" not in html
+
+
+def test_a_measured_reports_spare_table_is_failcast_spares_with_the_assumed_swap(fleet_400):
+    """The report measures recovery for its projection, but its spare table keeps the assumed swap
+    (the pool builds its own replace time), as failcast spares --recovery measured does."""
+    _, db, _ = fleet_400
+    args = ["spares", "--db", str(db), "--instances", "256", "--gpu-hours", "3000000", "--recovery"]
+    cli = json.loads(_invoke(*args, "measured", "--json").stdout)
+    with warehouse.connect(db, read_only=True) as con:  # closed before the run test writes the file
+        fleet = analysis.analyze(con)
+    spec = JobSpec(256, None, gpu_hours=3e6, failure=analysis.failure_model_for(fleet, 256))
+    outlook = report.job_outlook(
+        spec, monte_carlo_runs=0, measured=analysis.measured_recovery_hours(fleet),
+        repair=analysis.repair_curve(fleet),
+    )  # fmt: skip
+    assert cli["swap_hours"] == pytest.approx(10 / 60)
+    table = outlook.spares.filter(outlook.spares["spares"] < len(cli["table"]))
+    assert table["expected_days"].to_list() == pytest.approx([r["expected_days"] for r in cli["table"]])

@@ -20,6 +20,7 @@ from pipeline.cli import main
 from pipeline.extract import extract_files
 from pipeline.ingest import ingest_files
 from pipeline.report import repairs as report_repairs
+from pipeline.report.format import duration_text
 from tests._fault_table import expected_repairs, fault_table
 
 
@@ -90,7 +91,8 @@ def test_the_reports_repair_note_counts_what_its_table_counts(table, table_db):
     assert f"{truth.unknown_end} outages without a recorded end whose node failed again are left out" in note
     assert "14 repairs ended when they began" in note
     assert fleet.repair_times.mean_hours_ == pytest.approx(truth.km_mean_hours, rel=1e-9)
-    assert f"MTTR {truth.km_mean_hours:,.1f} h" in note
+    assert f"MTTR {duration_text(truth.km_mean_hours)}" in note
+    assert note.startswith(f"{fleet.outages.height:,} outages; ")  # one fault, one outage: nothing to explain
 
 
 def test_hot_spares_and_measured_recovery_take_the_tables_mttr(table, table_db):

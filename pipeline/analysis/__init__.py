@@ -38,10 +38,12 @@ from pipeline.analysis.jobs import (
     read_jobs,
 )
 from pipeline.analysis.outlook import (
+    SizeRates,
     failure_model_for,
     rate_model_for,
     repair_curve,
     size_laws_agreement,
+    size_rates,
     spares_for_job,
 )
 from pipeline.analysis.repairs import (
@@ -75,6 +77,8 @@ __all__ = [
     "node_evidence",
     "rate_exposure",
     "rate_model_for",
+    "size_rates",
+    "SizeRates",
     "read_failures",
     "read_job_recoveries",
     "read_jobs",

@@ -3,6 +3,7 @@ whether the two scaling laws agree; the fleet's repair curve for the job's spare
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,26 +37,68 @@ def rate_model_for(
     analysis: FleetAnalysis, instances: int, instance_type: str | None = None
 ) -> projection.FailureModel:
     """The per-instance failure model of a job on ``instances`` instances of this fleet, for
-    :func:`pipeline.projection.project`, from the most direct evidence there is:
+    :func:`pipeline.projection.project`: :meth:`SizeRates.model` of :func:`size_rates`."""
+    return size_rates(analysis, instance_type).model(instances)
+
+
+@dataclass(frozen=True)
+class SizeRates:
+    """The evidence a job's failure rate is taken from, for any job size (the report's planner
+    embeds it to redraw the rate at another size). :meth:`model` picks the most direct:
 
     1. the measured rate of the clusters in the job's size bucket (the power of two nearest
-       ``instances``: the row of ``rates_by_size_bucket``) with its interval, if they failed;
+       ``instances``: the row of ``rates_by_size_bucket``) with its interval, if they failed
+       (``measured``: bucket -> that row);
     2. else the scaling law MTBF(N) = MTBF_1 / N^alpha at N = ``instances``: per-instance rate
        1 / (N MTBF(N)), its interval from the law's 95% interval (wider the further N is from the
        observed sizes), e.g. a 16 384-instance job on a fleet of 32-1 024-instance clusters;
-    3. else (one cluster size only: no law) the rate of the whole fleet (``rates_overall``);
+    3. else (one cluster size only: no law) the rate of the whole fleet (``rates_overall``,
+       ``total``);
     4. with no failure yet, the fleet's exact one-sided 95% upper bound (-ln 0.05 / T = 3.0 / T for
        T instance-hours, :func:`pipeline.transform.poisson_upper_bound`): a worst case, labelled
        as such in ``source``.
 
     The rates and the law are the analysis' own (its rate tables and ``scaling``), so the job's
     rate and interval are the figures the report shows beside it, by the analysis' interval method
-    (named in ``source``). ``instance_type`` restricts all three to nodes of that type: the same
-    computation on their failures and hours (the fleet's interval method and dispersion, the law
-    refitted on their clusters). The model's ``source`` says which was used.
+    (``interval``, named in ``source``).
     """
-    if instances < 1:
-        raise ValueError(f"instances must be at least 1, got {instances}")
+
+    label: str  # "fleet", "H100 nodes", with "(exposure estimated)" when it is
+    interval: str
+    measured: dict[int, dict]
+    law: models.MTBFScaling | None
+    total: dict
+
+    def model(self, instances: int) -> projection.FailureModel:
+        if instances < 1:
+            raise ValueError(f"instances must be at least 1, got {instances}")
+        bucket = pl.select(transform.size_bucket(pl.lit(instances))).item()
+        if bucket in self.measured:
+            source = f"{self.label}: measured rate of clusters of ~{bucket} instances ({self.interval})"
+            return _rate_model(self.measured[bucket], source)
+        if (law := self.law) is not None:
+            (mtbf,), (low,), (high,) = law.predict_mtbf_hours([instances])
+            source = (
+                f"{self.label}: scaling law MTBF(N) = {law.mtbf_one_hours_:.0f} h / N^{law.alpha_:.2f} "
+                f"at N = {instances}"
+            )
+            return projection.FailureModel.exponential(
+                1 / (instances * mtbf), 1 / (instances * high), 1 / (instances * low), source
+            )
+        total = self.total
+        if not total["failures"]:
+            return projection.FailureModel.exponential(
+                total["rate_upper_bound"],
+                source=f"{self.label}: no failures yet in {total['exposure_node_hours']:,.0f} "
+                "instance-hours; UPPER BOUND (95% one-sided, -ln 0.05 / T), a worst case",
+            )
+        return _rate_model(total, f"{self.label}: rate ({self.interval})")
+
+
+def size_rates(analysis: FleetAnalysis, instance_type: str | None = None) -> SizeRates:
+    """The fleet's :class:`SizeRates`. ``instance_type`` restricts all of it to nodes of that
+    type: the same computation on their failures and hours (the fleet's interval method and
+    dispersion, the law refitted on their clusters)."""
     exposure, at_risk, label = analysis.exposure, analysis.rate_exposure, "fleet"
     if instance_type is not None:
         of_type = pl.col("instance_type") == instance_type
@@ -65,7 +108,6 @@ def rate_model_for(
             raise ValueError(f"no nodes of instance type {instance_type!r} in the fleet; it has {known}")
     if analysis.exposure_estimated:
         label += " (exposure estimated)"
-    interval = f"{analysis.interval_method} 95% interval"
     if instance_type is None:
         by_bucket, by_cluster, total = (
             analysis.rates_by_size_bucket,
@@ -78,13 +120,11 @@ def rate_model_for(
             transform.failure_rates(analysis.interruptions, at_risk, by=by, dispersion=phi)
             for by in (["size_bucket"], ["cluster_id"], [])
         )
-    bucket = pl.select(transform.size_bucket(pl.lit(instances))).item()
-    measured = by_bucket.filter((pl.col("size_bucket") == bucket) & (pl.col("failures") > 0))
-    if measured.height:
-        row = measured.row(0, named=True)
-        source = f"{label}: measured rate of clusters of ~{bucket} instances ({interval})"
-        return _rate_model(row, source)
+    measured = {
+        int(r["size_bucket"]): r for r in by_bucket.filter(pl.col("failures") > 0).iter_rows(named=True)
+    }
     per_cluster = cluster_mtbf(by_cluster, exposure)
+    law = None
     if sizes_that_failed(per_cluster) >= 2:
         law = (
             analysis.scaling
@@ -96,22 +136,9 @@ def rate_model_for(
                 dispersion=analysis.count_dispersion,
             )
         )
-        (mtbf,), (low,), (high,) = law.predict_mtbf_hours([instances])
-        source = (
-            f"{label}: scaling law MTBF(N) = {law.mtbf_one_hours_:.0f} h / N^{law.alpha_:.2f} "
-            f"at N = {instances}"
-        )
-        return projection.FailureModel.exponential(
-            1 / (instances * mtbf), 1 / (instances * high), 1 / (instances * low), source
-        )
-    total = total.row(0, named=True)
-    if not total["failures"]:
-        return projection.FailureModel.exponential(
-            total["rate_upper_bound"],
-            source=f"{label}: no failures yet in {total['exposure_node_hours']:,.0f} instance-hours; "
-            "UPPER BOUND (95% one-sided, -ln 0.05 / T), a worst case",
-        )
-    return _rate_model(total, f"{label}: rate ({interval})")
+    return SizeRates(
+        label, f"{analysis.interval_method} 95% interval", measured, law, total.row(0, named=True)
+    )
 
 
 def _rate_model(row: dict, source: str) -> projection.FailureModel:

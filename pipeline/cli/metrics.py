@@ -23,7 +23,7 @@ collector (--out, written atomically) or a scrape (--serve, on 127.0.0.1).
 
 \b
 Reads --db (default: the latest snapshot of the config's warehouse, else the warehouse); projects
-the config's first job (without --config, the bundled sample job). See docs/operations.md.
+every configured job (without --config, the bundled sample job). See docs/operations.md.
 """
 
 
@@ -34,12 +34,16 @@ def render(db: Path, cfg: config_mod.RunConfig) -> str:
         last = metrics_mod.last_run(runs_mod.list_runs(con, limit=50))
     outlook = None
     if cfg.jobs:
-        spec = projection.job_spec_for_fleet(
-            cfg.jobs[0],
-            fleet_failure=lambda n: analysis_mod.failure_model_for(result, n),
-            recovery=cfg.recovery,
+        specs = [
+            projection.job_spec_for_fleet(
+                job, fleet_failure=lambda n: analysis_mod.failure_model_for(result, n), recovery=cfg.recovery
+            )
+            for job in cfg.jobs
+        ]
+        measured = analysis_mod.measured_recovery_hours(result) if cfg.recovery_source == "measured" else None
+        outlook = report_mod.job_outlook(  # the metrics use expected values, as failcast run writes them
+            specs[0], monte_carlo_runs=0, measured=measured or None, others=specs[1:]
         )
-        outlook = report_mod.job_outlook(spec, monte_carlo_runs=0)  # the metrics use expected values
     return metrics_mod.render_metrics(metrics_mod.MetricInputs(result, outlook, last))
 
 

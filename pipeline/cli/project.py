@@ -156,6 +156,7 @@ def project(sweep, modes, spares, monte_carlo_runs, seed, explain, as_json, **op
     """Training time, goodput and cost of a job under failures, manual vs automatic recovery."""
 
     from pipeline import projection as proj
+    from pipeline.report.format import usd as usd_text
 
     job = resolve_job(spares=spares, **options)
     spec = job.spec
@@ -206,7 +207,7 @@ def project(sweep, modes, spares, monte_carlo_runs, seed, explain, as_json, **op
         if m.note and m.finishes:
             click.echo(f"    {m.note}")
     for sv in result.savings:
-        usd = "" if sv.usd is None else f" and ${sv.usd:,.0f}"
+        usd = "" if sv.usd is None else f" and {usd_text(sv.usd)}"
         click.echo(f"  {sv.mode} saves {sv.days:,.1f} days ({sv.percent:.1f}%){usd} over {sv.baseline}")
     if result.not_compared:
         click.echo(f"  not compared: {', '.join(result.not_compared)} cannot finish (goodput < 1%)")

@@ -95,9 +95,7 @@ def spares(swap_hours, mttr_hours, min_saving_pct, as_json, **options) -> None:
     job = resolve_job(recovery_source="assumed", **options)
     spec, fleet = job.spec, job.fleet
     if source == "measured":  # detection and restart from job logs; the pool is this command's
-        measured = required_measured_recovery(fleet, options["db"])
-        times = {k: v for k, v in measured.items() if k in ("detect_hours", "restart_hours")}
-        spec, _ = proj.with_measured_recovery(spec, times)
+        spec = proj.with_measured_job_times(spec, required_measured_recovery(fleet, options["db"]))
     curve = analysis_mod.repair_curve(fleet) if fleet is not None else None
     if mttr_hours is not None:
         repair, note = mttr_hours, f"MTTR {mttr_hours:,.1f} h (assumed)"

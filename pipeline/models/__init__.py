@@ -4,7 +4,8 @@ Every model's ``fit(...)`` returns ``self``; fitted values end in ``_``; models 
 One module per family of statistics, re-exported here so callers write ``models.PoissonRate``:
 
 * :mod:`pipeline.models.survival` — rates, parametric and non-parametric survival of times between
-  failures, MTBF scaling with cluster size, trend tests (formulas and sources in its docstring).
+  failures, MTBF scaling with cluster size (formulas and sources in its docstring).
+* :mod:`pipeline.models.trends` — Laplace and Crow-AMSAA trend tests of a cluster's failure times.
 * :mod:`pipeline.models.lemons` — lemon nodes: the per-node test against the rest of the
   cluster (beta-binomial allowing for failures that cluster in time, exact binomial when counts
   are Poisson) with Benjamini–Hochberg false-discovery control.
@@ -30,8 +31,8 @@ EXPORTS = {
     "NotConverged": "survival",
     "ParametricTBF": "survival",
     "PoissonRate": "survival",
-    "TREND_VERDICTS": "survival",
-    "TrendTest": "survival",
+    "TREND_VERDICTS": "trends",
+    "TrendTest": "trends",
     "WeibullSizeRegression": "survival",
     "best_by_aic": "survival",
     "cluster_mtbf_hours": "survival",

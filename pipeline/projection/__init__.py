@@ -33,7 +33,8 @@ Formulas and sources (details in docs/projection.md):
 """
 
 from .explain import explain, weibull_difference
-from .measured import measured_recovery, recovery_sources, with_measured_recovery
+from .job_file import job_spec_for_fleet, job_spec_from_mapping, load_job_spec, read_job_document
+from .measured import measured_recovery, recovery_sources, with_measured_job_times, with_measured_recovery
 from .model import (
     expected_wall_hours,
     first_order_ettr,
@@ -75,10 +76,6 @@ from .spec import (
     JobSpec,
     RecoveryProfile,
     SpecError,
-    job_spec_for_fleet,
-    job_spec_from_mapping,
-    load_job_spec,
-    read_job_document,
 )
 
 __all__ = [
@@ -116,6 +113,7 @@ __all__ = [
     "load_job_spec",
     "measured_recovery",
     "with_measured_recovery",
+    "with_measured_job_times",
     "monte_carlo",
     "project",
     "read_job_document",

@@ -12,7 +12,9 @@ def _fmt_days(days: float) -> str:
 
 def _usd(value: float | None, before: str = ", cost ") -> str:
     """``before`` and the dollars; nothing without a price (or for a job that never finishes)."""
-    return "" if value is None or value == float("inf") else f"{before}${value:,.0f}"
+    if value is None or value == float("inf"):
+        return ""
+    return f"{before}{'-' if round(value) < 0 else ''}${abs(value):,.0f}"  # -$35,196, as the report
 
 
 def weibull_difference(spec: JobSpec, m: ModeProjection) -> str:

@@ -119,3 +119,12 @@ def with_measured_recovery(
         if row["time"] == "replace" and row["mode"] != "manual" and row["measured"]:
             row["spares"] = spares
     return replace(spec, recovery=measured_recovery(spec.recovery, **measured)), sources
+
+
+def with_measured_job_times(spec: JobSpec, measured: dict[str, float] | None) -> JobSpec:
+    """``spec`` as a spare pool plans it: only the detection and restart times of ``measured``
+    (from training-job logs) replace the assumed ones; the replace time stays the assumed swap,
+    since the pool builds its own replace time on the repair curve (``failcast spares``, the
+    report's spare tables and planner)."""
+    times = {k: v for k, v in (measured or {}).items() if k in ("detect_hours", "restart_hours")}
+    return replace(spec, recovery=measured_recovery(spec.recovery, **times)) if times else spec

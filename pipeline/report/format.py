@@ -7,7 +7,8 @@ in words with its unit, and a value into text with sensible digits:
 * rates per node-hour or GPU-hour are shown in percent per instance-hour (GPU-hour), the unit of
   the published figures (Llama 3.1: 0.0161%), with 3 significant digits;
 * shares, goodput, availability and ratios in percent; money in dollars with thousands
-  separators; hours and days with thousands separators and 3 significant digits below 1,000;
+  separators, the sign first (-$35,196); hours and days with thousands separators and 3
+  significant digits below 1,000;
 * counts as integers with separators; time-averaged instance counts rounded to whole instances;
 * p-values with 3 digits, below 0.001 as "< 0.001"; timestamps to the second, whole days as dates;
 * a duration in a sentence (:func:`duration_text`) in hours, minutes below an hour and seconds
@@ -149,6 +150,14 @@ def _significant(value: float, digits: int) -> str:
     return f"{value:,.{decimals}f}"
 
 
+def usd(value: float, decimals: int = 0, suffix: str = "") -> str:
+    """Dollars with separators, the sign before the symbol: ``-$35,196`` (not ``$-35,196``), and
+    no sign on an amount that rounds to zero."""
+    text = f"{abs(value):,.{decimals}f}"
+    sign = "-" if value < 0 and text.strip("0.,") else ""
+    return f"{sign}${text}{suffix}"
+
+
 def format_value(column: str, value) -> str:
     """``value`` of ``column`` as text for a table cell (see the module docstring)."""
     if value is None:
@@ -168,7 +177,7 @@ def format_value(column: str, value) -> str:
     if column.startswith(_RATE_PREFIXES):
         return f"{_significant(value * 100, 3)}%"
     if column.endswith("_usd") or column == "usd":
-        return f"${value:,.0f}"
+        return usd(value)
     if column == "availability":  # 99.8% and 99.5% are far apart for a fleet: two decimals
         return f"{value:.2%}"
     if column in ("share", "goodput") or any(p in column for p in _PERCENT):

@@ -112,21 +112,33 @@ def _lemon_counts(i: MetricInputs) -> Iterable[Sample]:
 
 
 def _job(column: str) -> Callable[[MetricInputs], Iterable[Sample]]:
+    """Every configured job per recovery mode (``job``, ``recovery``): +Inf where the mode cannot
+    finish; no cost sample for a job without a price (not NaN)."""
+
     def samples(i: MetricInputs) -> Iterable[Sample]:
-        if i.outlook is None:
+        jobs = i.outlook.jobs if i.outlook is not None else None
+        if jobs is None:
             return []
-        rows = i.outlook.modes.select("mode", column).iter_rows()
-        return [({"job": i.outlook.name, "recovery": mode}, value) for mode, value in rows]
+        out = []
+        for row in jobs.iter_rows(named=True):
+            if column == "cost_usd" and not row["priced"]:
+                continue
+            value = row[column] if row["outcome"] == "finishes" else math.inf
+            out.append(({"job": row["job"], "recovery": row["mode"]}, value))
+        return out
 
     return samples
 
 
 def _savings(column: str) -> Callable[[MetricInputs], Iterable[Sample]]:
+    """What each mode saves over its job's baseline, every job (none without a price, in USD)."""
+
     def samples(i: MetricInputs) -> Iterable[Sample]:
-        if i.outlook is None:
+        saved = i.outlook.job_savings if i.outlook is not None else None
+        if saved is None:
             return []
-        rows = i.outlook.savings.select("baseline", "mode", column).iter_rows()
-        return [({"job": i.outlook.name, "baseline": b, "recovery": m}, value) for b, m, value in rows]
+        rows = saved.select("job", "baseline", "mode", column).drop_nulls(column).iter_rows()
+        return [({"job": j, "baseline": b, "recovery": m}, value) for j, b, m, value in rows]
 
     return samples
 
@@ -263,13 +275,13 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "failcast_job_projected_days",
         "gauge",
-        "Projected wall time of the configured job per recovery mode.",
+        "Projected wall time of each configured job per recovery mode (+Inf: cannot finish).",
         _job("expected_days"),
     ),
     Metric(
         "failcast_job_projected_cost_dollars",
         "gauge",
-        "Projected cost of the configured job (USD).",
+        "Projected cost of each configured job with a price (USD; +Inf: cannot finish).",
         _job("cost_usd"),
     ),
     Metric(

@@ -15,10 +15,13 @@ projection into plain frames with documented columns, so the charts and the page
   without a price)
 - ``jobs``: every configured job (this one first) per mode: job, instances, gpus_per_instance,
   gpu_hours_of_work, mode, outcome, expected_days, goodput, expected_interruptions, cost_usd
-  (analytic; days, interruptions and cost null where the mode cannot finish)
+  (analytic; days, interruptions and cost null where the mode cannot finish), priced;
+  ``job_savings``: job, baseline, mode, days, percent, usd (every job's ``savings``)
 - ``spares``: per job (with repair times), :func:`pipeline.projection.spare_advice`'s table with
   a ``job`` and a ``note`` column (recommended, the 99% row); ``spares_summary``: job, recommended,
-  recommended_low, recommended_high, probability_row, rule, intervals
+  recommended_low, recommended_high, probability_row, rule, intervals; both on the jobs with only
+  their measured detection and restart times (``pool_spec`` for the first: the swap stays
+  assumed, the pool builds its replace time on ``mean_repair_hours``), as ``failcast spares``
 - ``size_sweep``: instances, mode, status, checkpoint_interval_hours, expected_days, cost_usd,
   goodput, and the same at the interval re-optimised for each size: optimal_interval_hours,
   optimal_status, optimal_expected_days, optimal_cost_usd, optimal_goodput (work held fixed; days
@@ -42,7 +45,8 @@ import polars as pl
 from pipeline import projection as proj
 from pipeline.projection.spec import HOURS_PER_DAY
 from pipeline.report.charts import WIDTH, mode_color
-from pipeline.report.planning import jobs_frame, spares_frames
+from pipeline.report.format import usd
+from pipeline.report.planning import jobs_frames, spares_frames
 
 CHECKPOINT_GRID_POINTS = 60
 
@@ -65,9 +69,12 @@ class JobOutlook:
     name: str = ""  # the job spec's name (a metric label)
     failure: proj.FailureModel | None = None  # the failure model the projection used
     jobs: pl.DataFrame | None = None
+    job_savings: pl.DataFrame | None = None
     spares: pl.DataFrame | None = None
     spares_summary: pl.DataFrame | None = None
     priced: bool = True
+    pool_spec: proj.JobSpec | None = None  # the job as its spare pool plans it (the swap assumed)
+    mean_repair_hours: float | None = None  # the fleet's MTTR behind the spare tables
 
 
 def _nan(value: float | None) -> float:
@@ -90,8 +97,8 @@ def mode_card(row: dict) -> tuple[str, str]:
 
 def saving_card(row: dict) -> str:
     """The value of a savings card: days, and dollars with a price."""
-    usd = row["usd"]
-    return f"{row['days']:,.1f} days" + ("" if math.isnan(usd) else f" · ${usd / 1e6:,.2f}M")
+    saved = row["usd"]
+    return f"{row['days']:,.1f} days" + ("" if math.isnan(saved) else f" · {usd(saved / 1e6, 2, 'M')}")
 
 
 def job_outlook(
@@ -109,6 +116,7 @@ def job_outlook(
     ``repair``: the fleet's repair curve, for every job's spare table. ``others``: the other
     configured jobs, projected analytically beside this one in ``jobs`` (and ``spares``)."""
     specs = [spec, *others]
+    pool_specs = [proj.with_measured_job_times(s, measured) for s in specs]  # the swap stays assumed
     sources = []
     if measured:
         specs = [proj.with_measured_recovery(s, measured)[0] for s in specs]
@@ -193,9 +201,11 @@ def job_outlook(
         failure_model_note=" ".join(differences),
         name=spec.name,
         failure=spec.failure,
-        jobs=jobs_frame(specs, result),
         priced=spec.price_per_gpu_hour_usd is not None,
-        **spares_frames(specs, repair),
+        pool_spec=pool_specs[0],
+        mean_repair_hours=None if repair is None else repair.mean_hours,
+        **jobs_frames(specs, result),
+        **spares_frames(pool_specs, repair),
     )
 
 

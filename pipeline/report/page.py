@@ -22,7 +22,7 @@ import altair as alt
 import polars as pl
 import vl_convert
 
-from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, left_out_note, spares_for_job
+from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, left_out_note
 from pipeline.report.format import (
     column_label,
     duration_text,
@@ -31,6 +31,7 @@ from pipeline.report.format import (
     timestamp_text,
 )
 from pipeline.report.outlook import JobOutlook, mode_card, saving_card
+from pipeline.report.planning import spares_card
 from pipeline.report.sections import Section, sections
 
 REPORT_FILENAME = "failcast-report.html"
@@ -157,20 +158,7 @@ def _fleet_action_cards(analysis: FleetAnalysis, projection: JobOutlook | None) 
                 "false-discovery rate",
             )
         )
-    if projection is not None and analysis.repair_times is not None and analysis.has_failures:
-        spares = spares_for_job(
-            analysis.repair_times, projection.instances, analysis.rates_overall["rate_per_node_hour"][0]
-        )
-        cards.append(
-            (
-                f"Hot spares for {projection.instances:,} instances",
-                f"{spares['spares']:,}",
-                f"a failure finds a free spare with ≥ {spares['probability']:.0%} probability; "
-                f"{spares['mean_in_repair']:,.1f} nodes in repair on average (MTTR "
-                f"{duration_text(spares['mttr_hours'])})",
-            )
-        )
-    return cards
+    return cards + (spares_card(projection) if projection is not None else [])
 
 
 def _cause_card(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
@@ -297,6 +285,9 @@ th{background:#f3f5f9}td.num{text-align:right;font-variant-numeric:tabular-nums}
 margin:1rem 0;font-weight:500}
 .more,.note{font-size:.8rem;color:#5b6475}.toc ol{columns:2;font-size:.9rem}
 pre{white-space:pre-wrap;font-size:.8rem}
+.vega-bindings{display:grid;grid-template-columns:repeat(auto-fit,minmax(440px,1fr));gap:.3rem 1.5rem;
+font-size:.85rem;margin-top:.6rem}.vega-bind-name{display:inline-block;width:15rem}
+.vega-bind input{vertical-align:middle;width:11rem;margin-right:.4rem}#planner .vega-embed{width:100%}
 """
 
 _EMBED = (

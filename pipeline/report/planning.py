@@ -5,6 +5,7 @@ and its interval ends; :func:`pipeline.projection.spare_advice`). Both come from
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ import polars as pl
 
 from pipeline import projection as proj
 from pipeline.report.charts import WIDTH, mode_color
+from pipeline.report.format import duration_text
 
 if TYPE_CHECKING:  # outlook imports this module for the frames below
     from pipeline.report.outlook import JobOutlook
@@ -21,9 +23,11 @@ JOBS_SLUG, JOBS_TITLE = "configured-jobs", "Every configured job: training days,
 SPARES_SLUG, SPARES_TITLE = "hot-spares", "Hot spares: what each spare is worth"
 
 
-def jobs_frame(specs: Sequence[proj.JobSpec], first: proj.Projection) -> pl.DataFrame:
-    """Every job per mode, analytic (the first job's projection is ``first``)."""
-    rows = []
+def jobs_frames(specs: Sequence[proj.JobSpec], first: proj.Projection) -> dict[str, pl.DataFrame]:
+    """Every job per mode (``jobs``) and what each mode saves over the job's baseline
+    (``job_savings``: job, baseline, mode, days, percent, usd; only between modes that both
+    finish, usd null without a price), analytic (the first job's projection is ``first``)."""
+    rows, savings = [], []
     for spec in specs:
         p = first if spec is specs[0] else proj.project(spec, monte_carlo_runs=0)
         rows += [
@@ -38,12 +42,18 @@ def jobs_frame(specs: Sequence[proj.JobSpec], first: proj.Projection) -> pl.Data
                 "goodput": m.goodput,
                 "expected_interruptions": m.expected_interruptions if m.finishes else None,
                 "cost_usd": m.cost_usd if m.finishes else None,
+                "priced": spec.price_per_gpu_hour_usd is not None,
             }
             for m in p.modes.values()
         ]
-    return pl.DataFrame(rows, infer_schema_length=None).with_columns(
-        pl.col("expected_days", "expected_interruptions", "cost_usd").cast(pl.Float64)
-    )
+        savings += [{"job": spec.name, **dataclasses.asdict(s)} for s in p.savings]
+    floats = ("expected_days", "expected_interruptions", "cost_usd")
+    schema = {"job": pl.String, "baseline": pl.String, "mode": pl.String, "days": pl.Float64,
+              "percent": pl.Float64, "usd": pl.Float64}  # fmt: skip
+    return {
+        "jobs": pl.DataFrame(rows, infer_schema_length=None).with_columns(pl.col(*floats).cast(pl.Float64)),
+        "job_savings": pl.DataFrame(savings, schema=schema),
+    }
 
 
 def spares_frames(
@@ -156,13 +166,36 @@ def _spares_note(outlook: JobOutlook) -> str:
     )
 
 
+def spares_card(outlook: JobOutlook) -> list[tuple[str, str, str]]:
+    """The headline's hot-spares card: the first job's spare table at its 99% row (the same
+    numbers as the table, at the job's own failure rate), and the recommended count."""
+    if outlook.spares is None or outlook.spares_summary is None:
+        return []
+    summary = outlook.spares_summary.row(0, named=True)
+    table = outlook.spares.filter(pl.col("job") == summary["job"])
+    row = table.filter(pl.col("spares") == summary["probability_row"]).row(0, named=True)
+    recommended = (
+        "cannot finish at any number of spares"
+        if summary["recommended"] is None
+        else f"recommended for days and cost: {summary['recommended']:,}"
+    )
+    return [
+        (
+            f"Hot spares for {outlook.instances:,} instances",
+            f"{row['spares']:,}",
+            f"a failure finds a free spare {row['free_spare_probability']:.1%} of the time (the fewest "
+            f"with ≥ 99%; MTTR {duration_text(outlook.mean_repair_hours)}); {recommended} (see Hot spares)",
+        )
+    ]
+
+
 def planning_sections(outlook: JobOutlook) -> list:
     """The two sections (the spares one a note naming the input when there are no repair times)."""
     from pipeline.report.sections import Section  # sections imports this module
 
     out = []
     if outlook.jobs is not None:
-        jobs = outlook.jobs.drop([] if outlook.priced else ["cost_usd"])
+        jobs = outlook.jobs.drop(["priced"] + ([] if outlook.priced else ["cost_usd"]))
         cannot = jobs.filter(pl.col("outcome") != "finishes").height
         out.append(
             Section(

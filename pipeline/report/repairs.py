@@ -12,6 +12,7 @@ import polars as pl
 from pipeline import models
 from pipeline.analysis import FleetAnalysis, repair_summary
 from pipeline.report.charts import MAX_CURVE_POINTS, WIDTH, downsample
+from pipeline.report.format import duration_text
 
 TOP_CAUSES = 10
 
@@ -22,8 +23,9 @@ def has_repairs(analysis: FleetAnalysis) -> bool:
 
 
 def _hours(value: float) -> str:
-    """Hours with one decimal; an interval's end the data cannot bound is "unbounded"."""
-    return "unbounded" if value == math.inf else f"{value:,.1f}"
+    """A repair time with the table's digits and its unit (``25.1 h``, ``12.0 min``); an interval's
+    end the data cannot bound is "unbounded"."""
+    return "unbounded" if value == math.inf else duration_text(value)
 
 
 def repair_curve_chart(analysis: FleetAnalysis) -> alt.Chart:
@@ -101,11 +103,17 @@ def repair_note(analysis: FleetAnalysis) -> str:
     a recorded end whose node failed again are left out of both and named on their own."""
     total = repair_summary(analysis.outages, analysis.exposure, analysis.rate_exposure).row(0, named=True)
     low, high = total["repair_hours_p50_ci_low"], total["repair_hours_p50_ci_high"]
+    during = total["interruptions"] - total["outages"]  # failures while the node was already down
+    held = (
+        f" ({total['interruptions']:,} interruptions, {during:,} of them while the node was already down)"
+        if during
+        else ""
+    )
     note = (
-        f"{total['outages']:,} outages ({total['interruptions']:,} interruptions); "
+        f"{total['outages']:,} outages{held}; "
         f"{total['unresolved']:,} not repaired by the window end are right-censored there. Median repair "
-        f"{_hours(total['repair_hours_p50'])} h (95% CI {_hours(low)}–{_hours(high)}), MTTR "
-        f"{_hours(total['mttr_hours'])} h"
+        f"{_hours(total['repair_hours_p50'])} (95% CI {_hours(low)} to {_hours(high)}), MTTR "
+        f"{_hours(total['mttr_hours'])}"
         + (" (restricted to the longest repair seen: a lower bound)" if total["mttr_restricted"] else "")
         + f". Rates use {analysis.exposure_basis} exposure"
         + (" (repair downtime is not time at risk)." if analysis.exposure_basis == "uptime" else ".")

@@ -18,6 +18,7 @@ from pipeline.report.backtest import backtest_section
 from pipeline.report.badput import badput_section
 from pipeline.report.format import INTERVAL_NAMES, RATE_INTERVAL_SCOPE, interval_name
 from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_chart, size_sweep_chart
+from pipeline.report.planner import planner_section
 from pipeline.report.planning import planning_sections
 from pipeline.report.reliability import reliability_sections
 
@@ -330,6 +331,12 @@ def projection_sections(outlook: JobOutlook) -> list[Section]:
     ]
 
 
+def _projection_parts(analysis: FleetAnalysis, outlook: JobOutlook) -> list[Section]:
+    """The planner first (the question people come with), then the configured job's charts."""
+    planner = planner_section(analysis, outlook)
+    return ([planner] if planner else []) + projection_sections(outlook) + planning_sections(outlook)
+
+
 def sections(
     analysis: FleetAnalysis,
     projection: JobOutlook | None = None,
@@ -341,5 +348,5 @@ def sections(
     return (
         fleet_sections(analysis)
         + ([baseline_section(analysis, baselines)] if analysis.has_failures else [])  # no rate to place
-        + (projection_sections(projection) + planning_sections(projection) if projection else [])
+        + (_projection_parts(analysis, projection) if projection else [])
     )
