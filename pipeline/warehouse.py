@@ -278,28 +278,40 @@ Polars (bench/RESULTS.md, issue 27)."""
 _UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
+# while analyses read: DuckDB's allocator hands memory it freed back to the system at once (by
+# default it keeps up to 128 MB per thread cache and more for later queries)
+_READ_ALLOCATOR = {"allocator_flush_threshold": "4MiB", "allocator_background_threads": True}
+
+
 @contextmanager
 def reading(con, share: float = READ_SHARE) -> Iterator[None]:
     """DuckDB's memory cap lowered to ``share`` of itself (at least 64 MB) while the block runs,
-    then restored.
+    and the memory its queries free returned to the system, then both restored.
 
     Why: rows read into Polars live outside DuckDB's cap, and DuckDB keeps what its cap allows
     for itself after a read (the sorted rows, its cache of the table's blocks): reading 3.4 M
     failure rows sorted took 1.09 GB under the default 1 GB cap and 0.61 GB under 256 MB, for the
     same CPU (their sort spills past it). An analysis holds its frames in Polars, so DuckDB's part
-    of the same budget is kept small; raising ``FAILCAST_DUCKDB_MEMORY_MB`` raises it too.
+    of the same budget is kept small; raising ``FAILCAST_DUCKDB_MEMORY_MB`` raises it too. What a
+    query frees stays with DuckDB's allocator unless flushed: after the outages of 0.34 M
+    interruptions (bench/RESULTS.md, issue 30) 180 MB of the process's RSS, 35 MB flushed.
     """
-    (limit,) = con.execute("SELECT current_setting('memory_limit')").fetchall()[0]
-    number, _, unit = limit.partition(" ")
+    before = {
+        name: con.execute("SELECT current_setting($name)", {"name": name}).fetchall()[0][0]
+        for name in ("memory_limit", *_READ_ALLOCATOR)
+    }
+    number, _, unit = before["memory_limit"].partition(" ")
     lowered = max(float(number) * _UNITS.get(unit, 0) * share, 64 * 2**20)
-    if not _UNITS.get(unit) or lowered >= float(number) * _UNITS[unit]:
-        yield
-        return
-    con.execute("SET memory_limit = $limit", {"limit": f"{lowered / 2**20:.0f}MiB"})
+    settings = dict(_READ_ALLOCATOR)
+    if _UNITS.get(unit) and lowered < float(number) * _UNITS[unit]:
+        settings["memory_limit"] = f"{lowered / 2**20:.0f}MiB"
+    for name, value in settings.items():
+        con.execute(f"SET {name} = $value", {"value": value})  # noqa: S608 - names from this module
     try:
         yield
     finally:
-        con.execute("SET memory_limit = $limit", {"limit": limit})
+        for name in settings:
+            con.execute(f"SET {name} = $value", {"value": before[name]})  # noqa: S608
 
 
 def _not_null(con, table: str, column: str) -> bool:
