@@ -281,6 +281,11 @@ _UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 # while analyses read: DuckDB's allocator hands memory it freed back to the system at once (by
 # default it keeps up to 128 MB per thread cache and more for later queries)
 _READ_ALLOCATOR = {"allocator_flush_threshold": "4MiB", "allocator_background_threads": True}
+_SET = {
+    "memory_limit": "SET memory_limit = $value",
+    "allocator_flush_threshold": "SET allocator_flush_threshold = $value",
+    "allocator_background_threads": "SET allocator_background_threads = $value",
+}
 
 
 @contextmanager
@@ -306,12 +311,12 @@ def reading(con, share: float = READ_SHARE) -> Iterator[None]:
     if _UNITS.get(unit) and lowered < float(number) * _UNITS[unit]:
         settings["memory_limit"] = f"{lowered / 2**20:.0f}MiB"
     for name, value in settings.items():
-        con.execute(f"SET {name} = $value", {"value": value})  # noqa: S608 - names from this module
+        con.execute(_SET[name], {"value": value})
     try:
         yield
     finally:
         for name in settings:
-            con.execute(f"SET {name} = $value", {"value": before[name]})  # noqa: S608
+            con.execute(_SET[name], {"value": before[name]})
 
 
 def _not_null(con, table: str, column: str) -> bool:

@@ -131,10 +131,11 @@ FROM _fc_exposure x JOIN _fc_nodes n ON n.cluster_id = x.cluster_id AND n.node_i
 
 # step 2: the outages of the interruptions up to the window end (pipeline.analysis.downtime, the
 # one implementation of the rule) on these tables, by node number; their recorded downtime
-_DOWNTIME = """
+_DOWNTIME_OF = """
 CREATE OR REPLACE TEMP TABLE _fc_downtime AS
 SELECT _node, start_utc AS out_from, end_utc AS out_to FROM ({outages}) WHERE end_utc IS NOT NULL
-""".format(
+"""
+_DOWNTIME = _DOWNTIME_OF.format(
     outages=downtime.outages_query(
         "(SELECT _node, _n AS _order, timestamp_utc, resolved_at_utc FROM _fc_interruptions)",
         "(SELECT n._node, v.in_service_from_utc, v.in_service_to_utc "
