@@ -109,7 +109,7 @@ def main() -> None:
     print(
         f"analyze: {time.perf_counter() - start:.1f} s, RSS {start_rss:.0f} MB before, peak {peak:.0f} MB, "
         f"{rss_mb():.0f} MB holding the result ({result.interruptions.height:,} interruptions, "
-        f"{result.rate_exposure.height:,} uptime pieces, {result.outages.height:,} outages)"
+        f"{result.rate_exposure.height:,} uptime pieces, {result.repairs.outages.height:,} outages)"
     )
 
 

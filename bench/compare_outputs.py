@@ -38,9 +38,20 @@ COMMANDS = (
     ["rates", "--exposure", "calendar", "--json"],
     ["rates", "--view", "shares", "--json"],
     ["rates", "--view", "trend", "--json"],
+    ["rates", "--view", "jobs", "--json"],
+    ["rates", "--interruption-window", "0", "--json"],
     ["lemons", "--json"],
+    ["lemons"],
+    ["lemons", "--interruption-window", "0", "--json"],
     ["repairs", "--json"],
+    ["repairs"],
     ["fit", "--json"],
+    ["fit"],
+    ["fit", "--interruption-window", "0", "--first-gap", "keep", "--json"],
+    ["backtest", "--json"],
+    ["project", "--instances", "512", "--gpu-hours", "1000000", "--price-per-gpu-hour", "2", "--json"],
+    ["spares", "--instances", "512", "--gpu-hours", "1000000", "--price-per-gpu-hour", "2", "--json"],
+    ["metrics"],
 )
 
 # one interpreter per tree and warehouse: each command through click (exit code, stdout, stderr),
@@ -65,7 +76,31 @@ def show(value):
     if hasattr(value, "__dict__") and not isinstance(value, type):
         return {k: show(v) for k, v in sorted(vars(value).items()) if k.endswith("_")}
     return repr(value)
-fields = {f.name: show(getattr(result, f.name)) for f in dataclasses.fields(result) if f.name != "incidents"}
+# options and before_window came with AnalysisOptions (issue 30, h30a): the window itself, not a number
+skip = {"incidents", "options", "before_window"}
+# the typed parts (issue 30 item 5) under the flat names they had before: a tree of either shape
+parts = {
+    "jobs": {"interruptions": "job_interruptions", "backtest": "job_backtest",
+             "recoveries": "job_recoveries", "badput": "badput"},
+    "repairs": {"outages": "outages", "times": "repair_times"},
+    "nodes": {"rates": "rates_by_node", "lemons": "lemons", "dispersion_test": "dispersion_test"},
+    "rates": {
+        "overall": "rates_overall", "by_cluster": "rates_by_cluster", "by_category": "rates_by_category",
+        "by_month": "rates_by_month", "by_size_bucket": "rates_by_size_bucket",
+        "category_shares": "category_shares", "trend_tests": "trend_tests", "cluster_mtbf": "cluster_mtbf",
+        "interval_method": "interval_method"},
+    "fits": {name: name for name in (
+        "node_fits", "best_family", "kaplan_meier", "nelson_aalen", "node_durations", "cluster_durations",
+        "cluster_kaplan_meier", "first_gap", "count_dispersion", "scaling", "scaling_projection",
+        "size_regression", "size_regression_projection")},
+}
+fields = {}
+for f in dataclasses.fields(result):
+    value = getattr(result, f.name)
+    if f.name in parts:
+        fields.update({old: show(getattr(value, new)) for new, old in parts[f.name].items()})
+    elif f.name not in skip:
+        fields[f.name] = show(value)
 out.append([0, json.dumps(fields, indent=0, sort_keys=True), ""])
 print(json.dumps(out))
 """

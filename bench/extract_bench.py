@@ -2,7 +2,7 @@
 
     python -m bench.extract_bench [--files 8] [--lines-per-file 400000] [--ray]
 
-Writes ``--files`` synthetic year-less syslogs (``bench.ingest_kernel_log.synthetic_log``: ordinary
+Writes ``--files`` synthetic year-less syslogs (``bench.synthetic_logs.synthetic_log``: ordinary
 kernel messages, 1% Xid lines; each file under the 64 MB at which the kernel-log reader parses one
 file in parallel spans, so a task is one process), then extracts them into a fresh lake with the
 local engine and 1, then 2 workers (and with Ray Data on a local ``ray.init(num_cpus=2)`` with
@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.ingest_kernel_log import synthetic_log
+from bench.synthetic_logs import synthetic_log
 from pipeline.extract import extract_files
 from pipeline.ingest import ReaderOptions
 

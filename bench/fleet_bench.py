@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from bench.synthetic_logs import LINES_SQL, synthetic_log
+
 # nodes per cluster, days, interrupting and non-interrupting incidents per node-hour, log lines
 SCALES = {
     "small": {"clusters": (256, 512, 256), "days": 365, "rate": 0.002, "noise": 0.0038, "log_lines": 500_000},
@@ -116,7 +118,6 @@ def generate(workdir: Path, scale: str, seed: int = 2026) -> dict[str, Path]:
     if all(p.exists() for p in paths.values()):
         return paths
     # imported here: a stage's child must not load pipeline before its clock starts (rates)
-    from bench.ingest_kernel_log import synthetic_log
     from pipeline import sample
 
     out.mkdir(parents=True, exist_ok=True)
@@ -174,12 +175,6 @@ def _timed(fn):
     start = time.perf_counter()
     result = fn()
     return result, time.perf_counter() - start
-
-
-LINES_SQL = (
-    "SELECT count(*) FROM read_csv(?, columns={'line': 'VARCHAR'}, header=false, delim='\\x01', "
-    "quote='', escape='', auto_detect=false)"
-)
 
 
 def floor_csv(paths, db: Path) -> dict:
@@ -470,9 +465,9 @@ def analyze(paths, db: Path) -> dict:
 
     result = analysis.analyze(warehouse.connect(db, read_only=True))
     return {
-        "failures": int(result.rates_overall["failures"].sum()),
+        "failures": int(result.rates.overall["failures"].sum()),
         "interruptions": result.interruptions.height,
-        "best_family": result.best_family,
+        "best_family": result.fits.best_family,
     }
 
 

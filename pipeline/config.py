@@ -18,17 +18,16 @@ into its own classes, so this module does not depend on it.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import tomllib
 import zoneinfo
 from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pipeline.categories import CategoryMap, FailureCategory, class_named, normal_form
+from pipeline.config_text import line_of, render_json, render_toml
 from pipeline.ingest import (
     FORMATS,
     MAX_DECOMPRESSED_BYTES,
@@ -47,6 +46,9 @@ LOG_FORMATS = ("text", "json")
 RECOVERY_SOURCES = ("assumed", "measured")
 """``recovery_source``: the projected job's recovery times as the profiles assume them, or with
 what the warehouse measured in their place (``failcast project --recovery measured``)."""
+
+
+__all__ = ["ConfigError", "RunConfig", "load_config", "render_json", "render_toml"]
 
 
 class ConfigError(ValueError):
@@ -69,6 +71,7 @@ class RunConfig:
     timezone: str = "UTC"
     dedup_window_minutes: float = 10.0
     observed_until: datetime | None = None
+    observed_since: datetime | None = None
     lock_timeout_seconds: float = 60.0
     log_format: str = "text"
     keep_reports: int = 30
@@ -98,6 +101,14 @@ class RunConfig:
             given["category_map"] = self.category_map.merged(given["category_map"])
         return replace(self, **given)
 
+    def analysis_options(self):
+        """How the run analyses the warehouse (:class:`pipeline.analysis.AnalysisOptions`: the
+        window; the rest at its defaults, as ``failcast report``'s). Imported here: reading a
+        config must not load the statistics."""
+        from pipeline.analysis.options import AnalysisOptions
+
+        return AnalysisOptions(since=self.observed_since, until=self.observed_until)
+
     def reader_options(self, fmt: str | None = None) -> ReaderOptions:
         """How the run reads its inputs of format ``fmt`` (None: detected per file)."""
         return ReaderOptions(
@@ -123,6 +134,7 @@ class RunConfig:
             "timezone": self.timezone,
             "dedup_window_minutes": self.dedup_window_minutes,
             "observed_until": self.observed_until,
+            "observed_since": self.observed_since,
             "lock_timeout_seconds": self.lock_timeout_seconds,
             "log_format": self.log_format,
             "inputs": {
@@ -164,6 +176,7 @@ _SPEC: dict[str, Any] = {
     "timezone": str,
     "dedup_window_minutes": _NUMBER,
     "observed_until": (str, datetime),
+    "observed_since": (str, datetime),
     "lock_timeout_seconds": _NUMBER,
     "log_format": str,
     "inputs": {
@@ -198,33 +211,9 @@ class _Where:
         self.path, self.text = path, text
 
     def error(self, table: tuple[str, ...], key: str, reason: str) -> ConfigError:
-        line = _line_of(self.text, table, key)
+        line = line_of(self.text, table, key)
         place = f"{self.path}:{line}" if line else str(self.path)
         return ConfigError(f"{place}: key {'.'.join((*table, key))!r} {reason}")
-
-
-_HEADER = re.compile(r"^\s*\[\[?([^\[\]]+)\]\]?\s*(#.*)?$")
-_KEY_LINE = re.compile(r"""^\s*((?:[\w"'-]+\s*\.\s*)*)([\w"'-]+)\s*=""")
-
-
-def _parts(dotted: str) -> tuple[str, ...]:
-    return tuple(p.strip().strip("\"'") for p in dotted.split(".") if p.strip())
-
-
-def _line_of(text: str, table: tuple[str, ...], key: str) -> int | None:
-    """1-based line where ``key`` is set under ``[table]`` (or a header names it); first match wins."""
-    current: tuple[str, ...] = ()
-    for number, line in enumerate(text.splitlines(), start=1):
-        if header := _HEADER.match(line):
-            current = _parts(header.group(1))
-            if current[: len(table) + 1] == (*table, key):
-                return number
-            continue
-        match = _KEY_LINE.match(line)
-        if match and _parts(match.group(2)) == (key,) and (*current, *_parts(match.group(1))) == table:
-            return number
-    # Inside an inline table (``inputs = { csv = ... }``): point at the line of the enclosing key.
-    return _line_of(text, table[:-1], table[-1]) if table else None
 
 
 def _check_type(value: Any, expected: Any) -> str | None:
@@ -353,12 +342,12 @@ def _category_map(raw: dict[str, Any], where: _Where) -> CategoryMap:
     return CategoryMap(classes, flags)
 
 
-def _utc_naive(value: str | datetime, where: _Where) -> datetime:
+def _utc_naive(value: str | datetime, where: _Where, key: str) -> datetime:
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value)
         except ValueError:
-            raise where.error((), "observed_until", f"{value!r} is not ISO 8601") from None
+            raise where.error((), key, f"{value!r} is not ISO 8601") from None
     return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
 
 
@@ -391,8 +380,12 @@ def load_config(path: Path | str | None) -> RunConfig:
             values[key] = str(base / raw[key])
     if "dedup_window_minutes" in raw:
         values["dedup_window_minutes"] = float(raw["dedup_window_minutes"])
-    if "observed_until" in raw:
-        values["observed_until"] = _utc_naive(raw["observed_until"], where)
+    for key in ("observed_until", "observed_since"):
+        if key in raw:
+            values[key] = _utc_naive(raw[key], where, key)
+    since, until = values.get("observed_since"), values.get("observed_until")
+    if since and until and since >= until:
+        raise where.error((), "observed_since", "must be before observed_until (the window is empty)")
     if "inputs" in raw:
         values["column_map"] = {
             canon: source if isinstance(source, str) else tuple(source)
@@ -451,42 +444,3 @@ def _job(job: str | dict[str, Any], roots: _Roots, where: _Where) -> str | dict[
     if not resolved.is_file():
         raise where.error((), "jobs", f"names {job!r}, but {resolved} is not a file")
     return str(resolved)
-
-
-# --- printing the merged config (failcast run --print-config) ---------------------------------
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid TOML basic string
-    if isinstance(value, int | float | datetime | date):
-        return value.isoformat() if isinstance(value, date) else repr(value)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        pairs = (f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None)
-        return "{ " + ", ".join(pairs) + " }"
-    raise TypeError(f"cannot write {type(value).__name__} as TOML")
-
-
-def render_toml(document: dict[str, Any], prefix: tuple[str, ...] = ()) -> str:
-    """A document of scalars, arrays and tables as TOML; ``None`` values are left out."""
-    lines = [
-        f"{_toml_key(k)} = {_toml_value(v)}" for k, v in document.items() if not isinstance(v, dict | None)
-    ]
-    for key, value in document.items():
-        if isinstance(value, dict):
-            name = ".".join(_toml_key(p) for p in (*prefix, key))
-            lines += ["", f"[{name}]", render_toml(value, (*prefix, key)).strip("\n")]
-    return "\n".join(lines).strip("\n") + "\n"
-
-
-def render_json(document: dict[str, Any]) -> str:
-    return json.dumps(document, indent=2, default=lambda v: v.isoformat())

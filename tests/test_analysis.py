@@ -45,7 +45,7 @@ def result(db) -> analysis.FleetAnalysis:
 def test_analysis_recovers_the_simulated_fleet(result):
     rate = result.fleet_rate
     assert rate.confidence_interval_[0] <= SPEC.rate_per_node_hour <= rate.confidence_interval_[1]
-    weibull = result.node_fits["weibull"]
+    weibull = result.fits.node_fits["weibull"]
     assert (
         weibull.confidence_interval_["rho_"][0]
         <= SPEC.weibull_shape
@@ -53,40 +53,40 @@ def test_analysis_recovers_the_simulated_fleet(result):
     )
     low, high = weibull.mtbf_confidence_interval_
     assert low <= 1 / SPEC.rate_per_node_hour <= high
-    assert result.best_family == "weibull" and weibull.infant_mortality_
-    for view in (result.scaling, result.size_regression):
+    assert result.fits.best_family == "weibull" and weibull.infant_mortality_
+    for view in (result.fits.scaling, result.fits.size_regression):
         assert view.alpha_confidence_interval_[0] <= 1 <= view.alpha_confidence_interval_[1]
 
 
 def test_analysis_new_fields_have_their_shape(result):
     clusters = sorted(f"c{n:04d}" for n in SPEC.cluster_sizes)
-    assert result.first_gap == "drop"
-    assert sorted(result.trend_tests["cluster_id"]) == clusters
-    assert set(result.trend_tests["crow_verdict"]) <= {"flat", "rising", "falling"}
-    assert sorted(result.rates_by_size_bucket["size_bucket"]) == [32, 128, 512]
-    sums = result.category_shares.group_by("cluster_id").agg(pl.col("share").sum())
+    assert result.fits.first_gap == "drop"
+    assert sorted(result.rates.trend_tests["cluster_id"]) == clusters
+    assert set(result.rates.trend_tests["crow_verdict"]) <= {"flat", "rising", "falling"}
+    assert sorted(result.rates.by_size_bucket["size_bucket"]) == [32, 128, 512]
+    sums = result.rates.category_shares.group_by("cluster_id").agg(pl.col("share").sum())
     assert sums["share"].to_list() == pytest.approx([1.0] * 3)
-    assert isinstance(result.nelson_aalen, models.NelsonAalen)
-    assert result.nelson_aalen.cumulative_hazard_[-1] > 0
-    assert not result.node_durations["observed"].is_null().any()
-    projected = result.size_regression_projection
+    assert isinstance(result.fits.nelson_aalen, models.NelsonAalen)
+    assert result.fits.nelson_aalen.cumulative_hazard_[-1] > 0
+    assert not result.fits.node_durations["observed"].is_null().any()
+    projected = result.fits.size_regression_projection
     assert {256, 512, 2048, 16384} <= set(projected["instances"].cast(int))
     assert (projected["mtbf_ci_low_hours"] < projected["mtbf_hours"]).all()
-    assert result.job_interruptions is None and result.exposure_estimated is False
-    assert sorted(result.cluster_kaplan_meier) == clusters
-    medians = [result.cluster_kaplan_meier[c].median_hours_ for c in clusters]
+    assert result.jobs.interruptions is None and result.exposure_estimated is False
+    assert sorted(result.fits.cluster_kaplan_meier) == clusters
+    medians = [result.fits.cluster_kaplan_meier[c].median_hours_ for c in clusters]
     assert medians == sorted(medians, reverse=True)  # bigger clusters fail sooner
     # Weibull shape 0.8 nodes: failures cluster, counts are over-dispersed
-    assert result.count_dispersion > 1
+    assert result.fits.count_dispersion > 1
 
 
 def test_keeping_first_gaps_changes_only_the_gap_fits(db, result):
     con = warehouse.connect(db, read_only=True)
-    kept = analysis.analyze(con, first_gap="keep")
+    kept = analysis.analyze(con, analysis.AnalysisOptions(first_gap="keep"))
     con.close()
-    assert kept.node_durations["count"].sum() > result.node_durations["count"].sum()
+    assert kept.fits.node_durations["count"].sum() > result.fits.node_durations["count"].sum()
     # sums over the uptime pieces are summed in parallel: equal up to float rounding
-    assert_frame_equal(kept.rates_by_cluster, result.rates_by_cluster, check_exact=False, rel_tol=1e-12)
+    assert_frame_equal(kept.rates.by_cluster, result.rates.by_cluster, check_exact=False, rel_tol=1e-12)
 
 
 EXISTING_RATE_KEYS = {
@@ -127,10 +127,10 @@ def test_fit_json_exposes_every_view(db, result):
     out = CliRunner().invoke(main, ["fit", "--db", str(db), "--json"])
     assert out.exit_code == 0, out.output
     payload = json.loads(out.stdout)
-    assert payload["best_family"] == result.best_family
+    assert payload["best_family"] == result.fits.best_family
     assert "infant mortality" in payload["hazard_message"]
     weibull = payload["node_time_between_failures"]["weibull"]
-    assert weibull["mtbf_hours"] == pytest.approx(result.node_fits["weibull"].mtbf_hours_)
+    assert weibull["mtbf_hours"] == pytest.approx(result.fits.node_fits["weibull"].mtbf_hours_)
     assert weibull["infant_mortality"] is True
     for view in ("scaling", "size_regression"):
         assert {"alpha", "alpha_ci", "projected"} <= set(payload[view])
@@ -167,9 +167,9 @@ def test_job_interruptions_from_the_warehouse_jobs_table(db, tmp_path, result):
             " file_id, line) VALUES (?, ?, ?, ?, ?, [], ?, 0, 0)",
             [job_id, cluster, state, hours, nnodes, interrupted],
         )
-    jobs = analysis.job_interruptions(con, result.rates_by_cluster)
+    jobs = analysis.job_interruptions(con, result.rates.by_cluster)
     con.close()
-    rate = dict(result.rates_by_cluster.select("cluster_id", "rate_per_node_hour").iter_rows())
+    rate = dict(result.rates.by_cluster.select("cluster_id", "rate_per_node_hour").iter_rows())
     four = jobs.filter(nnodes_bucket=4).row(0, named=True)
     assert (four["jobs"], four["interruptions"]) == (2, 1)
     assert four["expected_rate_per_job_hour"] == pytest.approx(4 * rate["c0032"])
@@ -214,9 +214,9 @@ def test_first_gaps_are_kept_when_no_node_failed_twice(tmp_path):
     con = warehouse.connect(tmp_path / "w.duckdb")
     ingest.ingest_files(con, [tmp_path / "inventory.csv", tmp_path / "incidents.csv"])
     small = analysis.analyze(con)
-    assert small.first_gap == "keep"
-    assert small.node_durations.filter("observed")["count"].sum() == 2
-    assert small.scaling is None and small.size_regression is None
+    assert small.fits.first_gap == "keep"
+    assert small.fits.node_durations.filter("observed")["count"].sum() == 2
+    assert small.fits.scaling is None and small.fits.size_regression is None
 
 
 def test_rates_count_interruptions_by_root_cause(tmp_path):
@@ -235,8 +235,10 @@ def test_rates_count_interruptions_by_root_cause(tmp_path):
     ingest.ingest_files(con, list(noisy.write(tmp_path)))
     # calendar hours: echoes fall inside their XID's repair, which uptime exposure (rightly) does not
     # count; this test is about root causes, so it counts every echo on the calendar intervals
-    default = analysis.analyze(con, exposure_basis="calendar")
-    raw = analysis.analyze(con, interruption_window_minutes=None, exposure_basis="calendar")
+    default = analysis.analyze(con, analysis.AnalysisOptions(exposure_basis="calendar"))
+    raw = analysis.analyze(
+        con, analysis.AnalysisOptions(interruption_window_minutes=None, exposure_basis="calendar")
+    )
     counts = [result.incidents.select(pl.len()).collect().item() for result in (default, raw)]
     con.close()
 
@@ -245,11 +247,11 @@ def test_rates_count_interruptions_by_root_cause(tmp_path):
     truth = transform.failure_rates(incidents, exposure, by=["failure_class"]).select(
         "failure_class", "failures"
     )
-    assert default.rates_by_category.select("failure_class", "failures").equals(truth)
-    assert default.rates_overall["failures"][0] == truth["failures"].sum()
+    assert default.rates.by_category.select("failure_class", "failures").equals(truth)
+    assert default.rates.overall["failures"][0] == truth["failures"].sum()
     # an echo after its node left service has no exposure behind it: at most one per XID 79
     assert (
-        truth["failures"].sum() < raw.rates_overall["failures"][0] <= truth["failures"].sum() + xid79.height
+        truth["failures"].sum() < raw.rates.overall["failures"][0] <= truth["failures"].sum() + xid79.height
     )
     assert default.interruption_window_minutes == 30 and raw.interruption_window_minutes is None
     assert counts == [fleet.incidents.height + echoes.height] * 2  # the whole table, lazily
@@ -274,7 +276,7 @@ def test_failure_model_for_a_job_size_recovers_the_true_rate(result, instances, 
     low, high = model.rate_ci_low_per_instance_hour, model.rate_ci_high_per_instance_hour
     assert low <= SPEC.rate_per_node_hour <= high  # independent nodes: the same rate at any size
     if "measured" in how:
-        row = result.rates_by_size_bucket.filter(pl.col("size_bucket") == 128).row(0, named=True)
+        row = result.rates.by_size_bucket.filter(pl.col("size_bucket") == 128).row(0, named=True)
         assert model.rate_per_instance_hour == pytest.approx(row["rate_per_node_hour"])
 
 
@@ -303,9 +305,9 @@ def test_failure_model_with_one_cluster_size_uses_the_fleet_rate(tmp_path):
     fleet = analysis.analyze(con)
     con.close()
     model = analysis.failure_model_for(fleet, 1024)
-    assert model.source == f"fleet: rate ({fleet.interval_method} 95% interval)"
+    assert model.source == f"fleet: rate ({fleet.rates.interval_method} 95% interval)"
     assert model.rate_per_instance_hour == pytest.approx(fleet.fleet_rate.rate_)
-    overall = fleet.rates_overall.row(0, named=True)  # the rate table's interval, not another one
+    overall = fleet.rates.overall.row(0, named=True)  # the rate table's interval, not another one
     assert (model.rate_ci_low_per_instance_hour, model.rate_ci_high_per_instance_hour) == (
         overall["rate_ci_low"],
         overall["rate_ci_high"],

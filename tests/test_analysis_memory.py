@@ -80,9 +80,9 @@ def test_availability_trace_shares_one_match_and_counts_every_failure(tmp_path):
     con = _availability_trace(tmp_path)
     result = analysis.analyze(con)
     assert result.rate_exposure is result.exposure
-    assert result.rates_overall["failures"].item() == 15
+    assert result.rates.overall["failures"].item() == 15
     assert result.failures_left_out["failures"].sum() == 0
-    calendar = analysis.analyze(con, exposure_basis="calendar")
-    assert_frame_equal(result.rates_by_cluster, calendar.rates_by_cluster)
-    assert_frame_equal(result.node_durations, calendar.node_durations)
-    assert result.outages["end_source"].to_list() == ["resolved_at"] * 15
+    calendar = analysis.analyze(con, analysis.AnalysisOptions(exposure_basis="calendar"))
+    assert_frame_equal(result.rates.by_cluster, calendar.rates.by_cluster)
+    assert_frame_equal(result.fits.node_durations, calendar.fits.node_durations)
+    assert result.repairs.outages["end_source"].to_list() == ["resolved_at"] * 15

@@ -212,5 +212,5 @@ def test_analysis_carries_the_backtest(db_with_jobs, sample_warehouse):
             result = analysis.analyze(con)
         finally:
             con.close()
-        assert (result.job_backtest is not None) is has_jobs
-    assert result.job_backtest is None
+        assert (result.jobs.backtest is not None) is has_jobs
+    assert result.jobs.backtest is None

@@ -346,12 +346,12 @@ def test_lanl_large_systems_have_decreasing_hazard(lanl_warehouse, system):
 
 def test_lanl_failures_per_year_grow_with_system_size(lanl_warehouse, lanl):
     _, _, fleet = lanl_warehouse
-    per_system = fleet.cluster_mtbf.join(lanl.extras["systems"], on="cluster_id").with_columns(
+    per_system = fleet.rates.cluster_mtbf.join(lanl.extras["systems"], on="cluster_id").with_columns(
         failures_per_year=pl.col("failures") / pl.col("exposure_cluster_hours") * 8766
     )
     rho, p = spearmanr(per_system["procs_total"], per_system["failures_per_year"])
     assert rho > 0.5 and p < 0.01
-    assert fleet.scaling.alpha_confidence_interval_[0] > 0
+    assert fleet.fits.scaling.alpha_confidence_interval_[0] > 0
 
 
 def test_lanl_repair_times_are_lognormal(lanl):
@@ -364,7 +364,7 @@ def test_lanl_repair_times_are_lognormal(lanl):
 
 def test_lanl_hardware_is_the_largest_cause(lanl_warehouse):
     _, _, fleet = lanl_warehouse
-    shares = fleet.rates_by_category.with_columns(share=pl.col("failures") / pl.col("failures").sum())
+    shares = fleet.rates.by_category.with_columns(share=pl.col("failures") / pl.col("failures").sum())
     assert shares.sort("share", descending=True)["failure_class"][0] == "hardware"
     assert shares.filter(pl.col("failure_class") == "hardware")["share"][0] > 0.55
 
@@ -382,9 +382,11 @@ def test_lanl_through_every_stage_to_a_projected_job(lanl_warehouse):
     from pipeline import projection, report
 
     _, _, fleet = lanl_warehouse
-    verdicts = set(fleet.trend_tests["crow_verdict"].drop_nulls())
-    assert fleet.trend_tests.height >= 20 and verdicts <= {"rising", "falling", "flat"}
-    assert fleet.scaling is not None and fleet.scaling.alpha_confidence_interval_[0] > 0  # bigger fails more
+    verdicts = set(fleet.rates.trend_tests["crow_verdict"].drop_nulls())
+    assert fleet.rates.trend_tests.height >= 20 and verdicts <= {"rising", "falling", "flat"}
+    assert (
+        fleet.fits.scaling is not None and fleet.fits.scaling.alpha_confidence_interval_[0] > 0
+    )  # bigger fails more
     job = {"name": "job-on-lanl", "work": {"gpu_hours": 1e5}, "cluster": {"instances": 512}}
     job["cluster"]["price_per_gpu_hour_usd"] = 2.0
     spec = projection.job_spec_for_fleet(job, fleet_failure=lambda n: analysis.failure_model_for(fleet, n))
@@ -453,8 +455,8 @@ def test_titan_through_the_warehouse(titan, tmp_path):
     assert warehouse.table(con, "inventory").height == titan.inventory.height
     assert any("gc_summary_loc.csv.gz" in note for note in summary.notes)  # companion found
     fleet = analysis.analyze(con)
-    assert set(fleet.rates_by_category["failure_class"]) == {"gpu_memory", "gpu_fell_off_bus"}
-    assert fleet.rates_overall["failures"][0] <= unique  # bursts collapse into one incident
+    assert set(fleet.rates.by_category["failure_class"]) == {"gpu_memory", "gpu_fell_off_bus"}
+    assert fleet.rates.overall["failures"][0] <= unique  # bursts collapse into one incident
     # failures end their GPU's period: they must still count as failures in service
     incidents = fleet.incidents.collect()
     assert transform.failures_in_service(incidents, fleet.exposure).height > 0.99 * incidents.height

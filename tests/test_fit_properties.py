@@ -33,8 +33,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from pipeline import analysis, ingest, models, sample, warehouse
+from pipeline.cli import fit as cli_fit
 from pipeline.cli import main
-from pipeline.cli import stats as cli_stats
 from pipeline.models.survival import mean_interval
 from pipeline.report import metrics, page
 from pipeline.report.format import format_value
@@ -135,31 +135,34 @@ def _check_fleet(spec: sample.FleetSpec, until: datetime, window_minutes: float)
         db = _warehouse(spec, Path(folder))
         con = warehouse.connect(db, read_only=True)
         try:
-            result = analysis.analyze(
-                con, observed_until=until, interruption_window_minutes=window_minutes or None
-            )
+            options = analysis.AnalysisOptions(until=until, interruption_window_minutes=window_minutes)
+            result = analysis.analyze(con, options)
         finally:
             con.close()
         _check_outputs(result, db)
 
 
 def _check_outputs(result: analysis.FleetAnalysis, db: Path) -> None:
-    for fit in result.node_fits.values():
+    for fit in result.fits.node_fits.values():
         _assert_sane(fit)
-    for law in (result.scaling, result.size_regression):
+    for law in (result.fits.scaling, result.fits.size_regression):
         if law is not None:
             assert all(math.isfinite(v) for v in (law.alpha_, *law.alpha_confidence_interval_))
             assert not math.isnan(law.mtbf_one_hours_) and law.mtbf_one_hours_ > 0
-    for frame in (result.scaling_projection, result.size_regression_projection, result.cluster_mtbf):
+    for frame in (
+        result.fits.scaling_projection,
+        result.fits.size_regression_projection,
+        result.rates.cluster_mtbf,
+    ):
         for column in frame.columns:
             if frame[column].dtype.is_float():
                 assert not frame[column].is_nan().any(), column
-    payload = cli_stats.fit_payload(result)
+    payload = cli_fit.fit_payload(result)
     floats = _numbers(payload)
     assert not [p for p, v in floats if math.isnan(v)]
     # what people and machines read: `failcast fit`'s text and JSON, the report, the metrics
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cli_stats.analysis_mod, "analyze", lambda *args, **kwargs: result)
+        patch.setattr(cli_fit.analysis_mod, "analyze", lambda *args, **kwargs: result)
         for extra in ([], ["--json"]):
             run = CliRunner().invoke(main, ["fit", "--db", str(db), *extra], catch_exceptions=False)
             assert run.exit_code == 0, run.output
@@ -232,16 +235,18 @@ def test_a_fit_without_variances_has_unbounded_intervals_and_says_so(tmp_path):
     db = _warehouse(FLAT_SPEC, tmp_path)
     con = warehouse.connect(db, read_only=True)
     try:
-        result = analysis.analyze(con, observed_until=FLAT_UNTIL, interruption_window_minutes=None)
+        result = analysis.analyze(
+            con, analysis.AnalysisOptions(until=FLAT_UNTIL, interruption_window_minutes=None)
+        )
     finally:
         con.close()
-    weibull = result.node_fits["weibull"]
+    weibull = result.fits.node_fits["weibull"]
     assert not weibull.variances_estimated_
     assert weibull.confidence_interval_ == {"lambda_": (0.0, math.inf), "rho_": (0.0, math.inf)}
     assert weibull.mtbf_confidence_interval_ == (0.0, math.inf)
     assert "variances could not be estimated" in weibull.mtbf_note_
     assert weibull.hazard_message_.endswith("whose interval could not be estimated")
-    assert all(m.variances_estimated_ for f, m in result.node_fits.items() if f != "weibull")
+    assert all(m.variances_estimated_ for f, m in result.fits.node_fits.items() if f != "weibull")
     _check_outputs(result, db)
 
 

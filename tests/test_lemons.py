@@ -208,8 +208,8 @@ def test_the_bundled_sample_has_no_lemons(tmp_path):
     ingest.ingest_files(con, [root / "inventory.csv", root / "incidents.csv"])
     result = analysis.analyze(con)
     con.close()
-    assert result.lemons.lemons_.is_empty() and result.lemons.dispersion_ > 1.1
-    top = result.lemons.table_.row(0, named=True)
+    assert result.nodes.lemons.lemons_.is_empty() and result.nodes.lemons.dispersion_ > 1.1
+    top = result.nodes.lemons.table_.row(0, named=True)
     assert top["node_id"] == "c0512-n0136" and top["q_value"] > 0.2
 
 
@@ -294,16 +294,16 @@ def test_lemons_cli_and_report_use_the_analysis(sample_warehouse):
     from pipeline.report.sections import fleet_sections
 
     con = warehouse.connect(sample_warehouse, read_only=True)
-    result = analysis.analyze(con, lemon_fdr=0.2)
+    result = analysis.analyze(con, analysis.AnalysisOptions(lemon_fdr=0.2))
     con.close()
-    assert result.outages["end_utc"].is_not_null().any()  # uptime is not calendar time here
+    assert result.repairs.outages["end_utc"].is_not_null().any()  # uptime is not calendar time here
     payload = json.loads(_run("lemons", "--db", str(sample_warehouse), "--json", "--fdr", "0.2"))
-    flagged = result.lemons.lemons_
+    flagged = result.nodes.lemons.lemons_
     assert [r["node_id"] for r in payload["lemons"]] == flagged["node_id"].to_list()
-    assert payload["nodes_tested"] == result.rates_by_node.height
+    assert payload["nodes_tested"] == result.nodes.rates.height
     # the same hours at risk as the report's (uptime by default): the same dispersion and p-values
     assert payload["exposure_basis"] == result.exposure_basis == "uptime"
-    assert payload["dispersion"] == pytest.approx(result.lemons.dispersion_, rel=1e-6)
+    assert payload["dispersion"] == pytest.approx(result.nodes.lemons.dispersion_, rel=1e-6)
     assert [r["p_value"] for r in payload["lemons"]] == pytest.approx(flagged["p_value"].to_list(), rel=1e-6)
     drained = _run("lemons", "--db", str(sample_warehouse), "--format", "hostlist", "--fdr", "0.2")
     assert sorted(h for line in drained.split() for h in expand(line)) == sorted(flagged["node_id"])
@@ -330,13 +330,13 @@ def test_rates_name_their_interval(sample_warehouse, args, method):
     con = warehouse.connect(sample_warehouse, read_only=True)
     result = analysis.analyze(con)
     con.close()
-    expected = method or result.interval_method
+    expected = method or result.rates.interval_method
     assert {r["interval"] for r in rows} == {expected}
     # rates counts in DuckDB, analyze in Polars: sums in another order, the same phi to ~1e-11
     [dispersion] = {r["dispersion"] for r in rows}
-    assert dispersion == pytest.approx(result.dispersion_test.dispersion(expected), rel=1e-9)
+    assert dispersion == pytest.approx(result.nodes.dispersion_test.dispersion(expected), rel=1e-9)
     if method is None:  # the default is the analysis's decision, and the report says which
-        assert result.rates_by_cluster["rate_ci_high"].to_list() == pytest.approx(
+        assert result.rates.by_cluster["rate_ci_high"].to_list() == pytest.approx(
             [r["rate_ci_high"] for r in rows]
         )
     verdict, interval, *table = _run("rates", "--db", str(sample_warehouse), *args).splitlines()
@@ -344,7 +344,7 @@ def test_rates_name_their_interval(sample_warehouse, args, method):
         "95% intervals: " + ("quasi-Poisson" if expected == "overdispersed" else "exact")
     )
     # the verdict first: the fleet's rate in % per instance-hour and its interval, as the report has it
-    fleet = result.rates_overall.row(0, named=True) if method is None else None
+    fleet = result.rates.overall.row(0, named=True) if method is None else None
     assert verdict.startswith("Fleet: ") and "per instance-hour (95% CI" in verdict
     if fleet is not None:
         rate, low, high = (
@@ -356,7 +356,7 @@ def test_rates_name_their_interval(sample_warehouse, args, method):
         assert f"{fleet['failures']:,} failures" in verdict
     # a table for people: headers in words with units, one row per cluster, rates in percent
     assert table[0].split("  ")[0] == "Cluster" and "Rate (% per instance-hour)" in table[0]
-    assert len(table) == 2 + result.rates_by_cluster.height and table[2].split()[-1].endswith("%")
+    assert len(table) == 2 + result.rates.by_cluster.height and table[2].split()[-1].endswith("%")
 
 
 def test_vectorised_beta_binomial_tail_is_scipys_bit_for_bit():

@@ -61,7 +61,7 @@ def test_values_match_the_analysis(fleet):
     exported = {name for name, _ in parsed}
     assert exported <= set(metrics.EXPORTED)
     assert not exported & set(metrics.RESERVED)
-    overall = fleet.rates_overall.row(0, named=True)
+    overall = fleet.rates.overall.row(0, named=True)
     assert (
         parsed[("failcast_fleet_interruption_rate_per_node_hour", frozenset())]
         == overall["rate_per_node_hour"]
@@ -70,7 +70,7 @@ def test_values_match_the_analysis(fleet):
         parsed[("failcast_fleet_interruption_rate_ci_high_per_node_hour", frozenset())]
         == overall["rate_ci_high"]
     )
-    for row in fleet.rates_by_cluster.iter_rows(named=True):
+    for row in fleet.rates.by_cluster.iter_rows(named=True):
         labels = frozenset({("cluster", row["cluster_id"])})
         assert (
             parsed[("failcast_cluster_interruption_rate_ci_low_per_node_hour", labels)] == row["rate_ci_low"]
@@ -82,12 +82,13 @@ def test_values_match_the_analysis(fleet):
             if name == "failcast_interruptions_total" and ("cluster", row["cluster_id"]) in lab
         ]
         assert sum(by_category) == row["failures"]  # the counters add up to the rate's failures
-    for row in fleet.cluster_mtbf.iter_rows(named=True):
+    for row in fleet.rates.cluster_mtbf.iter_rows(named=True):
         labels = frozenset({("cluster", row["cluster_id"])})
         assert parsed[("failcast_cluster_mtbf_hours", labels)] == pytest.approx(row["mtbf_hours"])
-    best = fleet.node_fits[fleet.best_family]
+    best = fleet.fits.node_fits[fleet.fits.best_family]
     assert (
-        parsed[("failcast_node_mtbf_hours", frozenset({("family", fleet.best_family)}))] == best.mtbf_hours_
+        parsed[("failcast_node_mtbf_hours", frozenset({("family", fleet.fits.best_family)}))]
+        == best.mtbf_hours_
     )
     assert parsed[("failcast_last_success_duration_seconds", frozenset())] == 42.0
     assert parsed[("failcast_last_success_rows_rejected", frozenset())] == 5
@@ -96,14 +97,14 @@ def test_values_match_the_analysis(fleet):
         == datetime(2026, 3, 1, 2, 0, 42, tzinfo=UTC).timestamp()
     )
     assert parsed[("failcast_rejected_rows_total", frozenset())] == fleet.rejects.height
-    repairs = analysis.repair_summary(fleet.outages, fleet.exposure, fleet.rate_exposure, ["cluster_id"])
+    repairs = fleet.repairs.summary(["cluster_id"])
     for row in repairs.iter_rows(named=True):
         labels = frozenset({("cluster", row["cluster_id"])})
         assert parsed[("failcast_cluster_availability_ratio", labels)] == row["availability"] < 1
         assert parsed[("failcast_cluster_mttr_hours", labels)] == row["mttr_hours"] > 0
         assert parsed[("failcast_outages_open", labels)] == row["unresolved"]
-    lemons = dict(fleet.lemons.lemons_.group_by("cluster_id").len().iter_rows())
-    for cluster in fleet.rates_by_cluster["cluster_id"]:
+    lemons = dict(fleet.nodes.lemons.lemons_.group_by("cluster_id").len().iter_rows())
+    for cluster in fleet.rates.by_cluster["cluster_id"]:
         labels = frozenset({("cluster", cluster)})
         assert parsed[("failcast_lemon_nodes", labels)] == lemons.get(cluster, 0)
     # no configured job: the job's metrics are left out, not written as zeros
@@ -111,13 +112,14 @@ def test_values_match_the_analysis(fleet):
 
 
 def test_hostile_cluster_label_round_trips(fleet):
-    first = fleet.rates_by_cluster["cluster_id"][0]
+    first = fleet.rates.by_cluster["cluster_id"][0]
     rename = pl.col("cluster_id").replace(first, HOSTILE_LABEL)
-    hostile = dataclasses.replace(
-        fleet,
-        rates_by_cluster=fleet.rates_by_cluster.with_columns(rename),
-        cluster_mtbf=fleet.cluster_mtbf.with_columns(rename),
+    rates = dataclasses.replace(
+        fleet.rates,
+        by_cluster=fleet.rates.by_cluster.with_columns(rename),
+        cluster_mtbf=fleet.rates.cluster_mtbf.with_columns(rename),
     )
+    hostile = dataclasses.replace(fleet, rates=rates)
     text = metrics.render_metrics(metrics.MetricInputs(hostile))
     assert "\n}{" not in text  # the newline was escaped: no sample line starts inside the label
     clusters = {
@@ -129,9 +131,8 @@ def test_hostile_cluster_label_round_trips(fleet):
 
 
 def test_unbounded_mtbf_is_inf(fleet):
-    no_failures = dataclasses.replace(
-        fleet, cluster_mtbf=fleet.cluster_mtbf.with_columns(mtbf_hours=pl.lit(float("inf")))
-    )
+    unbounded = fleet.rates.cluster_mtbf.with_columns(mtbf_hours=pl.lit(float("inf")))
+    no_failures = dataclasses.replace(fleet, rates=dataclasses.replace(fleet.rates, cluster_mtbf=unbounded))
     parsed = samples(metrics.render_metrics(metrics.MetricInputs(no_failures)))
     values = [v for (name, _), v in parsed.items() if name == "failcast_cluster_mtbf_hours"]
     assert values and all(v == float("inf") for v in values)

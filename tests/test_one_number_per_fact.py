@@ -187,36 +187,36 @@ def _titles(spec) -> list[str]:
 def test_the_fault_table_has_failures_during_repairs_and_clustered_counts(faults):
     in_repair = faults.failures_left_out.filter(reason=transform.LEFT_OUT_REASONS[2])["failures"][0]
     on_calendar = transform.failures_in_service(faults.interruptions, faults.exposure).height
-    assert in_repair > 0 and on_calendar == faults.rates_overall["failures"][0] + in_repair
-    assert faults.interval_method == "overdispersed"
-    assert faults.rates_by_cluster.height == 1 and faults.observed_until.microsecond > 0
+    assert in_repair > 0 and on_calendar == faults.rates.overall["failures"][0] + in_repair
+    assert faults.rates.interval_method == "overdispersed"
+    assert faults.rates.by_cluster.height == 1 and faults.observed_until.microsecond > 0
 
 
 # --- the same count wherever failures are counted --------------------------------------------------
 def test_every_table_counts_the_rate_tables_failures(faults):
-    counted = faults.rates_overall["failures"][0]
-    cluster = faults.rates_by_cluster["failures"][0]
-    duane = transform.duane_points(faults.failure_operating_times, faults.trend_tests)
+    counted = faults.rates.overall["failures"][0]
+    cluster = faults.rates.by_cluster["failures"][0]
+    duane = transform.duane_points(faults.failure_operating_times, faults.rates.trend_tests)
     assert cluster == counted == faults.failures_counted.height
     assert drivers.trend_table(faults)["failures"][0] == counted  # was the calendar count
-    assert faults.cluster_mtbf["failures"][0] == counted
+    assert faults.rates.cluster_mtbf["failures"][0] == counted
     assert charts.category_table(faults)["failures"].sum() == counted
     assert drivers.category_share_table(faults)["failures"].sum() == counted
-    assert faults.rates_by_node["failures"].sum() == counted
+    assert faults.nodes.rates["failures"].sum() == counted
     assert duane["cumulative_failures"].max() == counted
     assert faults.failure_operating_times.height == counted
 
 
 def test_the_page_shows_one_count_and_one_rate(faults, page):
     text = _visible_text(page)
-    counted = faults.rates_overall.row(0, named=True)
+    counted = faults.rates.overall.row(0, named=True)
     failures = f"{counted['failures']:,}"
     # the card, the rate table, the trend table, the MTBF table and the baselines all say it
     assert f"{failures} failures in" in text
     calendar = transform.failures_in_service(faults.interruptions, faults.exposure).height
     assert f" {calendar:,} " not in text.replace(f"({calendar:,} interruptions", "")
     # the repair note says why its interruptions outnumber its outages
-    during = calendar - faults.outages.height
+    during = calendar - faults.repairs.outages.height
     assert during > 0
     assert f"({calendar:,} interruptions, {during:,} of them while the node was already down)" in text
     rate, low, high = (
@@ -232,10 +232,12 @@ def test_public_baselines_show_a_one_cluster_fleet_once_with_its_own_interval(fa
     table = comparisons.baselines(faults)
     mine = table.filter(source=comparisons.THIS_FLEET)
     assert mine.height == 1 and mine["fleet"][0] == "pretrain"
-    row, rates = mine.row(0, named=True), faults.rates_by_cluster.row(0, named=True)
+    row, rates = mine.row(0, named=True), faults.rates.by_cluster.row(0, named=True)
     for column in ("failures", "exposure_node_hours", "rate_per_node_hour", "rate_ci_low", "rate_ci_high"):
         assert row[column] == rates[column], column
-    assert row["interval"] == "overdispersed" and row["mtbf_hours"] == faults.cluster_mtbf["mtbf_hours"][0]
+    assert (
+        row["interval"] == "overdispersed" and row["mtbf_hours"] == faults.rates.cluster_mtbf["mtbf_hours"][0]
+    )
     assert set(table.filter(series=comparisons.PUBLISHED)["interval"]) == {"exact"}
     text = _visible_text(page)
     assert text.count("this fleet ·") == 0  # the page's table has source and fleet in two cells
@@ -249,16 +251,16 @@ def test_a_fleet_of_several_clusters_shows_each_clusters_rate_table_figures(samp
     mine = table.filter(
         (pl.col("source") == comparisons.THIS_FLEET) & (pl.col("fleet") != comparisons.ALL_CLUSTERS)
     )
-    joined = mine.join(fleet.rates_by_cluster, left_on="fleet", right_on="cluster_id", suffix="_rates")
-    assert joined.height == fleet.rates_by_cluster.height > 1
+    joined = mine.join(fleet.rates.by_cluster, left_on="fleet", right_on="cluster_id", suffix="_rates")
+    assert joined.height == fleet.rates.by_cluster.height > 1
     for column in ("rate_ci_low", "rate_ci_high", "failures"):
         assert joined[column].to_list() == joined[f"{column}_rates"].to_list()
     whole = table.filter(fleet=comparisons.ALL_CLUSTERS).row(0, named=True)
     assert (whole["rate_ci_low"], whole["rate_ci_high"]) == (
-        fleet.rates_overall["rate_ci_low"][0],
-        fleet.rates_overall["rate_ci_high"][0],
+        fleet.rates.overall["rate_ci_low"][0],
+        fleet.rates.overall["rate_ci_high"][0],
     )
-    assert set(mine["interval"]) == {fleet.interval_method}
+    assert set(mine["interval"]) == {fleet.rates.interval_method}
 
 
 # --- every rate interval names its method -----------------------------------------------------------
@@ -283,8 +285,10 @@ def test_notes_name_the_interval_method_and_what_it_is_for(page):
 
 def test_an_exact_fleet_says_exact(sample_warehouse):
     fleet = _analyze(sample_warehouse)
-    if fleet.interval_method != "exact":
-        fleet = analysis.analyze(warehouse.connect(sample_warehouse, read_only=True), interval="exact")
+    if fleet.rates.interval_method != "exact":
+        fleet = analysis.analyze(
+            warehouse.connect(sample_warehouse, read_only=True), analysis.AnalysisOptions(interval="exact")
+        )
     specs = _specs(report.render_html(fleet))
     axis = next(t for t in _titles(specs["failure-rate-by-cluster"]) if "CI" in t)
     assert interval_name("exact") in axis and "quasi" not in axis
@@ -317,7 +321,7 @@ def test_durations_read_in_hours_minutes_or_seconds(hours, text):
 def test_sub_minute_cluster_mtbf_reads_in_seconds(trace):
     cards = report.summary_cards(trace)
     title, value, note = next(c for c in cards if c[0].startswith("Projected cluster MTBF"))
-    mtbf = trace.scaling_projection.filter(instances=16384.0)["mtbf_hours"][0]
+    mtbf = trace.fits.scaling_projection.filter(instances=16384.0)["mtbf_hours"][0]
     assert mtbf * 3600 < 60  # the fixture's point: seconds at 16,384 instances
     assert f"16,384: {duration_text(mtbf)}" in note and duration_text(mtbf).endswith(" s")
     assert "0.0 min" not in note and "0.0 min" not in value
@@ -330,13 +334,13 @@ def test_cli_views_count_the_rate_tables_failures(fault_db, faults):
         assert result.exit_code == 0, result.output
         return json.loads(result.stdout)
 
-    counted = faults.rates_overall["failures"][0]
+    counted = faults.rates.overall["failures"][0]
     assert [r["failures"] for r in run()] == [counted]
     assert [r["failures"] for r in run("--view", "trend")] == [counted]
     assert sum(r["failures"] for r in run("--view", "shares")) == counted
     text = CliRunner().invoke(main, ["rates", "--db", str(fault_db)]).stdout
-    assert f"95% CI {format_value('rate_ci_low', faults.rates_overall['rate_ci_low'][0])}" in text
-    assert interval_name(faults.interval_method) in text.splitlines()[0]
+    assert f"95% CI {format_value('rate_ci_low', faults.rates.overall['rate_ci_low'][0])}" in text
+    assert interval_name(faults.rates.interval_method) in text.splitlines()[0]
 
 
 def test_cli_help_says_what_a_rate_interval_is_for():
@@ -358,7 +362,7 @@ def test_a_jobs_measured_rate_is_the_rate_tables(sample_warehouse):
     """The job card's rate and interval (the projection's failure model) are the size bucket's row
     of the rate table, by the same method, not an exact interval recomputed beside it."""
     fleet = _analyze(sample_warehouse)
-    bucket = fleet.rates_by_size_bucket.filter(pl.col("failures") > 0).row(0, named=True)
+    bucket = fleet.rates.by_size_bucket.filter(pl.col("failures") > 0).row(0, named=True)
     model = analysis.failure_model_for(fleet, int(bucket["size_bucket"]))
     assert (
         model.rate_per_instance_hour,
@@ -369,4 +373,4 @@ def test_a_jobs_measured_rate_is_the_rate_tables(sample_warehouse):
         bucket["rate_ci_low"],
         bucket["rate_ci_high"],
     )
-    assert f"({fleet.interval_method} 95% interval)" in model.source
+    assert f"({fleet.rates.interval_method} 95% interval)" in model.source

@@ -92,7 +92,7 @@ def fleet(sample_warehouse) -> analysis.FleetAnalysis:
 
 def _outlook(fleet, path: Path = JOB) -> report.JobOutlook:
     spec = proj.job_spec_for_fleet(path, fleet_failure=lambda n: analysis.failure_model_for(fleet, n))
-    return report.job_outlook(spec, monte_carlo_runs=0, repair=analysis.repair_curve(fleet))
+    return report.job_outlook(spec, monte_carlo_runs=0, repair=analysis.repair_curve(fleet.repairs))
 
 
 @pytest.fixture(scope="module")
@@ -297,7 +297,7 @@ def test_a_job_with_its_own_rate_keeps_it_and_any_source_text_is_a_string(fleet,
     source = 'ops\' "sheet" \\ 2026\n</script><b>x</b>'
     failure = proj.FailureModel.exponential(0.0004, source=source)
     spec = proj.JobSpec(128, 2.0, failure, gpu_hours=1e6, name="own-rate")
-    outlook = report.job_outlook(spec, monte_carlo_runs=0, repair=analysis.repair_curve(fleet))
+    outlook = report.job_outlook(spec, monte_carlo_runs=0, repair=analysis.repair_curve(fleet.repairs))
     vl = planner_spec(planner_settings(fleet, outlook))
     assert probe(vl_convert.vegalite_to_vega(vl), instances=1024)["r"] == 0.0004
     (rate_line,) = [t for t in planner_lines(vl) if t.startswith("Failure rate at this size")]

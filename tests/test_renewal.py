@@ -187,7 +187,8 @@ def _fleet(rates_per_node_hour: list[float], alpha_ci_gaps: tuple[float, float])
     law = models.MTBFScaling().fit(sizes, failures, hours)
     gaps = SimpleNamespace(alpha_=sum(alpha_ci_gaps) / 2, alpha_confidence_interval_=alpha_ci_gaps)
     clusters = pl.DataFrame({"instances": sizes, "failures": failures, "exposure_cluster_hours": hours})
-    return SimpleNamespace(scaling=law, size_regression=gaps, cluster_mtbf=clusters)
+    fits = SimpleNamespace(scaling=law, size_regression=gaps)
+    return SimpleNamespace(fits=fits, rates=SimpleNamespace(cluster_mtbf=clusters))
 
 
 def test_disagreeing_size_laws_are_named_with_the_heterogeneity_test():
@@ -195,6 +196,6 @@ def test_disagreeing_size_laws_are_named_with_the_heterogeneity_test():
     text = analysis.size_laws_agreement(uneven)
     assert "disagree" in text and "Pearson chi-square" in text and "rejects" in text
     assert "projection uses the count law" in text
-    low, high = uneven.scaling.alpha_confidence_interval_
+    low, high = uneven.fits.scaling.alpha_confidence_interval_
     even = _fleet([1e-4] * 6, (low, high))
     assert analysis.size_laws_agreement(even).startswith("The two size laws agree")

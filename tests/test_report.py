@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from pipeline import analysis, datasets, ingest, models, projection, report, transform, warehouse
 from pipeline.cli import main
 from pipeline.report import charts, comparisons, drivers, page
+from pipeline.report.cards import TREND_CARD_CLUSTERS
 from pipeline.report.format import duration_text, format_value
 from tests._fleets import simulated_jobs
 from tests.conftest import SAMPLE_SPEC
@@ -76,7 +77,7 @@ def hostile_analysis(hostile_warehouse) -> analysis.FleetAnalysis:
 def with_jobs(fleet: analysis.FleetAnalysis) -> analysis.FleetAnalysis:
     """``fleet`` with Slurm job interruptions of a few jobs on every cluster (1 to 16 nodes), and
     a backtest of 300 jobs drawn from the sample fleet's true model."""
-    clusters = fleet.rates_by_cluster["cluster_id"].to_list()
+    clusters = fleet.rates.by_cluster["cluster_id"].to_list()
     jobs = pl.DataFrame(
         {
             "cluster_id": [c for c in clusters for _ in range(5)],
@@ -104,13 +105,14 @@ def with_jobs(fleet: analysis.FleetAnalysis) -> analysis.FleetAnalysis:
             "nnodes": [1] * killed.height,
         }
     )
-    restarts = fleet.job_recoveries.with_columns(nodes=pl.lit(None, pl.List(pl.String)))
-    return dataclasses.replace(
-        fleet,
+    restarts = fleet.jobs.recoveries.with_columns(nodes=pl.lit(None, pl.List(pl.String)))
+    part = analysis.JobAnalysis(
+        interruptions=transform.job_interruption_rates(jobs, fleet.rates.by_cluster),
+        backtest=analysis.JobBacktestResult(predictions, backtest, transform.MIN_HISTORY_FAILURES),
+        recoveries=fleet.jobs.recoveries,
         badput=transform.badput_by_class(ended, restarts, fleet.interruptions),
-        job_interruptions=transform.job_interruption_rates(jobs, fleet.rates_by_cluster),
-        job_backtest=analysis.JobBacktestResult(predictions, backtest, transform.MIN_HISTORY_FAILURES),
     )
+    return dataclasses.replace(fleet, jobs=part)
 
 
 def charted(sections: list[report.Section]) -> list[report.Section]:
@@ -264,7 +266,10 @@ def test_charts_embed_only_aggregated_rows(pages, rich_analysis):
     assert len(pages[True].html.encode()) < 5_000_000
     a = rich_analysis
     bound = max(
-        charts.MAX_CURVE_POINTS, a.rates_by_month.height, a.rates_by_category.height, a.category_shares.height
+        charts.MAX_CURVE_POINTS,
+        a.rates.by_month.height,
+        a.rates.by_category.height,
+        a.rates.category_shares.height,
     )
     for slug, spec in pages[True].specs.items():
         for name, rows in spec.get("datasets", {}).items():
@@ -339,7 +344,7 @@ def test_mode_colour_does_not_depend_on_order(order):
 def test_headline_quotes_fleet_rate_and_projection(hostile_analysis):
     outlook = outlook_frames()
     cards = report.summary_cards(hostile_analysis, outlook)
-    row = hostile_analysis.rates_overall.row(0, named=True)  # the rate table's figures, as printed there
+    row = hostile_analysis.rates.overall.row(0, named=True)  # the rate table's figures, as printed there
     assert cards[0][1] == f"{format_value('rate_per_node_hour', row['rate_per_node_hour'])} per instance-hour"
     low, high = (format_value("rate_ci_low", row[k]) for k in ("rate_ci_low", "rate_ci_high"))
     assert f"{low}–{high}" in cards[0][2]
@@ -489,7 +494,7 @@ def test_one_cluster_fleet_renders_without_a_scaling_law(tmp_path):
     con = warehouse.connect(tmp_path / "w.duckdb")
     ingest.ingest_files(con, [inventory, incidents])
     one = analysis.analyze(con)
-    assert one.scaling is None
+    assert one.fits.scaling is None
     text = report.render_html(one)
     specs = {a["id"]: json.loads(b) for a, b in parse(text).scripts if a.get("type") == "application/json"}
     assert len(specs) == len(charted(report.sections(one))) and "spec-mtbf-vs-cluster-size" in specs
@@ -511,7 +516,7 @@ def test_fleet_whose_sizes_are_all_projected_sizes_renders(tmp_path):
     con = warehouse.connect(tmp_path / "w.duckdb")
     ingest.ingest_files(con, [inventory, incidents])
     fleet = analysis.analyze(con)
-    assert fleet.scaling is not None and fleet.scaling_projection["instances"].dtype == pl.Float64
+    assert fleet.fits.scaling is not None and fleet.fits.scaling_projection["instances"].dtype == pl.Float64
     assert "mtbf-vs-cluster-size" in report.render_html(fleet)
 
 
@@ -527,7 +532,9 @@ def sample_analysis(sample_warehouse) -> analysis.FleetAnalysis:
 def test_trend_section_shows_every_clusters_verdicts(pages, rich_analysis):
     table = drivers.trend_table(rich_analysis)
     assert table["cluster_id"].to_list() == charts.clusters_by_size(rich_analysis)
-    expected = rich_analysis.trend_tests.select("cluster_id", "laplace_verdict", "crow_verdict", "crow_beta")
+    expected = rich_analysis.rates.trend_tests.select(
+        "cluster_id", "laplace_verdict", "crow_verdict", "crow_beta"
+    )
     assert table.select(expected.columns).sort("cluster_id").equals(expected.sort("cluster_id"))
     rows = [r for rows in pages[False].specs["rate-trends"]["datasets"].values() for r in rows]
     drawn = {r["cluster_id"]: r for r in rows if "crow_beta" in r}
@@ -541,8 +548,8 @@ def test_trend_section_shows_every_clusters_verdicts(pages, rich_analysis):
 
 def test_root_causes_per_cluster_table_quotes_the_shares(rich_analysis):
     table = drivers.category_share_table(rich_analysis)
-    shares = rich_analysis.category_shares
-    assert table["failures"].sum() == shares["failures"].sum() == rich_analysis.rates_overall["failures"][0]
+    shares = rich_analysis.rates.category_shares
+    assert table["failures"].sum() == shares["failures"].sum() == rich_analysis.rates.overall["failures"][0]
     for row in shares.filter(pl.col("failures") > 0).iter_rows(named=True):
         cell = table.filter(failure_class=row["failure_class"])[row["cluster_id"]][0]
         assert cell.startswith(f"{round(row['share'] * 100, 1)}% [{round(row['share_ci_low'] * 100, 1)}–")
@@ -551,13 +558,13 @@ def test_root_causes_per_cluster_table_quotes_the_shares(rich_analysis):
 
 @pytest.mark.parametrize("n", [1, 5, drivers.TOP_NODES])
 def test_top_nodes_are_the_nodes_with_most_failures(rich_analysis, n):
-    by_node = rich_analysis.rates_by_node
-    assert by_node["failures"].sum() == rich_analysis.rates_overall["failures"][0]
+    by_node = rich_analysis.nodes.rates
+    assert by_node["failures"].sum() == rich_analysis.rates.overall["failures"][0]
     top = drivers.top_nodes(rich_analysis, n)
     assert top.height == n and top["failures"].is_sorted(descending=True)
     assert top["failures"][0] == by_node["failures"].max()
     assert top["failures"].min() >= by_node["failures"].sort(descending=True)[n - 1]
-    rate = dict(rich_analysis.rates_by_cluster.select("cluster_id", "rate_per_node_hour").iter_rows())
+    rate = dict(rich_analysis.rates.by_cluster.select("cluster_id", "rate_per_node_hour").iter_rows())
     for row in top.iter_rows(named=True):
         assert row["expected_failures"] == pytest.approx(rate[row["cluster_id"]] * row["exposure_node_hours"])
 
@@ -566,8 +573,8 @@ def test_both_size_laws_are_drawn_and_tabled(pages, rich_analysis):
     table = charts.size_law_table(rich_analysis)
     assert table["instances"].to_list() == list(analysis.PROJECTED_SIZES)
     for prefix, frame in (
-        ("count", rich_analysis.scaling_projection),
-        ("aft", rich_analysis.size_regression_projection),
+        ("count", rich_analysis.fits.scaling_projection),
+        ("aft", rich_analysis.fits.size_regression_projection),
     ):
         at = frame.filter(pl.col("instances").is_in([float(n) for n in analysis.PROJECTED_SIZES]))
         assert table[f"{prefix}_mtbf_hours"].to_list() == at["mtbf_hours"].to_list()
@@ -579,24 +586,26 @@ def test_both_size_laws_are_drawn_and_tabled(pages, rich_analysis):
     }
     assert laws == {charts.COUNT_LAW, charts.AFT_LAW}
     alpha = next(c for c in report.summary_cards(rich_analysis) if "exponent" in c[0])
-    assert f"Weibull AFT view {rich_analysis.size_regression.alpha_:.3f}" in alpha[2]  # the note's digits
+    assert (
+        f"Weibull AFT view {rich_analysis.fits.size_regression.alpha_:.3f}" in alpha[2]
+    )  # the note's digits
 
 
 def test_job_section_is_a_chart_with_jobs_and_a_note_without(pages, rich_analysis, hostile_analysis):
     with_jobs_section = next(s for s in report.sections(rich_analysis) if s.slug == "job-interruptions")
-    assert with_jobs_section.table.equals(rich_analysis.job_interruptions)
+    assert with_jobs_section.table.equals(rich_analysis.jobs.interruptions)
     drawn = [r for rows in pages[False].specs["job-interruptions"]["datasets"].values() for r in rows]
     assert sorted(r["nnodes_bucket"] for r in drawn) == sorted(
-        rich_analysis.job_interruptions["nnodes_bucket"]
+        rich_analysis.jobs.interruptions["nnodes_bucket"]
     )
-    assert hostile_analysis.job_interruptions is None
+    assert hostile_analysis.jobs.interruptions is None
     text = report.render_html(hostile_analysis)
     assert "spec-job-interruptions" not in text and "failcast ingest --format sacct" in text
 
 
 def test_badput_section_is_a_chart_with_losses_and_a_note_without(pages, rich_analysis, hostile_analysis):
     section = next(s for s in report.sections(rich_analysis) if s.slug == "what-stops-our-jobs")
-    badput = rich_analysis.badput
+    badput = rich_analysis.jobs.badput
     assert section.table.equals(badput) and badput["losses"].sum() == 12
     drawn = [r for rows in pages[False].specs["what-stops-our-jobs"]["datasets"].values() for r in rows]
     assert sorted(r["lost_job_hours"] for r in drawn) == sorted(badput["lost_job_hours"])
@@ -604,7 +613,7 @@ def test_badput_section_is_a_chart_with_losses_and_a_note_without(pages, rich_an
     assert section.note.startswith(f"{top['failure_class'][0]} cost the most job time")
     assert "Job time lost (h)" in pages[False].html
     # no Slurm job and no training log: listed with what to ingest, not drawn
-    assert hostile_analysis.badput.height == 0
+    assert hostile_analysis.jobs.badput.height == 0
     text = report.render_html(hostile_analysis)
     assert "spec-what-stops-our-jobs" not in text and "No job losses to show" in text
 
@@ -620,10 +629,10 @@ def test_estimated_exposure_banner_comes_first(hostile_analysis, estimated):
 
 def test_headline_says_what_the_weibull_shape_means(rich_analysis):
     cards = report.summary_cards(rich_analysis)
-    assert any(n == rich_analysis.node_fits["weibull"].hazard_message_ for _, _, n in cards)
+    assert any(n == rich_analysis.fits.node_fits["weibull"].hazard_message_ for _, _, n in cards)
     # no job: the law's MTBF at the smallest planned size, the larger ones in the note
     projected = next(c for c in cards if c[0].startswith("Projected cluster MTBF at 256 instances"))
-    mtbf = rich_analysis.scaling_projection.filter(instances=256.0)["mtbf_hours"][0]
+    mtbf = rich_analysis.fits.scaling_projection.filter(instances=256.0)["mtbf_hours"][0]
     assert projected[1] == duration_text(mtbf)
     # the size-law table's cell, in the same digits
     table = charts.size_law_table(rich_analysis).filter(instances=256)
@@ -636,13 +645,14 @@ def test_headline_rate_interval_is_the_default_one_and_named(rich_analysis, meth
     """The card quotes the same interval as `failcast rates` (the default method's), not always
     the exact one, and names its method."""
     phi = 1.7 if method == "overdispersed" else 1.0
-    row = rich_analysis.rates_overall.row(0, named=True)
+    row = rich_analysis.rates.overall.row(0, named=True)
     low, high = transform.poisson_interval([row["failures"]], [row["exposure_node_hours"]], dispersion=phi)
-    fleet = dataclasses.replace(
-        rich_analysis,
+    rates = dataclasses.replace(
+        rich_analysis.rates,
         interval_method=method,
-        rates_overall=rich_analysis.rates_overall.with_columns(rate_ci_low=low[0], rate_ci_high=high[0]),
+        overall=rich_analysis.rates.overall.with_columns(rate_ci_low=low[0], rate_ci_high=high[0]),
     )
+    fleet = dataclasses.replace(rich_analysis, rates=rates)
     title, _, note = report.summary_cards(fleet)[0]
     assert title == "Fleet interruption rate"
     name = "quasi-Poisson (overdispersed)" if method == "overdispersed" else "exact Poisson (Garwood)"
@@ -677,9 +687,9 @@ def test_public_baselines_put_this_fleet_beside_published_fleets(rich_analysis, 
         (pl.col("source") == comparisons.THIS_FLEET) & (pl.col("fleet") != comparisons.ALL_CLUSTERS)
     )
     assert mine["series"].to_list() == mine["fleet"].to_list()
-    assert set(mine["fleet"]) == set(rich_analysis.rates_by_cluster["cluster_id"])
+    assert set(mine["fleet"]) == set(rich_analysis.rates.by_cluster["cluster_id"])
     lanl = table.filter(source="LANL")
-    assert lanl.height == sample_analysis.rates_by_cluster.height and set(lanl["series"]) == {"LANL"}
+    assert lanl.height == sample_analysis.rates.by_cluster.height and set(lanl["series"]) == {"LANL"}
     assert table["label"].n_unique() == table.height
     # published fleets always, other fleets only when passed in
     alone = comparisons.baselines(rich_analysis)
@@ -716,18 +726,20 @@ def test_cli_report_names_a_baseline_warehouse_without_inventory(tmp_path, sampl
 
 @pytest.mark.parametrize("moving", [0, 1, 3, 5])
 def test_trend_card_names_the_strongest_trends_only(rich_analysis, moving):
-    tests = rich_analysis.trend_tests.filter(pl.col("crow_verdict").is_not_null()).head(1)
+    tests = rich_analysis.rates.trend_tests.filter(pl.col("crow_verdict").is_not_null()).head(1)
     tests = pl.concat([tests] * 6).with_columns(
         cluster_id=pl.Series([f"c{i}" for i in range(6)]),
         crow_verdict=pl.Series(["rising"] * moving + ["flat"] * (6 - moving)),
         crow_p_value=pl.Series([0.01 * (i + 1) for i in range(6)]),
     )
-    cards = report.summary_cards(dataclasses.replace(rich_analysis, trend_tests=tests))
+    cards = report.summary_cards(
+        dataclasses.replace(rich_analysis, rates=dataclasses.replace(rich_analysis.rates, trend_tests=tests))
+    )
     _, value, note = next(c for c in cards if "trend" in c[0])
     assert value == f"flat in {6 - moving} of 6 clusters"
     named = [f"c{i} rising" for i in range(moving)]
-    assert all((name in note) is (i < page.TREND_CARD_CLUSTERS) for i, name in enumerate(named))
-    assert ("more" in note) is (moving > page.TREND_CARD_CLUSTERS)
+    assert all((name in note) is (i < TREND_CARD_CLUSTERS) for i, name in enumerate(named))
+    assert ("more" in note) is (moving > TREND_CARD_CLUSTERS)
 
 
 def test_contents_link_every_shown_section_and_list_the_empty_ones(hostile_analysis, rich_analysis):
@@ -747,8 +759,8 @@ def test_contents_link_every_shown_section_and_list_the_empty_ones(hostile_analy
 
 def test_biggest_cause_card_names_the_top_category_and_its_share(rich_analysis):
     card = next(c for c in report.summary_cards(rich_analysis) if c[0] == "Biggest cause of interruptions")
-    top = rich_analysis.rates_by_category.sort("failures", descending=True).row(0, named=True)
-    total = rich_analysis.rates_by_category["failures"].sum()
+    top = rich_analysis.rates.by_category.sort("failures", descending=True).row(0, named=True)
+    total = rich_analysis.rates.by_category["failures"].sum()
     assert card[1] == top["failure_class"]
     assert f"{top['failures']:,} of {total:,} interruptions" in card[2]
 
@@ -765,7 +777,9 @@ def test_biggest_cause_card_names_the_top_category_and_its_share(rich_analysis):
 def test_biggest_cause_card_names_every_cause_that_ties(rich_analysis, failures, value, note):
     classes = ["gpu_memory", "network", "software", "host"][: len(failures)]
     causes = pl.DataFrame({"failure_class": classes, "failures": list(failures)})
-    fleet = dataclasses.replace(rich_analysis, rates_by_category=causes)
+    fleet = dataclasses.replace(
+        rich_analysis, rates=dataclasses.replace(rich_analysis.rates, by_category=causes)
+    )
     card = next(c for c in report.summary_cards(fleet) if c[0] == "Biggest cause of interruptions")
     assert card[1] == value and note in card[2]
 
@@ -779,7 +793,7 @@ def test_reliability_and_backtest_sections_render_with_bounded_data(pages, rich_
         rows = [len(v) for v in spec.get("datasets", {}).values()]
         assert rows and max(rows) <= 300, (slug, rows)
     table = next(s for s in report.sections(rich_analysis) if s.slug == "job-backtest").table
-    assert table["jobs"].sum() == rich_analysis.job_backtest.backtest.jobs_
+    assert table["jobs"].sum() == rich_analysis.jobs.backtest.backtest.jobs_
     assert "observed share (95% CI)" in table.columns
     slugs = [s.slug for s in report.sections(hostile_analysis)]
     assert "job-backtest" not in slugs  # no jobs: the section is omitted
@@ -789,14 +803,14 @@ def test_reliability_and_backtest_sections_render_with_bounded_data(pages, rich_
 def test_summary_names_the_lemons_and_the_spares_the_job_needs(rich_analysis):
     outlook = outlook_frames()
     cards = {k: (v, n) for k, v, n in report.summary_cards(rich_analysis, outlook)}
-    lemons = rich_analysis.lemons.lemons_
+    lemons = rich_analysis.nodes.lemons.lemons_
     value, note = cards["Lemon nodes (fail more than their cluster)"]
     if lemons.height:
         assert value.startswith(f"{lemons.height:,} node") and all(
             n in note for n in lemons["node_id"].head(5)
         )
     else:
-        assert value == "none" and f"none of {rich_analysis.lemons.table_.height:,} nodes" in note
+        assert value == "none" and f"none of {rich_analysis.nodes.lemons.table_.height:,} nodes" in note
     assert f"Hot spares for {outlook.instances:,} instances" not in cards  # no repair curve, no table
 
 
@@ -806,7 +820,9 @@ def test_the_hot_spares_card_is_the_spare_tables_99_row(rich_analysis):
     spec = projection.JobSpec(
         256, None, analysis.failure_model_for(rich_analysis, 256), gpu_hours=2e6, name="planned"
     )
-    outlook = report.job_outlook(spec, monte_carlo_runs=0, repair=analysis.repair_curve(rich_analysis))
+    outlook = report.job_outlook(
+        spec, monte_carlo_runs=0, repair=analysis.repair_curve(rich_analysis.repairs)
+    )
     cards = {k: (v, n) for k, v, n in report.summary_cards(rich_analysis, outlook)}
     value, note = cards["Hot spares for 256 instances"]
     row = outlook.spares.filter(pl.col("note").str.contains("99% row")).row(0, named=True)

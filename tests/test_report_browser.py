@@ -195,7 +195,7 @@ def test_planner_redraws_when_a_slider_moves(sample_warehouse, tmp_path):
         fleet = analysis.analyze(con)
     finally:
         con.close()
-    repair = analysis.repair_curve(fleet)
+    repair = analysis.repair_curve(fleet.repairs)
 
     def job(instances: int) -> proj.JobSpec:
         return proj.job_spec_for_fleet(

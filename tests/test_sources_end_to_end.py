@@ -273,10 +273,12 @@ def test_badput_by_cause_from_the_jobs_and_the_restarts(fleet):
     truth, db, _ = fleet
     con = warehouse.connect(db, read_only=True)
     try:
-        fleet_analysis = analysis.analyze(con, observed_until=UNTIL)
+        fleet_analysis = analysis.analyze(con, analysis.AnalysisOptions(until=UNTIL))
     finally:
         con.close()
-    got = {(r["failure_class"], r["measured_from"]): r for r in fleet_analysis.badput.iter_rows(named=True)}
+    got = {
+        (r["failure_class"], r["measured_from"]): r for r in fleet_analysis.jobs.badput.iter_rows(named=True)
+    }
     expected: dict[tuple[str, str], list[float]] = {}
     off_training = [f for f in truth if f.node not in TRAINING_NODES]
     for i, f in enumerate(off_training):  # sacct job i ran 5 + i hours on one node until the failure

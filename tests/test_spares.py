@@ -232,7 +232,7 @@ def test_spares_command_on_measured_repairs_without_a_price(fleet_400):
     with warehouse.connect(db, read_only=True) as con:  # closed before the run test writes the file
         fleet = analysis.analyze(con)
     rate = analysis.failure_model_for(fleet, 256).rate_per_instance_hour
-    assert d["probability_row"] == analysis.spares_for_job(fleet.repair_times, 256, rate)["spares"]
+    assert d["probability_row"] == analysis.spares_for_job(fleet.repairs.times, 256, rate)["spares"]
     assert d["recommended_low"] <= d["recommended"] <= d["recommended_high"]
     assert [r["spares"] for r in d["table"]] == list(range(len(d["table"])))
     priced = json.loads(_invoke(*args, "--price-per-gpu-hour", "4.5", "--json").stdout)
@@ -277,8 +277,8 @@ def test_a_measured_reports_spare_table_is_failcast_spares_with_the_assumed_swap
         fleet = analysis.analyze(con)
     spec = JobSpec(256, None, gpu_hours=3e6, failure=analysis.failure_model_for(fleet, 256))
     outlook = report.job_outlook(
-        spec, monte_carlo_runs=0, measured=analysis.measured_recovery_hours(fleet),
-        repair=analysis.repair_curve(fleet),
+        spec, monte_carlo_runs=0, measured=analysis.measured_recovery_hours(fleet.repairs, fleet.jobs),
+        repair=analysis.repair_curve(fleet.repairs),
     )  # fmt: skip
     assert cli["swap_hours"] == pytest.approx(10 / 60)
     table = outlook.spares.filter(outlook.spares["spares"] < len(cli["table"]))

@@ -80,19 +80,20 @@ def test_the_reports_repair_note_counts_what_its_table_counts(table, table_db):
         fleet = analysis.analyze(con)
     finally:
         con.close()
-    zero = fleet.outages.filter(pl.col("repair_hours") == 0)
+    zero = fleet.repairs.outages.filter(pl.col("repair_hours") == 0)
     assert zero.height == 14
     assert zero["resolved"].all() and (zero["end_source"] == "resolved_at").all()
     assert (zero["downtime_hours"] == 0).all()
-    table_unresolved = int(report_repairs.availability_table(fleet)["unresolved"].sum())
-    note = report_repairs.repair_note(fleet)
+    table_unresolved = int(report_repairs.availability_table(fleet.repairs)["unresolved"].sum())
+    note = report_repairs.repair_note(fleet.repairs)
     assert table_unresolved == truth.unresolved
     assert f"; {truth.unresolved} not repaired by the window end" in note
     assert f"{truth.unknown_end} outages without a recorded end whose node failed again are left out" in note
     assert "14 repairs ended when they began" in note
-    assert fleet.repair_times.mean_hours_ == pytest.approx(truth.km_mean_hours, rel=1e-9)
+    assert fleet.repairs.times.mean_hours_ == pytest.approx(truth.km_mean_hours, rel=1e-9)
     assert f"MTTR {duration_text(truth.km_mean_hours)}" in note
-    assert note.startswith(f"{fleet.outages.height:,} outages; ")  # one fault, one outage: nothing to explain
+    # one fault, one outage: nothing to explain
+    assert note.startswith(f"{fleet.repairs.outages.height:,} outages; ")
 
 
 def test_hot_spares_and_measured_recovery_take_the_tables_mttr(table, table_db):
@@ -115,7 +116,7 @@ def test_rates_count_the_same_uptime_in_duckdb_as_in_polars(table_db):
         fleet = analysis.analyze(con)
     finally:
         con.close()
-    [row] = fleet.rates_overall.to_dicts()
+    [row] = fleet.rates.overall.to_dicts()
     assert rates[0]["failures"] == row["failures"]
     assert rates[0]["exposure_node_hours"] == pytest.approx(row["exposure_node_hours"], rel=1e-12)
 

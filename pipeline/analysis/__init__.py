@@ -5,13 +5,15 @@ re-implements the chain warehouse -> transform -> models. :func:`analyze` (fleet
 :class:`FleetAnalysis` from the warehouse readers and evidence of failures.py, the job-level
 analyses of jobs.py and the repair analyses of repairs.py; outlook.py turns an analysis into the
 failure model of a projected job; counts.py counts the failures of ``failcast rates`` inside DuckDB
-(the same rules as the transforms, only aggregates reach Python).
+(the same rules as the transforms, only aggregates reach Python); options.py holds
+:class:`AnalysisOptions`, the window and choices every analysis takes.
 """
 
 from pipeline.analysis.failures import (
     FAILURE_COLUMNS,
-    LEMON_FDR,
     TREND_SCHEMA,
+    NodeAnalysis,
+    RateAnalysis,
     cluster_mtbf,
     counted_failures,
     interval_check,
@@ -23,13 +25,15 @@ from pipeline.analysis.failures import (
     read_failures,
     trend_tests,
 )
+from pipeline.analysis.fits import ReliabilityFits
 from pipeline.analysis.fleet import (
-    FIT_RELATIVE_RESOLUTION,
     PROJECTED_SIZES,
     FleetAnalysis,
     analyze,
+    require_inventory,
 )
 from pipeline.analysis.jobs import (
+    JobAnalysis,
     JobBacktestResult,
     job_backtest,
     job_badput,
@@ -37,9 +41,17 @@ from pipeline.analysis.jobs import (
     read_job_recoveries,
     read_jobs,
 )
+from pipeline.analysis.options import (
+    DEFAULT_OPTIONS,
+    FIT_RELATIVE_RESOLUTION,
+    LEMON_FDR,
+    AnalysisOptions,
+    before_window_note,
+)
 from pipeline.analysis.outlook import (
     SizeRates,
     failure_model_for,
+    measured_recovery_hours,
     rate_model_for,
     repair_curve,
     size_laws_agreement,
@@ -48,15 +60,23 @@ from pipeline.analysis.outlook import (
 )
 from pipeline.analysis.repairs import (
     REPAIR_SCHEMA,
-    measured_recovery_hours,
+    RepairAnalysis,
     repair_summary,
     repair_times,
 )
 
 __all__ = [
+    "AnalysisOptions",
+    "DEFAULT_OPTIONS",
+    "before_window_note",
     "FAILURE_COLUMNS",
     "FIT_RELATIVE_RESOLUTION",
     "FleetAnalysis",
+    "JobAnalysis",
+    "NodeAnalysis",
+    "RateAnalysis",
+    "ReliabilityFits",
+    "RepairAnalysis",
     "JobBacktestResult",
     "LEMON_FDR",
     "PROJECTED_SIZES",
@@ -83,6 +103,7 @@ __all__ = [
     "read_job_recoveries",
     "read_jobs",
     "repair_curve",
+    "require_inventory",
     "repair_summary",
     "repair_times",
     "size_laws_agreement",

@@ -205,7 +205,8 @@ WHERE r.start_utc <= i.timestamp_utc
 """
 
 _LEFT_OUT = """
-SELECT CASE WHEN i.timestamp_utc > $until THEN 0 WHEN n._node IS NULL THEN 1 ELSE 2 END AS reason,
+SELECT CASE WHEN i.timestamp_utc < $since THEN -1 WHEN i.timestamp_utc > $until THEN 0
+        WHEN n._node IS NULL THEN 1 ELSE 2 END AS reason,
     count(*) AS failures
 FROM _fc_interruptions i
 LEFT JOIN (SELECT DISTINCT _node FROM _fc_pieces) n USING (_node)
@@ -312,8 +313,9 @@ def node_interruptions(con, *, window_minutes: float = transform.INTERRUPTION_WI
 class FailureCounts:
     """The node interruptions of the warehouse behind ``con`` (window ``window_minutes``) matched to
     ``exposure``'s service intervals (:func:`pipeline.transform.exposure_intervals` up to
-    ``observed_until``), with the outages' known downtime removed for ``basis`` "uptime"; counted
-    by :meth:`rates` and :meth:`left_out`. Holds temporary tables on ``con`` until :meth:`close`."""
+    ``observed_until``, from ``observed_since``), with the outages' known downtime removed for
+    ``basis`` "uptime"; counted by :meth:`rates` and :meth:`left_out`. Holds temporary tables on
+    ``con`` until :meth:`close`."""
 
     def __init__(
         self,
@@ -323,13 +325,14 @@ class FailureCounts:
         *,
         window_minutes: float = transform.INTERRUPTION_WINDOW_MINUTES,
         basis: str = "uptime",
+        observed_since: datetime | None = None,
     ) -> None:
         if basis not in transform.EXPOSURE_BASES:
             raise ValueError(
                 f"unknown exposure basis {basis!r}; use one of {', '.join(transform.EXPOSURE_BASES)}"
             )
         self.con = con
-        self.observed_until = observed_until
+        self.observed_until, self.observed_since = observed_until, observed_since
         # "calendar": the pieces are exposure's own rows, summed by Polars (see _exposure_sums)
         self._calendar = exposure if basis == "calendar" else None
         _interruption_tables(con, window_minutes, detail=False)
@@ -397,12 +400,12 @@ class FailureCounts:
 
     def left_out(self) -> pl.DataFrame:
         """:func:`pipeline.transform.failures_left_out` of these failures: one row per reason."""
-        counted = dict(self.con.execute(_LEFT_OUT, {"until": self.observed_until}).fetchall())
+        window = {"since": self.observed_since, "until": self.observed_until}
+        counted = dict(self.con.execute(_LEFT_OUT, window).fetchall())
+        reasons = transform.left_out_reasons(self.observed_since)
+        first = -1 if self.observed_since is not None else 0  # -1: before the window start
         return pl.DataFrame(
-            {
-                "reason": transform.LEFT_OUT_REASONS,
-                "failures": [counted.get(i, 0) for i in range(len(transform.LEFT_OUT_REASONS))],
-            },
+            {"reason": reasons, "failures": [counted.get(i, 0) for i in range(first, first + len(reasons))]},
             schema={"reason": pl.String, "failures": pl.Int64},
         )
 

@@ -11,6 +11,7 @@ import polars as pl
 
 from pipeline import models, record_checks, transform, warehouse
 from pipeline.analysis import counts, downtime
+from pipeline.analysis.options import LEMON_FDR
 
 FAILURE_COLUMNS = (
     "cluster_id",
@@ -229,7 +230,37 @@ def trend_tests(operating_times: pl.DataFrame, exposure: pl.DataFrame) -> pl.Dat
     return pl.DataFrame(rows, schema=TREND_SCHEMA, orient="row")
 
 
-LEMON_FDR = 0.05
+@dataclasses.dataclass(frozen=True)
+class RateAnalysis:
+    """The rate part of an analysis (:class:`pipeline.analysis.FleetAnalysis` ``rates``), what the
+    rate charts and tables, the public baselines, the headline and a projected job's failure model
+    take: failures per instance-hour and GPU-hour with their intervals (``interval_method``:
+    "exact" or "overdispersed") overall, by cluster, failure class, month (per cluster) and size
+    bucket; the failure classes' shares per cluster (exact binomial intervals), the trend tests per
+    cluster (:func:`trend_tests`) and the cluster MTBF per size (:func:`cluster_mtbf`)."""
+
+    overall: pl.DataFrame
+    by_cluster: pl.DataFrame
+    by_category: pl.DataFrame
+    by_month: pl.DataFrame
+    by_size_bucket: pl.DataFrame
+    category_shares: pl.DataFrame
+    trend_tests: pl.DataFrame
+    cluster_mtbf: pl.DataFrame
+    interval_method: str
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeAnalysis:
+    """The node part of an analysis (:class:`pipeline.analysis.FleetAnalysis` ``nodes``), what the
+    lemon and top-node sections take: the rates by node (``rates``: one row per node, exact
+    intervals), the lemon test on them (``lemons``: :class:`pipeline.models.LemonTest`) and the
+    dispersion test of the nodes that are not lemons, which decides the rate intervals
+    (``dispersion_test``: :func:`interval_check`)."""
+
+    rates: pl.DataFrame
+    lemons: models.LemonTest
+    dispersion_test: transform.DispersionTest
 
 
 def node_evidence(

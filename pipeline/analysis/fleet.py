@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from contextlib import suppress
 from dataclasses import dataclass
@@ -13,7 +14,8 @@ import polars as pl
 
 from pipeline import models, record_checks, transform, warehouse
 from pipeline.analysis.failures import (
-    LEMON_FDR,
+    NodeAnalysis,
+    RateAnalysis,
     cluster_mtbf,
     counted_failures,
     left_out_warning,
@@ -23,14 +25,17 @@ from pipeline.analysis.failures import (
     sizes_that_failed,
     trend_tests,
 )
+from pipeline.analysis.fits import ReliabilityFits
 from pipeline.analysis.jobs import (
-    JobBacktestResult,
+    JobAnalysis,
     job_backtest,
     job_badput,
     job_interruptions,
     read_job_recoveries,
+    read_jobs,
 )
-from pipeline.analysis.repairs import repair_times
+from pipeline.analysis.options import DEFAULT_OPTIONS, AnalysisOptions, before_window
+from pipeline.analysis.repairs import RepairAnalysis, repair_times
 
 PROJECTED_SIZES = (256, 512, 2048, 16384)
 RATE_COLUMNS = ("cluster_id", "node_id", "timestamp_utc", "failure_class", "interrupting")
@@ -51,18 +56,14 @@ MIN_DISTINCT_GAPS = 2  # distinct observed times between failures the fits need
 
 @dataclass
 class FleetAnalysis:
-    """Everything the report shows, as Polars frames and fitted models.
+    """Everything the report shows: the rates and what they count on the whole analysis, the rest
+    in typed parts (issue 30) that their consumers take instead of the whole:
+    ``fits`` (:class:`ReliabilityFits`: times between failures, fitted families, Kaplan–Meier,
+    the laws of MTBF against cluster size), ``nodes`` (:class:`NodeAnalysis`: rates by node, the
+    lemon test, the dispersion test of the rate intervals), ``repairs`` (:class:`RepairAnalysis`:
+    outages, repair-time fit, availability's exposure) and ``jobs`` (:class:`JobAnalysis`: Slurm
+    job rates, backtest, training-job recoveries, badput).
 
-    Times between failures (``node_durations``, ``node_fits``, ``kaplan_meier``, ``nelson_aalen``,
-    ``cluster_durations``, ``size_regression``) follow ``first_gap`` (see
-    :func:`pipeline.transform.times_between_failures`): by default the span from a window's start
-    to its first failure is left out because it is a forward-recurrence time, not a full gap;
-    when fewer than two gaps start at a failure that leaves too little to fit, and ``first_gap``
-    says "keep".
-    ``cluster_kaplan_meier`` holds, per cluster with a failure, the survival of the time to the
-    cluster's next interrupting failure (what a job on the whole cluster sees).
-    ``count_dispersion`` is the Pearson dispersion of node failure counts (1 for Poisson; > 1
-    means the Garwood intervals are too narrow); the scaling law's interval uses it.
     ``exposure_estimated`` is True when the inventory was inferred from the logs (every rate and
     MTBF then rests on guessed service intervals). Rates, fits, shares and trend tests count
     ``interruptions`` (:func:`pipeline.transform.node_interruptions`: a node's faults within
@@ -78,106 +79,73 @@ class FleetAnalysis:
     Times between failures alone keep the failures during a node's known repair: the fits estimate
     the failure process on the calendar clock, which does not stop for repairs.
     ``failures_left_out`` counts the failures no statistic counts, by reason
-    (:func:`pipeline.transform.failures_left_out`: after the window end, node without a service
-    interval, node out of service); :func:`left_out_note` says it in one line. ``late_records``
-    names the clusters whose records seem to start after their service
+    (:func:`pipeline.transform.failures_left_out`: before the window start, after its end, node
+    without a service interval, node out of service); :func:`left_out_note` says it in one line.
+    ``late_records`` names the clusters whose records seem to start after their service
     (:func:`pipeline.record_checks.late_records`: that time then counts as failure-free exposure).
     ``left_out_warning`` (or None) says when at least as many failures are left out as counted
     (:func:`left_out_warning`); every output shows it first.
     A fleet with no failures in service yet (``has_failures`` False) has exposure, rates (0
-    failures, with the one-sided ``rate_upper_bound``) and trend rows but nothing to fit:
-    ``node_fits`` is empty and ``best_family``, ``kaplan_meier``, ``nelson_aalen`` are None. So is
+    failures, with the one-sided ``rate_upper_bound``) and trend rows but nothing to fit; so has
     a fleet with fewer than ``MIN_DISTINCT_GAPS`` distinct observed times between failures (its
     first failure, say): ``has_fits`` False, ``too_few_gaps`` says why.
-    ``job_interruptions`` is None without Slurm jobs; jobs on clusters without inventory are left
-    out of it. ``rates_by_node`` has one row per node (the report shows only the nodes with the
-    most failures), with exact intervals; ``lemons`` tests each against the rest of its cluster
-    (:class:`pipeline.models.LemonTest`). The other rate tables carry ``interval_method``
-    intervals: "overdispersed" (quasi-Poisson widened by ``dispersion_test.dispersion()``) or "exact";
-    by default "overdispersed" exactly when the Pearson test of the non-lemon nodes' counts
-    rejects Poisson at 5% (:func:`node_evidence`).
-    ``job_backtest`` (None without jobs) holds each job's interruptions predicted
-    from the data before it started, against what happened.
+    The rate tables carry ``rates.interval_method`` intervals: "overdispersed" (quasi-Poisson widened by
+    ``nodes.dispersion_test.dispersion()``) or "exact"; by default "overdispersed" exactly when
+    the Pearson test of the non-lemon nodes' counts rejects Poisson at 5% (:func:`node_evidence`).
     ``exposure`` holds the calendar service intervals; rates divide by ``rate_exposure``, which is
-    the uptime exposure (downtime of ``outages`` removed, :func:`pipeline.transform.uptime_intervals`)
+    the uptime exposure (the outages' downtime removed, :func:`pipeline.transform.uptime_intervals`)
     when ``exposure_basis`` is "uptime", else the calendar one. Gaps and trend tests run on the
-    calendar intervals. ``repair_times`` is None when no outage has an end.
-    ``job_recoveries`` has one row per training-job interruption found in training logs, with the
-    measured detection and restart hours (:func:`pipeline.transform.job_recoveries`; empty without
-    training logs). ``badput`` is the job hours failures cost per failure class, from interrupted
-    Slurm jobs and training restarts (:func:`pipeline.transform.badput_by_class`; empty without
-    either).
+    calendar intervals.
+    ``options`` are the :class:`AnalysisOptions` it ran with, ``until`` filled in;
+    ``before_window`` counts what the window start left out besides failures
+    (:func:`pipeline.analysis.options.before_window`).
     """
 
     observed_until: datetime
     exposure: pl.DataFrame
     incidents: pl.LazyFrame
-    rates_overall: pl.DataFrame
-    rates_by_cluster: pl.DataFrame
-    rates_by_category: pl.DataFrame
-    rates_by_month: pl.DataFrame
-    rates_by_node: pl.DataFrame
-    node_fits: dict[str, models.ParametricTBF]
-    best_family: str | None
-    kaplan_meier: models.KaplanMeier | None
-    cluster_mtbf: pl.DataFrame
-    scaling: models.MTBFScaling | None
-    scaling_projection: pl.DataFrame
     files: pl.DataFrame
     rejects: pl.DataFrame
-    rates_by_size_bucket: pl.DataFrame
-    category_shares: pl.DataFrame
-    trend_tests: pl.DataFrame
-    first_gap: str
-    node_durations: pl.DataFrame
-    nelson_aalen: models.NelsonAalen | None
-    cluster_durations: pl.DataFrame
-    size_regression: models.WeibullSizeRegression | None
-    size_regression_projection: pl.DataFrame
-    job_interruptions: pl.DataFrame | None
-    count_dispersion: float
     exposure_estimated: bool
-    cluster_kaplan_meier: dict[str, models.KaplanMeier]
     interruptions: pl.DataFrame
     interruption_window_minutes: float | None
-    lemons: models.LemonTest
-    dispersion_test: transform.DispersionTest
-    interval_method: str
     failures_left_out: pl.DataFrame
-    outages: pl.DataFrame
     rate_exposure: pl.DataFrame
     exposure_basis: str
-    repair_times: models.RepairTimes | None
-    job_recoveries: pl.DataFrame
-    badput: pl.DataFrame
     failures_counted: pl.DataFrame
     failure_operating_times: pl.DataFrame
-    job_backtest: JobBacktestResult | None = None
+    rates: RateAnalysis
+    fits: ReliabilityFits
+    nodes: NodeAnalysis
+    repairs: RepairAnalysis
+    jobs: JobAnalysis
     late_records: tuple[record_checks.LateRecords, ...] = ()
     left_out_warning: str | None = None
+    options: AnalysisOptions = DEFAULT_OPTIONS
+    before_window: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def fleet_rate(self) -> models.PoissonRate:
-        row = self.rates_overall.row(0, named=True)
+        row = self.rates.overall.row(0, named=True)
         return models.PoissonRate().fit(row["failures"], row["exposure_node_hours"])
 
     @property
     def has_failures(self) -> bool:
         """True when at least one failure counts (in service, in the window)."""
-        return bool(self.rates_overall["failures"].sum())
+        return bool(self.rates.overall["failures"].sum())
 
     @property
     def has_fits(self) -> bool:
         """True when the times between failures were fitted (``node_fits``, ``kaplan_meier``, ...):
         at least ``MIN_DISTINCT_GAPS`` distinct observed gaps."""
-        return bool(self.node_fits)
+        return self.fits.fitted
 
     @property
     def too_few_gaps(self) -> str:
         """Why nothing was fitted though failures count (empty when fitted or no failure)."""
         if self.has_fits or not self.has_failures:
             return ""
-        gaps = self.node_durations.filter("observed")["count"].sum()
+        gaps = self.fits.node_durations.filter("observed")["count"].sum()
         return (
             f"too few times between failures to fit ({gaps} observed gap{'s' if gaps != 1 else ''}, "
             f"at least {MIN_DISTINCT_GAPS} different ones are needed): rates and bounds only"
@@ -191,7 +159,15 @@ def _projection(predict, sizes: np.ndarray) -> pl.DataFrame:
     )
 
 
-FIT_RELATIVE_RESOLUTION = 1e-3
+def require_inventory(inventory: pl.DataFrame) -> None:
+    """Rates, fits and the lemon test divide by node-hours in service: without an inventory there
+    are none, and a rate of "failures / 0" must stop with the fix, not print 0% or crash."""
+    if inventory.height == 0:
+        raise ValueError(
+            "the warehouse has no inventory: ingest an inventory file (cluster_id, node_id, "
+            "instance_type, gpus_per_node, in_service_from, in_service_to), or re-ingest the failures "
+            "with --estimate-exposure GPUS_PER_NODE to estimate it from the nodes seen"
+        )
 
 
 def _duckdb_share(analysis):
@@ -199,29 +175,23 @@ def _duckdb_share(analysis):
     its rows live in Polars, and what DuckDB keeps after a read would add to them."""
 
     @functools.wraps(analysis)
-    def reading(con, **options) -> FleetAnalysis:
+    def reading(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
         with warehouse.reading(con):
-            return analysis(con, **options)
+            return analysis(con, options)
 
     return reading
 
 
 @_duckdb_share
-def analyze(
-    con,
-    *,
-    observed_until: datetime | None = None,
-    first_gap: str = "drop",
-    relative_resolution: float | None = FIT_RELATIVE_RESOLUTION,
-    interruption_window_minutes: float | None = transform.INTERRUPTION_WINDOW_MINUTES,
-    interval: str = "auto",
-    lemon_fdr: float = LEMON_FDR,
-    exposure_basis: str = "uptime",
-) -> FleetAnalysis:
-    """Run every transform and fit on the warehouse behind ``con``.
+def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
+    """Run every transform and fit on the warehouse behind ``con``, as ``options`` say
+    (:class:`AnalysisOptions`; the result's ``options`` have the window's end filled in).
 
     Failures are node interruptions: a node's interrupting incidents closer than
-    ``interruption_window_minutes`` count once (None: every incident counts).
+    ``interruption_window_minutes`` count once (None: every incident counts). The window
+    ``[since, until]`` clips the service intervals; failures before ``since`` and after ``until``
+    are left out and counted by reason (``failures_left_out``), and so are outages that began and
+    jobs that started before ``since`` (``before_window``).
 
     Gaps are rounded to a relative grid (``relative_resolution`` 1e-3: each gap at most 0.05% off,
     a minute or a month, see :mod:`pipeline.transform.durations`) and aggregated before fitting,
@@ -235,25 +205,24 @@ def analyze(
     """
     incidents = warehouse.scan_incidents(con)
     inventory = warehouse.table(con, "inventory")
-    if inventory.height == 0:
-        raise ValueError(
-            "the warehouse has no inventory: ingest an inventory file (cluster_id, "
-            "node_id, instance_type, gpus_per_node, in_service_from, in_service_to)"
-        )
-    end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
+    require_inventory(inventory)
+    options = options.resolved(con, inventory)
+    end, since, first_gap = options.until, options.since, options.first_gap
     estimated = transform.exposure_estimated(inventory)
-    failures = read_failures(con, window_minutes=interruption_window_minutes)
-    exposure = transform.exposure_intervals(inventory, end)
-    at_risk, outages = rate_exposure(con, failures, inventory, exposure, end, exposure_basis)
+    failures = read_failures(con, window_minutes=options.interruption_window_minutes)
+    exposure = transform.exposure_intervals(inventory, end, since)
+    # outages of every failure: one that began before the window can still hold a node down in it
+    at_risk, all_outages = rate_exposure(con, failures, inventory, exposure, end, options.exposure_basis)
+    outages = options.in_window(all_outages, "start_utc")
     del inventory  # as many rows as the exposure: an availability trace has one per up-interval
     # Memory (bench/RESULTS.md, issue 27): every row frame below is as long as the failures or the
     # intervals, so each is built from the columns its statistics use, and dropped once they ran.
     # Which failures count, matched to their interval once for every rate:
     in_service = transform.failures_in_service(failures.select(RATE_COLUMNS), at_risk, with_interval=True)
     by_node, lemons, dispersion_check = node_evidence(
-        failures, at_risk, lemon_fdr=lemon_fdr, in_service=in_service
+        failures, at_risk, lemon_fdr=options.lemon_fdr, in_service=in_service
     )
-    phi = dispersion_check.dispersion(interval)
+    phi = dispersion_check.dispersion(options.interval)
 
     by_cluster, overall, by_category, by_month, by_size_bucket = (
         transform.failure_rates(
@@ -262,7 +231,10 @@ def analyze(
         for by, period in RATE_TABLES
     )
     shares = transform.category_shares(failures, at_risk, by=["cluster_id"], in_service=in_service)
-    left_out = transform.failures_left_out(failures, at_risk, end, in_service=in_service)
+    left_out = transform.failures_left_out(
+        failures, at_risk, end, in_service=in_service, observed_since=since
+    )
+    failures = options.in_window(failures)  # those before it are counted in left_out
     # trend tests count the failures the rates count (one during a known repair of its node is
     # part of that outage, not a new failure), on the calendar clock
     operating_times = transform.failure_operating_times(failures, exposure, in_service=in_service)
@@ -280,14 +252,14 @@ def analyze(
         # the first gaps are all there is
         first_gap = "keep"
         gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap, in_service=calendar)
-    durations = transform.aggregate_durations(gaps, relative_resolution=relative_resolution)
+    durations = transform.aggregate_durations(gaps, relative_resolution=options.relative_resolution)
     del gaps
     cluster_durations = transform.aggregate_durations(
         transform.times_between_failures(
             failures, exposure, level="cluster", first_gap=first_gap, in_service=calendar
         ),
         by=["cluster_id", "instances"],
-        relative_resolution=relative_resolution,
+        relative_resolution=options.relative_resolution,
     )
     del calendar
     args = (durations["duration_hours"], durations["observed"], durations["count"])
@@ -319,59 +291,60 @@ def analyze(
             )
             regression_projection = _projection(regression.predict_mtbf_hours, sizes)
 
-    jobs = job_interruptions(con, by_cluster)
-    recoveries = read_job_recoveries(con)
-    backtest = job_backtest(con, failures, exposure)
+    jobs = job_interruptions(con, by_cluster, since=since)
+    all_recoveries = read_job_recoveries(con)
+    recoveries = options.in_window(all_recoveries, "detected_utc")
+    backtest = job_backtest(con, failures, exposure, since=since)
 
     return FleetAnalysis(
         observed_until=end,
         exposure=exposure,
         incidents=incidents,
-        rates_overall=overall,
-        rates_by_cluster=by_cluster,
-        rates_by_category=by_category,
-        rates_by_month=by_month,
-        rates_by_node=by_node,
-        node_fits=fits,
-        best_family=models.best_by_aic(fits) if fitted else None,
-        kaplan_meier=models.KaplanMeier().fit(*args) if fitted else None,
-        cluster_mtbf=per_cluster,
-        scaling=scaling,
-        scaling_projection=projection,
         files=warehouse.table(con, "ingested_files"),
         rejects=warehouse.table(con, "rejects"),
-        rates_by_size_bucket=by_size_bucket,
-        category_shares=shares,
-        trend_tests=trend_tests(operating_times, exposure),
         failure_operating_times=operating_times,
         failures_counted=counted,
-        first_gap=first_gap,
-        node_durations=durations,
-        nelson_aalen=models.NelsonAalen().fit(*args) if fitted else None,
-        cluster_durations=cluster_durations,
-        size_regression=regression,
-        size_regression_projection=regression_projection,
-        job_interruptions=jobs,
-        count_dispersion=dispersion,
         exposure_estimated=estimated,
-        cluster_kaplan_meier={
-            cluster: models.KaplanMeier().fit(g["duration_hours"], g["observed"], g["count"])
-            for (cluster,), g in cluster_durations.group_by("cluster_id")
-            if g["observed"].any()
-        },
         interruptions=failures,
-        interruption_window_minutes=interruption_window_minutes,
-        lemons=lemons,
-        dispersion_test=dispersion_check,
-        interval_method=dispersion_check.method(interval),
+        interruption_window_minutes=options.interruption_window_minutes,
+        rates=RateAnalysis(
+            overall=overall,
+            by_cluster=by_cluster,
+            by_category=by_category,
+            by_month=by_month,
+            by_size_bucket=by_size_bucket,
+            category_shares=shares,
+            trend_tests=trend_tests(operating_times, exposure),
+            cluster_mtbf=per_cluster,
+            interval_method=dispersion_check.method(options.interval),
+        ),
+        fits=ReliabilityFits(
+            node_fits=fits,
+            best_family=models.best_by_aic(fits) if fitted else None,
+            kaplan_meier=models.KaplanMeier().fit(*args) if fitted else None,
+            nelson_aalen=models.NelsonAalen().fit(*args) if fitted else None,
+            node_durations=durations,
+            cluster_durations=cluster_durations,
+            cluster_kaplan_meier={
+                cluster: models.KaplanMeier().fit(g["duration_hours"], g["observed"], g["count"])
+                for (cluster,), g in cluster_durations.group_by("cluster_id")
+                if g["observed"].any()
+            },
+            first_gap=first_gap,
+            count_dispersion=dispersion,
+            scaling=scaling,
+            scaling_projection=projection,
+            size_regression=regression,
+            size_regression_projection=regression_projection,
+        ),
+        nodes=NodeAnalysis(by_node, lemons, dispersion_check),
         failures_left_out=left_out,
-        outages=outages,
         rate_exposure=at_risk,
-        exposure_basis=exposure_basis,
-        repair_times=repair_times(outages),
-        job_backtest=backtest,
-        job_recoveries=recoveries,
-        badput=job_badput(con, failures, recoveries),
+        exposure_basis=options.exposure_basis,
+        repairs=RepairAnalysis(outages, repair_times(outages), exposure, at_risk, options.exposure_basis),
+        jobs=JobAnalysis(jobs, backtest, recoveries, job_badput(con, failures, recoveries, since=since)),
         late_records=record_checks.late_records(con),
         left_out_warning=left_out_warning(con, left_out, int(overall["failures"].sum())),
+        options=options,
+        before_window=before_window(since, all_outages, read_jobs(con), all_recoveries),
     )

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 import duckdb
 import polars as pl
 
 from pipeline import models, transform, warehouse
+from pipeline.analysis.options import not_before
 
 
-def read_jobs(con) -> pl.DataFrame | None:
-    """The warehouse's Slurm jobs, or None for a warehouse file from before the jobs table."""
+def read_jobs(con, *, since: datetime | None = None) -> pl.DataFrame | None:
+    """The warehouse's Slurm jobs (those that started at or after ``since``, the window's start:
+    :func:`pipeline.analysis.options.before_window` counts the others), or None for a warehouse
+    file from before the jobs table."""
     try:
-        return warehouse.table(con, "jobs")
+        return not_before(warehouse.table(con, "jobs"), since, "start_utc")
     except duckdb.CatalogException:  # opened read-only, so the schema could not be upgraded
         return None
 
@@ -29,16 +33,34 @@ class JobBacktestResult:
     min_history_failures: int
 
 
+@dataclass(frozen=True)
+class JobAnalysis:
+    """The job part of an analysis (:class:`pipeline.analysis.FleetAnalysis` ``jobs``), what the
+    job sections of the report take: Slurm job interruption rates against node rates
+    (``interruptions``, None without jobs: :func:`job_interruptions`), the backtest of each job's
+    predicted interruptions (``backtest``, None without jobs: :func:`job_backtest`), training-job
+    interruptions with measured detection and restart hours (``recoveries``, empty without
+    training logs: :func:`read_job_recoveries`) and the job hours lost per failure class
+    (``badput``: :func:`job_badput`)."""
+
+    interruptions: pl.DataFrame | None
+    backtest: JobBacktestResult | None
+    recoveries: pl.DataFrame
+    badput: pl.DataFrame
+
+
 def job_backtest(
     con,
     failures: pl.DataFrame,
     exposure: pl.DataFrame,
     *,
     min_history_failures: int = transform.MIN_HISTORY_FAILURES,
+    since: datetime | None = None,
 ) -> JobBacktestResult | None:
-    """Each Slurm job's interruptions predicted from the failures and exposure before it started,
-    against what happened (:class:`pipeline.models.JobBacktest`); None without jobs."""
-    jobs = read_jobs(con)
+    """Each Slurm job (started from ``since`` on) with its interruptions predicted from the
+    failures and exposure before it started, against what happened
+    (:class:`pipeline.models.JobBacktest`); None without jobs."""
+    jobs = read_jobs(con, since=since)
     if jobs is None or jobs.height == 0:
         return None
     predictions = transform.job_predictions(
@@ -53,11 +75,14 @@ def job_backtest(
     return JobBacktestResult(predictions, fitted, min_history_failures)
 
 
-def job_interruptions(con, rates_by_cluster: pl.DataFrame) -> pl.DataFrame | None:
+def job_interruptions(
+    con, rates_by_cluster: pl.DataFrame, *, since: datetime | None = None
+) -> pl.DataFrame | None:
     """Slurm job interruption rates against each job's cluster node rate
-    (:func:`pipeline.transform.job_interruption_rates`), or None without jobs. Jobs on clusters
-    with no inventory (or no cluster_id) have no node rate to compare with and are left out."""
-    jobs = read_jobs(con)
+    (:func:`pipeline.transform.job_interruption_rates`) of the jobs started from ``since`` on, or
+    None without jobs. Jobs on clusters with no inventory (or no cluster_id) have no node rate to
+    compare with and are left out."""
+    jobs = read_jobs(con, since=since)
     if jobs is None:
         return None
     jobs = jobs.filter(pl.col("cluster_id").is_in(rates_by_cluster["cluster_id"].implode()))
@@ -85,11 +110,14 @@ _JOBS_FOR_BADPUT = {
 }
 
 
-def job_badput(con, failures: pl.DataFrame, recoveries: pl.DataFrame) -> pl.DataFrame:
+def job_badput(
+    con, failures: pl.DataFrame, recoveries: pl.DataFrame, *, since: datetime | None = None
+) -> pl.DataFrame:
     """Job hours lost per failure class (:func:`pipeline.transform.badput_by_class`) from the Slurm
-    jobs and the training restarts. A training log ingested with ``--node`` names its job's node
-    (without it the reader stores ``job:<job_id>``, which names no node)."""
-    jobs = read_jobs(con)
+    jobs started from ``since`` on and the training restarts. A training log ingested with
+    ``--node`` names its job's node (without it the reader stores ``job:<job_id>``, which names no
+    node)."""
+    jobs = read_jobs(con, since=since)
     jobs = pl.DataFrame(schema=_JOBS_FOR_BADPUT) if jobs is None else jobs.select(list(_JOBS_FOR_BADPUT))
     named = con.sql(
         "SELECT job_id, [min(node_id)] AS nodes FROM events"

@@ -1,5 +1,6 @@
 """From a fleet's analysis to the failure model of a job: which rate, which scaling law, and
-whether the two scaling laws agree; the fleet's repair curve for the job's spare pool."""
+whether the two scaling laws agree; the fleet's repair curve for the job's spare pool and its
+measured recovery times."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import polars as pl
 
 from pipeline import models, projection, transform
 from pipeline.analysis.failures import cluster_mtbf, sizes_that_failed
+from pipeline.analysis.jobs import JobAnalysis
+from pipeline.analysis.repairs import RepairAnalysis
 
 if TYPE_CHECKING:
     from pipeline.analysis.fleet import FleetAnalysis
@@ -23,7 +26,7 @@ def failure_model_for(
     Weibull fit's shape and the covariance of (log scale, log shape): the projection shows the
     exponential (Poisson at that rate) and the fitted Weibull renewal model side by side."""
     rate = rate_model_for(analysis, instances, instance_type)
-    fit = analysis.node_fits.get("weibull")
+    fit = analysis.fits.node_fits.get("weibull")
     if fit is None or fit.shape_ is None:
         return rate
     scale, shape = fit.params_["lambda_"], fit.params_["rho_"]
@@ -110,12 +113,12 @@ def size_rates(analysis: FleetAnalysis, instance_type: str | None = None) -> Siz
         label += " (exposure estimated)"
     if instance_type is None:
         by_bucket, by_cluster, total = (
-            analysis.rates_by_size_bucket,
-            analysis.rates_by_cluster,
-            analysis.rates_overall,
+            analysis.rates.by_size_bucket,
+            analysis.rates.by_cluster,
+            analysis.rates.overall,
         )
     else:
-        phi = analysis.dispersion_test.dispersion(analysis.interval_method)
+        phi = analysis.nodes.dispersion_test.dispersion(analysis.rates.interval_method)
         by_bucket, by_cluster, total = (
             transform.failure_rates(analysis.interruptions, at_risk, by=by, dispersion=phi)
             for by in (["size_bucket"], ["cluster_id"], [])
@@ -127,17 +130,17 @@ def size_rates(analysis: FleetAnalysis, instance_type: str | None = None) -> Siz
     law = None
     if sizes_that_failed(per_cluster) >= 2:
         law = (
-            analysis.scaling
-            if instance_type is None and analysis.scaling is not None
+            analysis.fits.scaling
+            if instance_type is None and analysis.fits.scaling is not None
             else models.MTBFScaling().fit(
                 per_cluster["instances"],
                 per_cluster["failures"],
                 per_cluster["exposure_cluster_hours"],
-                dispersion=analysis.count_dispersion,
+                dispersion=analysis.fits.count_dispersion,
             )
         )
     return SizeRates(
-        label, f"{analysis.interval_method} 95% interval", measured, law, total.row(0, named=True)
+        label, f"{analysis.rates.interval_method} 95% interval", measured, law, total.row(0, named=True)
     )
 
 
@@ -152,13 +155,13 @@ def size_laws_agreement(analysis: FleetAnalysis) -> str:
     """One paragraph on the two size laws: empty unless both are fitted; when their alpha
     intervals do not overlap, that they disagree, the heterogeneity test behind it, and which
     law the projection uses."""
-    count, gaps = analysis.scaling, analysis.size_regression
+    count, gaps = analysis.fits.scaling, analysis.fits.size_regression
     if count is None or gaps is None:
         return ""
     (a_lo, a_hi), (b_lo, b_hi) = count.alpha_confidence_interval_, gaps.alpha_confidence_interval_
     if a_lo <= b_hi and b_lo <= a_hi:
         return "The two size laws agree (their 95% intervals for alpha overlap)."
-    clusters = analysis.cluster_mtbf
+    clusters = analysis.rates.cluster_mtbf
     test = models.ClusterHeterogeneity().fit(
         clusters["instances"], clusters["failures"], clusters["exposure_cluster_hours"], count
     )
@@ -182,10 +185,10 @@ def size_laws_agreement(analysis: FleetAnalysis) -> str:
     )
 
 
-def repair_curve(analysis: FleetAnalysis) -> projection.RepairCurve | None:
+def repair_curve(repairs: RepairAnalysis) -> projection.RepairCurve | None:
     """The fleet's Kaplan–Meier repair-time curve (unresolved outages censored) with its mean's
     95% interval, for :func:`pipeline.projection.spare_advice`; None without a completed repair."""
-    fit = analysis.repair_times
+    fit = repairs.times
     if fit is None:
         return None
     return projection.RepairCurve(
@@ -215,3 +218,16 @@ def spares_for_job(
         "instances": instances,
         "rate_per_instance_hour": rate_per_instance_hour,
     }
+
+
+def measured_recovery_hours(repairs: RepairAnalysis, jobs: JobAnalysis) -> dict[str, float]:
+    """What the warehouse measured, as ``projection.measured_recovery`` keywords: the mean repair
+    time (MTTR) from outages, the mean detection and restart hours from training-job logs. Means,
+    not medians: the wall-time model takes the mean cost per failure (expected wall time is linear
+    in each failure's downtime), and a median would understate right-skewed restart times."""
+    fit = repairs.times
+    times = {} if fit is None else {"repair_hours": fit.mean_hours_}
+    for row in transform.recovery_hours(jobs.recoveries).iter_rows(named=True):
+        if row["measured"]:
+            times[f"{row['measure']}_hours"] = row["mean_hours"]
+    return times

@@ -1,17 +1,14 @@
-"""Outages and repair: repair-time fits, the per-cluster repair summary and measured recovery (hot
-spares: :mod:`pipeline.analysis.outlook`)."""
+"""Outages and repair: repair-time fits and the per-cluster repair summary (measured recovery and
+hot spares: :mod:`pipeline.analysis.outlook`, which reads a whole analysis)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import polars as pl
 
 from pipeline import models, transform
-
-if TYPE_CHECKING:
-    from pipeline.analysis.fleet import FleetAnalysis
 
 
 def repair_times(outages: pl.DataFrame) -> models.RepairTimes | None:
@@ -141,13 +138,21 @@ def repair_summary(
     return frame.sort(keys) if keys else frame
 
 
-def measured_recovery_hours(fleet: FleetAnalysis) -> dict[str, float]:
-    """What the warehouse measured, as ``projection.measured_recovery`` keywords: the mean repair
-    time (MTTR) from outages, the mean detection and restart hours from training-job logs. Means,
-    not medians: the wall-time model takes the mean cost per failure (expected wall time is linear
-    in each failure's downtime), and a median would understate right-skewed restart times."""
-    times = {} if fleet.repair_times is None else {"repair_hours": fleet.repair_times.mean_hours_}
-    for row in transform.recovery_hours(fleet.job_recoveries).iter_rows(named=True):
-        if row["measured"]:
-            times[f"{row['measure']}_hours"] = row["mean_hours"]
-    return times
+@dataclass(frozen=True)
+class RepairAnalysis:
+    """The repair part of an analysis (:class:`pipeline.analysis.FleetAnalysis` ``repairs``), what
+    the repair sections, metrics and the spare pool take: the ``outages``
+    (:func:`pipeline.transform.outages`; with a window start, those that began in the window),
+    their repair-time fit (``times``, None without a completed repair: :func:`repair_times`), the
+    calendar service intervals (``exposure``) and the exposure rates divide by (``uptime``,
+    the calendar one for ``exposure_basis`` "calendar") that availability is computed from."""
+
+    outages: pl.DataFrame
+    times: models.RepairTimes | None
+    exposure: pl.DataFrame
+    uptime: pl.DataFrame
+    exposure_basis: str
+
+    def summary(self, by: Sequence[str] = ()) -> pl.DataFrame:
+        """:func:`repair_summary` of these outages by ``by``."""
+        return repair_summary(self.outages, self.exposure, self.uptime, by)

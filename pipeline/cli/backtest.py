@@ -13,8 +13,16 @@ import click
 
 from pipeline import analysis as analysis_mod
 from pipeline import transform, warehouse
-from pipeline.cli.common import db_option, echo_json, json_option, main, records, until_option
-from pipeline.cli.stats import interruption_window_option
+from pipeline.cli.common import (
+    analysis_options,
+    db_option,
+    echo_json,
+    json_option,
+    main,
+    records,
+    window_options,
+)
+from pipeline.cli.stats import echo_jobs_before_window, interruption_window_option
 
 _LEFT_OUT = {"no history": "too little failure history before they started", "did not run": "never ran"}
 
@@ -89,7 +97,7 @@ def _echo_text(result: analysis_mod.JobBacktestResult) -> None:
 
 @main.command()
 @db_option
-@until_option
+@window_options
 @click.option(
     "--min-history",
     "min_history",
@@ -102,17 +110,22 @@ def _echo_text(result: analysis_mod.JobBacktestResult) -> None:
 )
 @interruption_window_option
 @json_option
-def backtest(db: Path, observed_until, min_history: int, interruption_window: float, as_json: bool) -> None:
+def backtest(
+    db: Path, since, until, min_history: int, interruption_window_minutes: float, as_json: bool
+) -> None:
     """Predict each past Slurm job's interruptions from the data before it started and compare
     with what happened: verdict, calibration, coverage, Brier score."""
     con = warehouse.connect(db, read_only=True)
     inventory = warehouse.table(con, "inventory")
-    if inventory.height == 0:
-        raise ValueError("the warehouse has no inventory: ingest an inventory file before backtesting")
-    end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
-    failures = analysis_mod.read_failures(con, window_minutes=interruption_window or None)
-    exposure = transform.exposure_intervals(inventory, end)
-    result = analysis_mod.job_backtest(con, failures, exposure, min_history_failures=min_history)
+    analysis_mod.require_inventory(inventory)
+    options = analysis_options(click.get_current_context().params).resolved(con, inventory)
+    failures = analysis_mod.read_failures(con, window_minutes=options.interruption_window_minutes)
+    exposure = transform.exposure_intervals(inventory, options.until, options.since)
+    failures = options.in_window(failures)  # the history a prediction uses starts at the window's start
+    result = analysis_mod.job_backtest(
+        con, failures, exposure, min_history_failures=min_history, since=options.since
+    )
+    echo_jobs_before_window(options.since, con)
     if result is None:
         raise ValueError(
             "the warehouse has no Slurm jobs: ingest sacct output first (failcast ingest --format sacct)"

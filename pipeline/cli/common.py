@@ -6,6 +6,7 @@ Exit codes: 0 success; 2 bad usage or bad input (one line on stderr naming the f
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import math
@@ -117,12 +118,36 @@ def recovery_option(default: str | None = "assumed"):
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-until_option = click.option(
-    "--until",
-    "observed_until",
-    type=click.DateTime(),
-    help="End of the observed window (UTC); default: the latest time in the data.",
-)
+
+
+def window_options(command):
+    """``--since`` and ``--until`` of every command that counts in a window: parameters ``since``
+    and ``until`` (:func:`analysis_options`)."""
+    until = click.option(
+        "--until",
+        "until",
+        type=click.DateTime(),
+        help="End of the observed window (UTC); default: the latest time in the data.",
+    )
+    since = click.option(
+        "--since",
+        "since",
+        type=click.DateTime(),
+        help="Start of the observed window (UTC): service intervals are clipped to it, and failures, "
+        "outages and jobs before it are left out (counted and said); default: no start.",
+    )
+    return since(until(command))
+
+
+def analysis_options(params: dict, **overrides):
+    """The command's parameters (``click`` names equal to the fields: ``since``, ``until``,
+    ``interruption_window_minutes``, ``exposure_basis``, ``interval``, ``lemon_fdr``,
+    ``first_gap``) as one :class:`pipeline.analysis.AnalysisOptions`, built once and passed whole.
+    Imported here, not at the top: ``failcast ingest`` starts without the statistics' modules."""
+    from pipeline.analysis.options import AnalysisOptions
+
+    names = {f.name for f in dataclasses.fields(AnalysisOptions)}
+    return AnalysisOptions(**{k: v for k, v in {**params, **overrides}.items() if k in names})
 
 
 def out_of_memory(exc: duckdb.OutOfMemoryException) -> str:
@@ -145,7 +170,7 @@ def out_of_memory(exc: duckdb.OutOfMemoryException) -> str:
 COMMANDS = {
     "backtest": "backtest",
     "extract": "extract",
-    "fit": "stats",
+    "fit": "fit",
     "ingest": "ingest",
     "lemons": "lemons",
     "metrics": "metrics",

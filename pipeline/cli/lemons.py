@@ -11,7 +11,16 @@ import polars as pl
 from pipeline import analysis as analysis_mod
 from pipeline import transform, warehouse
 from pipeline.analysis.counts import FailureCounts
-from pipeline.cli.common import db_option, echo_json, json_option, main, records, safe_lines, until_option
+from pipeline.cli.common import (
+    analysis_options,
+    db_option,
+    echo_json,
+    json_option,
+    main,
+    records,
+    safe_lines,
+    window_options,
+)
 from pipeline.cli.stats import exposure_option, fdr_option, interruption_window_option
 from pipeline.ingest.hostlist import compress, host_order
 from pipeline.report.format import text_table
@@ -28,7 +37,7 @@ def hostlists(lemons: pl.DataFrame) -> dict[str, str]:
 
 @main.command()
 @db_option
-@until_option
+@window_options
 @fdr_option
 @interruption_window_option
 @exposure_option
@@ -45,9 +54,10 @@ def hostlists(lemons: pl.DataFrame) -> dict[str, str]:
 @json_option
 def lemons(
     db: Path,
-    observed_until,
-    fdr: float,
-    interruption_window: float,
+    since,
+    until,
+    lemon_fdr: float,
+    interruption_window_minutes: float,
     exposure_basis: str,
     clusters,
     output,
@@ -58,24 +68,35 @@ def lemons(
     nodes (Benjamini–Hochberg), and the cluster rates without them. Hours at risk as in failcast
     rates and the report (uptime by default, --exposure), so the nodes drained are the ones the
     report names."""
+    options = analysis_options(click.get_current_context().params)
     con = warehouse.connect(db, read_only=True)
     inventory = warehouse.table(con, "inventory")
-    end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
-    exposure = transform.exposure_intervals(inventory, end)
+    analysis_mod.require_inventory(inventory)
+    options = options.resolved(con, inventory)
+    end, since, window_minutes = options.until, options.since, options.interruption_window_minutes
+    exposure = transform.exposure_intervals(inventory, end, since)
     if clusters:
         unknown = sorted(set(clusters) - set(exposure["cluster_id"]))
         if unknown:
             raise ValueError(f"no cluster {', '.join(unknown)} in the inventory within the window")
         exposure = exposure.filter(pl.col("cluster_id").is_in(list(clusters)))
-    if interruption_window:
+    if window_minutes:
         # counted inside DuckDB, no failure rows in Python (pipeline/analysis/counts.py)
-        counts = FailureCounts(con, exposure, end, window_minutes=interruption_window, basis=exposure_basis)
-        test, _ = analysis_mod.lemon_evidence(counts.rates(["cluster_id", "node_id"]), lemon_fdr=fdr)
+        counts = FailureCounts(
+            con, exposure, end, window_minutes=window_minutes, basis=exposure_basis, observed_since=since
+        )
+        test, _ = analysis_mod.lemon_evidence(counts.rates(["cluster_id", "node_id"]), lemon_fdr=lemon_fdr)
+        left_out = counts.left_out() if since else None
         counts.close()
     else:
         failures = analysis_mod.read_failures(con, window_minutes=None)
         at_risk, _ = analysis_mod.rate_exposure(con, failures, inventory, exposure, end, exposure_basis)
-        _, test, _ = analysis_mod.node_evidence(failures, at_risk, lemon_fdr=fdr)
+        _, test, _ = analysis_mod.node_evidence(failures, at_risk, lemon_fdr=lemon_fdr)
+        left_out = (
+            transform.failures_left_out(failures, at_risk, end, observed_since=since) if since else None
+        )
+    if left_out is not None and (note := analysis_mod.left_out_note(left_out)):
+        click.echo(f"note: {note}", err=True)  # the window start's count (--since), as rates says it
     if output == "hostlist":
         for expression in hostlists(test.lemons_).values():
             click.echo(safe_lines(expression))
@@ -83,7 +104,8 @@ def lemons(
         echo_json(
             {
                 "observed_until": end,
-                "fdr": fdr,
+                **({"observed_since": since} if since else {}),
+                "fdr": lemon_fdr,
                 "exposure_basis": exposure_basis,
                 "nodes_tested": test.table_.height,
                 "dispersion": test.dispersion_,
@@ -94,6 +116,7 @@ def lemons(
             }
         )
     else:
-        click.echo(f"{lemon_note(test)} Observed until {end:%Y-%m-%d %H:%M} UTC.")
+        window = f"from {since:%Y-%m-%d %H:%M} " if since else ""
+        click.echo(f"{lemon_note(test)} Observed {window}until {end:%Y-%m-%d %H:%M} UTC.")
         if test.lemons_.height:
             click.echo(safe_lines(text_table(lemon_table(test))))

@@ -30,7 +30,7 @@ every configured job (without --config, the bundled sample job). See docs/operat
 def render(db: Path, cfg: config_mod.RunConfig) -> str:
     """The metrics text for warehouse or snapshot ``db``: analysis, the configured job, last run."""
     with warehouse.connect(db, read_only=True) as con:
-        result = analysis_mod.analyze(con, observed_until=cfg.observed_until)
+        result = analysis_mod.analyze(con, cfg.analysis_options())
         last = metrics_mod.last_run(runs_mod.list_runs(con, limit=50))
     outlook = None
     if cfg.jobs:
@@ -40,7 +40,11 @@ def render(db: Path, cfg: config_mod.RunConfig) -> str:
             )
             for job in cfg.jobs
         ]
-        measured = analysis_mod.measured_recovery_hours(result) if cfg.recovery_source == "measured" else None
+        measured = (
+            analysis_mod.measured_recovery_hours(result.repairs, result.jobs)
+            if cfg.recovery_source == "measured"
+            else None
+        )
         outlook = report_mod.job_outlook(  # the metrics use expected values, as failcast run writes them
             specs[0], monte_carlo_runs=0, measured=measured or None, others=specs[1:]
         )

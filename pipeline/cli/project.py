@@ -31,7 +31,7 @@ NO_PRICE = (
 def required_measured_recovery(fleet: analysis_mod.FleetAnalysis, db: Path) -> dict[str, float]:
     """What ``--recovery measured`` uses (:func:`pipeline.analysis.measured_recovery_hours`); a
     ValueError saying what to ingest when the warehouse measured nothing."""
-    measured = analysis_mod.measured_recovery_hours(fleet)
+    measured = analysis_mod.measured_recovery_hours(fleet.repairs, fleet.jobs)
     if not measured:
         raise ValueError(
             f"--recovery measured: no outage in {db} has an end (resolved_at or a return in the "
@@ -160,7 +160,7 @@ def project(sweep, modes, spares, monte_carlo_runs, seed, explain, as_json, **op
 
     job = resolve_job(spares=spares, **options)
     spec = job.spec
-    repair = job.fleet.repair_times if job.fleet is not None else None
+    repair = job.fleet.repairs.times if job.fleet is not None else None
     pool = (
         None
         if repair is None

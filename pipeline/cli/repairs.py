@@ -9,7 +9,16 @@ import click
 
 from pipeline import analysis as analysis_mod
 from pipeline import transform, warehouse
-from pipeline.cli.common import db_option, echo_json, json_option, main, records, safe_lines, until_option
+from pipeline.cli.common import (
+    analysis_options,
+    db_option,
+    echo_json,
+    json_option,
+    main,
+    records,
+    safe_lines,
+    window_options,
+)
 from pipeline.cli.stats import interruption_window_option
 from pipeline.report.format import text_table
 
@@ -37,7 +46,7 @@ def _quantile(name: str) -> tuple[str, str, str]:
     return column, f"{column}_ci_low", f"{column}_ci_high"
 
 
-def _verdict(total: dict, left_out: int, zero_length: int) -> list[str]:
+def _verdict(total: dict, left_out: int, zero_length: int, before: str | None) -> list[str]:
     merged = total["interruptions"] - total["outages"]
     lines = [
         f"{total['outages']:,} outages, {total['unresolved']:,} unresolved (right-censored at the window "
@@ -60,6 +69,8 @@ def _verdict(total: dict, left_out: int, zero_length: int) -> list[str]:
         )
     if left_out:
         lines.append(f"  left out: {left_out:,} interruptions after the window end (--until)")
+    if before:
+        lines.append(f"  {before}")
     return lines
 
 
@@ -74,20 +85,25 @@ def _verdict(total: dict, left_out: int, zero_length: int) -> list[str]:
     help="Group key (repeatable): cluster_id, node_id, instance_type, category, failure_class, ...",
 )
 @interruption_window_option
-@until_option
+@window_options
 @json_option
-def repairs(db: Path, by, interruption_window: float, observed_until, as_json: bool) -> None:
+def repairs(db: Path, by, interruption_window_minutes: float, since, until, as_json: bool) -> None:
     """Outages and repair: downtime, availability, MTTR and repair-time quantiles per group.
 
     An outage is an interruption with its end (resolved_at, or the node's return in the
     inventory; a resolved_at equal to the start is a repair of 0 h); unresolved outages are
-    right-censored at the window end (Kaplan–Meier)."""
+    right-censored at the window end (Kaplan–Meier). With ``--since``, outages that began before
+    it are left out (counted), their downtime still not time at risk."""
+    options = analysis_options(click.get_current_context().params)
     con = warehouse.connect(db, read_only=True)
     inventory = warehouse.table(con, "inventory")
-    end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
-    failures = analysis_mod.read_failures(con, window_minutes=interruption_window or None)
-    exposure = transform.exposure_intervals(inventory, end)
-    uptime, outages = analysis_mod.rate_exposure(con, failures, inventory, exposure, end)
+    options = options.resolved(con, inventory)
+    end, since = options.until, options.since
+    failures = analysis_mod.read_failures(con, window_minutes=options.interruption_window_minutes)
+    exposure = transform.exposure_intervals(inventory, end, since)
+    uptime, every_outage = analysis_mod.rate_exposure(con, failures, inventory, exposure, end)
+    outages = options.in_window(every_outage, "start_utc")
+    before = int(every_outage.height - outages.height)
     left_out = int((failures["timestamp_utc"] > end).sum())
     groups = analysis_mod.repair_summary(outages, exposure, uptime, by)
     total = analysis_mod.repair_summary(outages, exposure, uptime).row(0, named=True)
@@ -95,17 +111,23 @@ def repairs(db: Path, by, interruption_window: float, observed_until, as_json: b
         echo_json(
             {
                 "observed_until": end,
+                **({"observed_since": since, "outages_before_window": before} if since else {}),
                 "interruptions_after_window": left_out,
                 "total": total,
                 "groups": records(groups),
             }
         )
         return
+    before_note = analysis_mod.before_window_note(since, {"outages": before})
     if not total["outages"]:
         click.echo("no outages: no interrupting failures in the window")
+        if before_note:
+            click.echo(before_note)
         return
     zero_length = int((outages["repair_hours"] == 0).sum())
-    click.echo("\n".join(_verdict(total, left_out, zero_length)))
+    click.echo("\n".join(_verdict(total, left_out, zero_length, before_note)))
+    if inventory.height == 0:
+        click.echo("  availability needs each node's hours in service: ingest an inventory file")
     columns = [*by, "outages", "unresolved", "downtime_hours", "availability", "mttr_hours"]
     table = groups.select(*columns, "repair_hours_p50", "repair_hours_p90")
     click.echo(safe_lines(text_table(table)))

@@ -10,10 +10,11 @@ from pipeline import analysis as analysis_mod
 from pipeline import projection, warehouse
 from pipeline import report as report_mod
 from pipeline.cli.common import (
+    analysis_options,
     db_option,
     main,
     recovery_option,
-    until_option,
+    window_options,
 )
 from pipeline.cli.project import required_measured_recovery
 from pipeline.report.format import RATE_INTERVAL_SCOPE
@@ -33,7 +34,7 @@ from pipeline.report.format import RATE_INTERVAL_SCOPE
     help="Folder for the report (failcast-report.html) and charts/, or the report's own file name when "
     "it ends in .html (charts/ go beside it).",
 )
-@until_option
+@window_options
 @click.option(
     "--job",
     "job_paths",
@@ -60,7 +61,8 @@ from pipeline.report.format import RATE_INTERVAL_SCOPE
 def report(
     db: Path,
     out: Path,
-    observed_until,
+    since,
+    until,
     job_paths: tuple[Path, ...],
     recovery_source: str,
     monte_carlo_runs: int,
@@ -68,7 +70,8 @@ def report(
     images: bool,
     baseline_dbs: tuple[Path, ...],
 ):
-    result = analysis_mod.analyze(warehouse.connect(db, read_only=True), observed_until=observed_until)
+    options = analysis_options(click.get_current_context().params)
+    result = analysis_mod.analyze(warehouse.connect(db, read_only=True), options)
     baselines = {p.stem: _baseline(p) for p in baseline_dbs}
     outlook = None
     if job_paths:
@@ -84,7 +87,7 @@ def report(
             monte_carlo_runs=monte_carlo_runs,
             seed=seed,
             measured=measured,
-            repair=analysis_mod.repair_curve(result),
+            repair=analysis_mod.repair_curve(result.repairs),
             others=specs[1:],
         )
     folder, name = (out.parent, out.name) if out.suffix.lower() in (".html", ".htm") else (out, None)

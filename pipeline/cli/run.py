@@ -45,6 +45,7 @@ warehouse lock; 130/143 interrupted by SIGINT/SIGTERM (the run is recorded as fa
 @click.option("--timezone", help="Time zone of timestamps without an offset.")
 @click.option("--window-minutes", "dedup_window_minutes", type=float, help="Incident collapse window.")
 @click.option("--until", "observed_until", type=click.DateTime(), help="End of the observed window (UTC).")
+@click.option("--since", "observed_since", type=click.DateTime(), help="Start of the observed window (UTC).")
 @click.option(
     "--category-map",
     multiple=True,
@@ -80,6 +81,7 @@ def run(config_path: Path | None, print_config: str | None, category_map, **over
         render = config_mod.render_json if print_config == "json" else config_mod.render_toml
         click.echo(render(document), nl=print_config == "json")
         return
+    cfg.analysis_options()  # an empty window (--since at or after --until) stops before any work
     runs_mod.setup_logging(cfg.log_format)
     previous = signal.getsignal(signal.SIGTERM)
     if threading.current_thread() is threading.main_thread():

@@ -96,7 +96,7 @@ def spares(swap_hours, mttr_hours, min_saving_pct, as_json, **options) -> None:
     spec, fleet = job.spec, job.fleet
     if source == "measured":  # detection and restart from job logs; the pool is this command's
         spec = proj.with_measured_job_times(spec, required_measured_recovery(fleet, options["db"]))
-    curve = analysis_mod.repair_curve(fleet) if fleet is not None else None
+    curve = analysis_mod.repair_curve(fleet.repairs) if fleet is not None else None
     if mttr_hours is not None:
         repair, note = mttr_hours, f"MTTR {mttr_hours:,.1f} h (assumed)"
     elif curve is not None:

@@ -1,5 +1,5 @@
-"""failcast rates and failcast fit: failure rates with their intervals (exact or quasi-Poisson,
-named in the output), survival models."""
+"""failcast rates: failure rates with their intervals (exact or quasi-Poisson, named in the
+output); the options and notes the window's commands share (fit: :mod:`pipeline.cli.fit`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pipeline import analysis as analysis_mod
 from pipeline import record_checks, transform, warehouse
 from pipeline.analysis.counts import FailureCounts
 from pipeline.cli.common import (
+    analysis_options,
     db_option,
     echo_json,
     echo_late_records,
@@ -20,7 +21,7 @@ from pipeline.cli.common import (
     records,
     safe_lines,
     safe_text,
-    until_option,
+    window_options,
 )
 from pipeline.report.format import (
     RATE_INTERVAL_SCOPE,
@@ -35,7 +36,7 @@ RATE_VIEWS = ("rates", "shares", "trend", "jobs")
 
 interruption_window_option = click.option(
     "--interruption-window",
-    "interruption_window",
+    "interruption_window_minutes",
     type=click.FloatRange(min=0),
     default=transform.INTERRUPTION_WINDOW_MINUTES,
     show_default=True,
@@ -46,7 +47,7 @@ interruption_window_option = click.option(
 
 fdr_option = click.option(
     "--fdr",
-    "fdr",
+    "lemon_fdr",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     default=analysis_mod.LEMON_FDR,
     show_default=True,
@@ -129,7 +130,7 @@ every incident, interrupting or not. Exposure is uptime by default (--exposure);
 )
 @interruption_window_option
 @exposure_option
-@until_option
+@window_options
 @json_option
 def rates(
     db: Path,
@@ -138,29 +139,42 @@ def rates(
     all_categories: bool,
     interval: str,
     overdispersed: bool,
-    fdr: float,
+    lemon_fdr: float,
     view: str,
-    interruption_window: float,
+    interruption_window_minutes: float,
     exposure_basis: str,
-    observed_until,
+    since,
+    until,
     as_json: bool,
 ) -> None:
+    options = analysis_options(
+        click.get_current_context().params, interval="overdispersed" if overdispersed else interval
+    )
     con = warehouse.connect(db, read_only=True)
     by, attributes = _group_keys(con, by)
     inventory = warehouse.table(con, "inventory")
-    end = observed_until or transform.observation_end(warehouse.latest_incident(con), inventory)
-    exposure = transform.exposure_intervals(inventory, end)
+    analysis_mod.require_inventory(inventory)
+    options = options.resolved(con, inventory)
+    end, since, window_minutes = options.until, options.since, options.interruption_window_minutes
+    exposure = transform.exposure_intervals(inventory, end, since)
     if inventory.height and not exposure["node_hours"].sum():
         first = inventory["in_service_from_utc"].min()
-        raise ValueError(
-            f"no node was in service before the window's end ({end:%Y-%m-%d %H:%M} UTC): the first one "
-            f"enters service {first:%Y-%m-%d %H:%M}; a later --until has instance-hours to rate"
+        window = (
+            f"in the window ({options.window_text})"
+            if since
+            else f"before the window's end ({end:%Y-%m-%d %H:%M} UTC)"
         )
-    if view == "rates" and not all_categories and interruption_window and not attributes:
+        raise ValueError(
+            f"no node was in service {window}: the first one enters "
+            f"service {first:%Y-%m-%d %H:%M}; a later --until has instance-hours to rate"
+        )
+    if view == "rates" and not all_categories and window_minutes and not attributes:
         # counted inside DuckDB, no failure rows in Python (pipeline/analysis/counts.py)
-        counts = FailureCounts(con, exposure, end, window_minutes=interruption_window, basis=exposure_basis)
-        _, check = analysis_mod.lemon_evidence(counts.rates(["cluster_id", "node_id"]), lemon_fdr=fdr)
-        method = check.method("overdispersed" if overdispersed else interval)
+        counts = FailureCounts(
+            con, exposure, end, window_minutes=window_minutes, basis=exposure_basis, observed_since=since
+        )
+        _, check = analysis_mod.lemon_evidence(counts.rates(["cluster_id", "node_id"]), lemon_fdr=lemon_fdr)
+        method = check.method(options.interval)
         dispersion = check.dispersion(method)
         frame = counts.rates(by, period=period, dispersion=dispersion)
         fleet, overall = counts.rates([], dispersion=dispersion), counts.rates([])
@@ -170,13 +184,15 @@ def rates(
         incidents = analysis_mod.read_failures(
             con,
             interrupting_only=not all_categories,
-            window_minutes=None if all_categories or not interruption_window else interruption_window,
+            window_minutes=None if all_categories else window_minutes,
             attributes=attributes,
         )
         at_risk, _ = analysis_mod.rate_exposure(con, incidents, inventory, exposure, end, exposure_basis)
         # which failures count, matched to their interval once for every rate below
         in_service = transform.failures_in_service(incidents, at_risk, with_interval=True)
-        left_out = transform.failures_left_out(incidents, at_risk, end, in_service=in_service)
+        left_out = transform.failures_left_out(
+            incidents, at_risk, end, in_service=in_service, observed_since=since
+        )
         overall = transform.failure_rates(incidents, at_risk, by=[], in_service=in_service)
         # every view counts the failures the rates count (one during a known repair of its node is
         # part of that outage), as analyze and the report do
@@ -194,16 +210,21 @@ def rates(
             frame = analysis_mod.trend_tests(operating, exposure)
         elif view == "jobs":
             rates_by_cluster = transform.failure_rates(incidents, at_risk, in_service=in_service)
-            frame = analysis_mod.job_interruptions(con, rates_by_cluster)
+            frame = analysis_mod.job_interruptions(con, rates_by_cluster, since=since)
+            echo_jobs_before_window(since, con)
             if frame is None:
                 raise ValueError(
                     "the warehouse has no Slurm jobs on clusters in the inventory; ingest sacct output first"
                 )
         else:
             _, _, check = analysis_mod.node_evidence(
-                incidents, at_risk, lemon_fdr=fdr, interrupting_only=not all_categories, in_service=in_service
+                incidents,
+                at_risk,
+                lemon_fdr=lemon_fdr,
+                interrupting_only=not all_categories,
+                in_service=in_service,
             )
-            method = check.method("overdispersed" if overdispersed else interval)
+            method = check.method(options.interval)
             dispersion = check.dispersion(method)
 
             def counted(keys: list[str], **options) -> pl.DataFrame:
@@ -223,11 +244,11 @@ def rates(
             interval=pl.lit(method), dispersion=pl.lit(dispersion), exposure_basis=pl.lit(exposure_basis)
         )
     frame = frame.with_columns(exposure_estimated=pl.lit(transform.exposure_estimated(inventory)))
-    _echo_left_out(left_out)
-    _echo_warning(analysis_mod.left_out_warning(con, left_out, int(overall["failures"].sum())), as_json)
+    echo_left_out(left_out)
+    echo_warning(analysis_mod.left_out_warning(con, left_out, int(overall["failures"].sum())), as_json)
     echo_late_records(record_checks.late_records(con))
     if view == "rates" and not frame["failures"].sum():
-        click.echo(_no_failures_line(overall), err=True)
+        click.echo(no_failures_line(overall), err=True)
     if as_json:
         echo_json(records(frame))
         return
@@ -281,20 +302,35 @@ def _group_keys(con, by: tuple[str, ...]) -> tuple[list[str], list[str]]:
     return columns, [k for k in by if k not in builtin]
 
 
-def _echo_left_out(left_out: pl.DataFrame) -> None:
+def echo_jobs_before_window(since, con) -> None:
+    """Say how many Slurm jobs started before the window start (``--since``) and are left out."""
+    jobs = analysis_mod.read_jobs(con)
+    if since is not None and jobs is not None:
+        note = analysis_mod.before_window_note(since, {"Slurm jobs": int((jobs["start_utc"] < since).sum())})
+        if note:
+            click.echo(f"note: {note}", err=True)
+
+
+def echo_before(result: analysis_mod.FleetAnalysis) -> None:
+    """What the window start (``--since``) left out besides failures, on stderr."""
+    if note := analysis_mod.before_window_note(result.options.since, result.before_window):
+        click.echo(f"note: {note}", err=True)
+
+
+def echo_left_out(left_out: pl.DataFrame) -> None:
     """The failures no statistic counts, by reason, on stderr (stdout stays the table or JSON)."""
     if note := analysis_mod.left_out_note(left_out):
         click.echo(f"note: {note}", err=True)
 
 
-def _echo_warning(warning: str | None, as_json: bool) -> None:
+def echo_warning(warning: str | None, as_json: bool) -> None:
     """A warning that changes what the numbers mean goes before them: the first line of the text
     output (JSON: stderr, so stdout stays parseable)."""
     if warning:
         click.echo(f"{'warning' if as_json else 'Warning'}: {safe_text(warning)}.", err=as_json)
 
 
-def _no_failures_line(overall: pl.DataFrame) -> str:
+def no_failures_line(overall: pl.DataFrame) -> str:
     """What a fleet with no failure yet can say: its exposure and the exact one-sided bound."""
     row = overall.row(0, named=True)
     return (
@@ -302,124 +338,3 @@ def _no_failures_line(overall: pl.DataFrame) -> str:
         f"{row['rate_upper_bound']:.3g} per node-hour (95% one-sided upper bound, -ln(0.05) / T = "
         f"3.0 / T; column rate_upper_bound)"
     )
-
-
-# --- fit -----------------------------------------------------------------------------------------
-def _tbf_fit(m) -> dict:
-    return {
-        "params": m.params_,
-        "confidence_interval": m.confidence_interval_,
-        "mtbf_hours": m.mtbf_hours_,
-        "mtbf_ci_hours": m.mtbf_confidence_interval_,
-        "mtbf_note": m.mtbf_note_,
-        "aic": m.aic_,
-        "log_likelihood": m.log_likelihood_,
-        "shape": m.shape_,
-        "infant_mortality": m.infant_mortality_,
-        "hazard_message": m.hazard_message_,
-    }
-
-
-def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
-    """Everything ``failcast fit --json`` prints (the report and notebooks read FleetAnalysis)."""
-    regression = result.size_regression
-    return {
-        "observed_until": result.observed_until,
-        "first_gap": result.first_gap,
-        "interruption_window_minutes": result.interruption_window_minutes,
-        "exposure_estimated": result.exposure_estimated,
-        "failures": int(result.rates_overall["failures"].sum()),
-        "failures_left_out": records(result.failures_left_out),
-        "best_family": result.best_family,
-        "not_fitted": result.too_few_gaps or None,
-        "hazard_message": result.node_fits["weibull"].hazard_message_ if result.has_fits else None,
-        "node_time_between_failures": {family: _tbf_fit(m) for family, m in result.node_fits.items()},
-        "kaplan_meier_median_hours": result.kaplan_meier.median_hours_ if result.has_fits else None,
-        "cluster_mtbf": records(result.cluster_mtbf),
-        "scaling": None
-        if result.scaling is None
-        else {
-            "alpha": result.scaling.alpha_,
-            "alpha_ci": result.scaling.alpha_confidence_interval_,
-            "mtbf_one_instance_hours": result.scaling.mtbf_one_hours_,
-            "count_dispersion": result.count_dispersion,
-            "projected": records(result.scaling_projection),
-        },
-        "size_regression": None
-        if regression is None
-        else {
-            "model": "weibull_aft(log_instances)",
-            "alpha": regression.alpha_,
-            "alpha_ci": regression.alpha_confidence_interval_,
-            "shape": regression.shape_,
-            "shape_ci": regression.shape_confidence_interval_,
-            "count_dispersion": regression.dispersion_,
-            "mtbf_one_instance_hours": regression.mtbf_one_hours_,
-            "projected": records(result.size_regression_projection),
-        },
-        "size_laws_agreement": analysis_mod.size_laws_agreement(result) or None,
-        "trend_tests": records(result.trend_tests),
-        "category_shares": records(result.category_shares),
-        "job_interruptions": None if result.job_interruptions is None else records(result.job_interruptions),
-    }
-
-
-@main.command()
-@db_option
-@until_option
-@click.option(
-    "--first-gap",
-    type=click.Choice(transform.FIRST_GAP_CHOICES),
-    default="drop",
-    show_default=True,
-    help="drop: leave out the span from a window's start to its first failure (it is not a full "
-    "gap when logs start on a running node); keep: nodes are observed from installation.",
-)
-@interruption_window_option
-@json_option
-def fit(db: Path, observed_until, first_gap: str, interruption_window: float, as_json: bool) -> None:
-    """Fit time-between-failures models and the MTBF scaling law."""
-    result = analysis_mod.analyze(
-        warehouse.connect(db, read_only=True),
-        observed_until=observed_until,
-        first_gap=first_gap,
-        interruption_window_minutes=interruption_window or None,
-    )
-    _echo_left_out(result.failures_left_out)
-    _echo_warning(result.left_out_warning, as_json)
-    echo_late_records(result.late_records)
-    if as_json:
-        echo_json(fit_payload(result))
-        return
-    if not result.has_failures:
-        click.echo(f"nothing to fit: {_no_failures_line(result.rates_overall)}")
-        return
-    if not result.has_fits:
-        click.echo(f"nothing to fit: {result.too_few_gaps}")
-        return
-    click.echo(f"best family by AIC: {result.best_family}")
-    for family, m in result.node_fits.items():
-        low, high = m.mtbf_confidence_interval_
-        click.echo(
-            f"  {family:12s} node MTBF {format_value('mtbf_hours', m.mtbf_hours_):>10s} h  "
-            f"(95% CI {format_value('mtbf_hours', low)}–{format_value('mtbf_hours', high)})"
-            f"  AIC {m.aic_:,.1f}" + (f"\n               {m.mtbf_note_}" if m.mtbf_note_ else "")
-        )
-    click.echo(result.node_fits["weibull"].hazard_message_)
-    for name, s in (("counts", result.scaling), ("Weibull AFT", result.size_regression)):
-        if s is not None:
-            click.echo(
-                f"MTBF(N) = {format_value('mtbf_hours', s.mtbf_one_hours_)} h / N^{s.alpha_:.3f} "
-                f"(alpha 95% CI {s.alpha_confidence_interval_[0]:.3f}–"
-                f"{s.alpha_confidence_interval_[1]:.3f}; {name})"
-            )
-    agreement = analysis_mod.size_laws_agreement(result)
-    if agreement:
-        click.echo(agreement)
-    for row in result.trend_tests.iter_rows(named=True):
-        if row["crow_verdict"] is not None:
-            click.echo(
-                f"trend {safe_text(row['cluster_id'])}: {row['crow_verdict']} "
-                f"(MIL-HDBK-189 beta {row['crow_beta']:.2f}, {p_value_text(row['crow_p_value'])}; "
-                f"Laplace {p_value_text(row['laplace_p_value'])})"
-            )

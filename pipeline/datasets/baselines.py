@@ -100,8 +100,8 @@ def public_baselines(
     frames = [published.select(COLUMNS)]
     for label, analysis in (fleets or {}).items():
         frames.append(
-            analysis.rates_by_cluster.join(
-                analysis.cluster_mtbf.select(
+            analysis.rates.by_cluster.join(
+                analysis.rates.cluster_mtbf.select(
                     "cluster_id", "instances", "mtbf_hours", "mtbf_ci_low_hours", "mtbf_ci_high_hours"
                 ),
                 on="cluster_id",
@@ -116,7 +116,7 @@ def public_baselines(
                 rate_per_node_hour="rate_per_node_hour",
                 rate_ci_low="rate_ci_low",
                 rate_ci_high="rate_ci_high",
-                interval=pl.lit(analysis.interval_method),
+                interval=pl.lit(analysis.rates.interval_method),
                 mtbf_hours="mtbf_hours",
                 mtbf_ci_low_hours="mtbf_ci_low_hours",
                 mtbf_ci_high_hours="mtbf_ci_high_hours",

@@ -6,7 +6,9 @@ a PNG and an SVG of every chart for slides and tickets.
 - :mod:`.outlook`: :func:`job_outlook` turns a job projection into frames; its charts.
 - :mod:`.drivers`: trend tests, root-cause shares per cluster, the nodes with the most failures.
 - :mod:`.comparisons`: Slurm job interruptions against node rate x nodes; public baselines.
-- :mod:`.sections`: the sections in page order (chart, table, note).
+- :mod:`.section`: ``Section`` (chart, table, note); :mod:`.sections`: the registry of sections in
+  page order, which imports the section modules (none imports it back).
+- :mod:`.cards`: the headline's cards.
 - :mod:`.page`: the page (banner, headline, sections, provenance), escaping, file output.
 
 Each name loads its module when first used (:mod:`pipeline.lazy`), so a command that only
@@ -29,11 +31,11 @@ EXPORTS = {
     "CHARTS_DIR": "page",
     "REPORT_FILENAME": "page",
     "render_html": "page",
-    "summary_cards": "page",
+    "summary_cards": "cards",
     "table_html": "page",
     "write_chart_images": "page",
     "write_report": "page",
-    "Section": "sections",
+    "Section": "section",
     "sections": "sections",
 }
 __all__ = sorted(EXPORTS)

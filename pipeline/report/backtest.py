@@ -7,8 +7,9 @@ import altair as alt
 import polars as pl
 
 from pipeline import transform
-from pipeline.analysis import FleetAnalysis
+from pipeline.analysis import JobAnalysis
 from pipeline.report.charts import WIDTH
+from pipeline.report.section import Section
 
 SLUG = "job-backtest"
 
@@ -77,11 +78,9 @@ def _share(value: float | None) -> str:
     return "not observed" if value is None else f"{value:.0%}"
 
 
-def backtest_section(analysis: FleetAnalysis):
+def backtest_section(jobs: JobAnalysis):
     """The section, or None without jobs that could be scored (the report omits it)."""
-    from pipeline.report.sections import Section  # sections imports this module
-
-    result = analysis.job_backtest
+    result = jobs.backtest
     if result is None or result.backtest is None:
         return None
     fitted = result.backtest

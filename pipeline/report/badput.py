@@ -7,9 +7,10 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from pipeline.analysis import FleetAnalysis
+from pipeline.analysis import JobAnalysis
 from pipeline.report.charts import PALETTE, WIDTH
 from pipeline.report.format import duration_text
+from pipeline.report.section import Section
 
 SLUG = "what-stops-our-jobs"
 TITLE = "What stops our jobs: job time lost by cause"
@@ -67,11 +68,9 @@ def _note(badput: pl.DataFrame) -> str:
     )
 
 
-def badput_section(analysis: FleetAnalysis):
+def badput_section(jobs: JobAnalysis):
     """The section: a chart and table where jobs or restarts exist, else a note naming the inputs."""
-    from pipeline.report.sections import Section  # sections imports this module
-
-    if analysis.badput.height == 0:
+    if jobs.badput.height == 0:
         return Section(
             SLUG,
             TITLE,
@@ -80,4 +79,4 @@ def badput_section(analysis: FleetAnalysis):
             "restart. Ingest sacct output (failcast ingest --format sacct) or PyTorch training logs "
             "(--format training-log) to see which failures cost job time.",
         )
-    return Section(SLUG, TITLE, badput_chart(analysis.badput), analysis.badput, note=_note(analysis.badput))
+    return Section(SLUG, TITLE, badput_chart(jobs.badput), jobs.badput, note=_note(jobs.badput))

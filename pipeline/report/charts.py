@@ -14,7 +14,7 @@ import altair as alt
 import numpy as np
 import polars as pl
 
-from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis
+from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, ReliabilityFits
 from pipeline.models import ParametricTBF
 from pipeline.report.format import interval_name
 
@@ -55,19 +55,19 @@ def mode_color(modes: Sequence[str]) -> alt.Scale:
 
 
 def clusters_by_size(analysis: FleetAnalysis) -> list[str]:
-    return analysis.cluster_mtbf.sort("instances", "cluster_id")["cluster_id"].to_list()
+    return analysis.rates.cluster_mtbf.sort("instances", "cluster_id")["cluster_id"].to_list()
 
 
 def rate_ci_words(analysis: FleetAnalysis) -> str:
     """ "95% CI, <method>" of the fleet's rate tables (``interval_method``: every rate of the
     analysis but the per-node ones), for axis titles and notes."""
-    return f"95% CI, {interval_name(analysis.interval_method)}"
+    return f"95% CI, {interval_name(analysis.rates.interval_method)}"
 
 
 def rate_by_cluster_chart(analysis: FleetAnalysis) -> alt.Chart:
     data = (
-        analysis.cluster_mtbf.select("cluster_id", "instances")
-        .join(analysis.rates_by_cluster, on="cluster_id")
+        analysis.rates.cluster_mtbf.select("cluster_id", "instances")
+        .join(analysis.rates.by_cluster, on="cluster_id")
         .with_columns(
             pct_per_instance_hour=pl.col("rate_per_node_hour") * 100,
             ci_low_pct=pl.col("rate_ci_low") * 100,
@@ -111,7 +111,7 @@ def rate_by_cluster_chart(analysis: FleetAnalysis) -> alt.Chart:
 
 
 def rate_over_time_chart(analysis: FleetAnalysis) -> alt.Chart:
-    data = analysis.rates_by_month.select(
+    data = analysis.rates.by_month.select(
         "cluster_id",
         "period",
         "failures",
@@ -142,7 +142,7 @@ def rate_over_time_chart(analysis: FleetAnalysis) -> alt.Chart:
 def category_table(analysis: FleetAnalysis) -> pl.DataFrame:
     """Root causes like Llama 3's table: count, share of interruptions, rate with interval."""
     return (
-        analysis.rates_by_category.with_columns(share=pl.col("failures") / pl.col("failures").sum())
+        analysis.rates.by_category.with_columns(share=pl.col("failures") / pl.col("failures").sum())
         .select("failure_class", "failures", "share", "rate_per_node_hour", "rate_ci_low", "rate_ci_high")
         .sort("failures", descending=True)
     )
@@ -199,8 +199,8 @@ def survival_function(fit: ParametricTBF, hours: np.ndarray) -> np.ndarray:
     return 1 / (1 + (hours / p["alpha_"]) ** p["beta_"])
 
 
-def survival_chart(analysis: FleetAnalysis) -> alt.Chart:
-    km = analysis.kaplan_meier
+def survival_chart(fits: ReliabilityFits) -> alt.Chart:
+    km = fits.kaplan_meier
     curve = downsample(
         pl.DataFrame(
             {
@@ -214,9 +214,13 @@ def survival_chart(analysis: FleetAnalysis) -> alt.Chart:
     grid = np.linspace(0, float(km.timeline_hours_.max()), 120)
     fits = pl.concat(
         pl.DataFrame(
-            {"hours": grid, "survival": survival_function(analysis.node_fits[f], grid), "model": f"{f} fit"}
+            {
+                "hours": grid,
+                "survival": survival_function(fits.node_fits[f], grid),
+                "model": f"{f} fit",
+            }
         )
-        for f in sorted({"exponential", analysis.best_family})
+        for f in sorted({"exponential", fits.best_family})
     )
     x = alt.X("hours:Q", title="hours since the node's previous failure")
     band = alt.Chart(curve).mark_area(opacity=0.2, color="#888").encode(x=x, y="low:Q", y2="high:Q")
@@ -241,13 +245,13 @@ def survival_chart(analysis: FleetAnalysis) -> alt.Chart:
     return (band + steps + lines).properties(width=WIDTH, height=260)
 
 
-def size_laws(analysis: FleetAnalysis) -> pl.DataFrame:
+def size_laws(fits: ReliabilityFits) -> pl.DataFrame:
     """Both fitted cluster-size laws in one long frame: law, instances, MTBF with 95% interval."""
     frames = [
         frame.with_columns(law=pl.lit(law))
         for law, model, frame in (
-            (COUNT_LAW, analysis.scaling, analysis.scaling_projection),
-            (AFT_LAW, analysis.size_regression, analysis.size_regression_projection),
+            (COUNT_LAW, fits.scaling, fits.scaling_projection),
+            (AFT_LAW, fits.size_regression, fits.size_regression_projection),
         )
         if model is not None
     ]
@@ -261,7 +265,7 @@ def size_laws(analysis: FleetAnalysis) -> pl.DataFrame:
 
 def size_law_table(analysis: FleetAnalysis) -> pl.DataFrame:
     """Projected cluster MTBF at ``PROJECTED_SIZES`` by each law, side by side."""
-    laws = size_laws(analysis).filter(pl.col("instances").is_in([float(n) for n in PROJECTED_SIZES]))
+    laws = size_laws(analysis.fits).filter(pl.col("instances").is_in([float(n) for n in PROJECTED_SIZES]))
     out = pl.DataFrame({"instances": [float(n) for n in PROJECTED_SIZES]})
     for prefix, law in (("count", COUNT_LAW), ("aft", AFT_LAW)):
         part = laws.filter(law=law).drop("law")
@@ -274,7 +278,7 @@ def size_law_table(analysis: FleetAnalysis) -> pl.DataFrame:
 
 def size_law_layers(analysis: FleetAnalysis, axis_x: alt.X, axis_y: alt.Y) -> alt.LayerChart | None:
     """Each fitted law as a band and a dashed line, coloured per law (legend 'fitted law')."""
-    laws = size_laws(analysis)
+    laws = size_laws(analysis.fits)
     if laws.height == 0:
         return None
     names = laws["law"].unique(maintain_order=True).to_list()
@@ -298,7 +302,7 @@ def size_law_layers(analysis: FleetAnalysis, axis_x: alt.X, axis_y: alt.Y) -> al
 
 def scaling_chart(analysis: FleetAnalysis) -> alt.LayerChart:
     """Observed cluster MTBF per cluster with both fitted size laws over it (log-log axes)."""
-    observed = analysis.cluster_mtbf.select(
+    observed = analysis.rates.cluster_mtbf.select(
         "cluster_id", "instances", "failures", "mtbf_hours", "mtbf_ci_low_hours", "mtbf_ci_high_hours"
     )
     axis_x = alt.X("instances:Q", scale=alt.Scale(type="log"), title="instances in the cluster")
@@ -333,10 +337,10 @@ def scaling_chart(analysis: FleetAnalysis) -> alt.LayerChart:
     return chart.properties(width=WIDTH, height=300)
 
 
-def cumulative_hazard_chart(analysis: FleetAnalysis) -> alt.LayerChart:
+def cumulative_hazard_chart(fits: ReliabilityFits) -> alt.LayerChart:
     """Nelson–Aalen cumulative hazard with its band, and the exponential fit's straight line:
     a curve bending below the line is a hazard that falls with time (infant mortality)."""
-    na = analysis.nelson_aalen
+    na = fits.nelson_aalen
     curve = downsample(
         pl.DataFrame(
             {
@@ -349,7 +353,7 @@ def cumulative_hazard_chart(analysis: FleetAnalysis) -> alt.LayerChart:
     )
     grid = np.linspace(0, float(na.timeline_hours_.max()), 60)
     line = pl.DataFrame(
-        {"hours": grid, "cumulative_hazard": grid / analysis.node_fits["exponential"].params_["lambda_"]}
+        {"hours": grid, "cumulative_hazard": grid / fits.node_fits["exponential"].params_["lambda_"]}
     )
     x = alt.X("hours:Q", title="hours since the previous failure")
     return (

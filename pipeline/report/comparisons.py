@@ -20,10 +20,10 @@ ALL_CLUSTERS = "all clusters"
 PUBLISHED = "published GPU fleets"
 
 
-def job_interruption_chart(analysis: FleetAnalysis) -> alt.LayerChart:
+def job_interruption_chart(job_interruptions: pl.DataFrame) -> alt.LayerChart:
     """Observed interruptions per job-hour by node-count bucket (with exact intervals) against
-    node rate x nodes, the rate independent node failures predict."""
-    data = analysis.job_interruptions.select(
+    node rate x nodes, the rate independent node failures predict (``JobAnalysis.interruptions``)."""
+    data = job_interruptions.select(
         "nnodes_bucket",
         "jobs",
         "interruptions",
@@ -68,9 +68,9 @@ def baselines(analysis: FleetAnalysis, others: Mapping[str, FleetAnalysis] | Non
     cluster is one row, the whole fleet named by its cluster: two rows of the same failures and
     hours would be one fact shown twice."""
     table = datasets.public_baselines({THIS_FLEET: analysis, **(others or {})})
-    whole = analysis.rates_overall.row(0, named=True)
-    instances = float(analysis.cluster_mtbf["instances"].sum())
-    clusters = analysis.rates_by_cluster["cluster_id"]
+    whole = analysis.rates.overall.row(0, named=True)
+    instances = float(analysis.rates.cluster_mtbf["instances"].sum())
+    clusters = analysis.rates.by_cluster["cluster_id"]
     if clusters.len() == 1:
         table = table.filter(~((pl.col("source") == THIS_FLEET) & (pl.col("fleet") == clusters[0])))
     fleet = pl.DataFrame(
@@ -83,7 +83,7 @@ def baselines(analysis: FleetAnalysis, others: Mapping[str, FleetAnalysis] | Non
             "rate_per_node_hour": whole["rate_per_node_hour"],
             "rate_ci_low": whole["rate_ci_low"],
             "rate_ci_high": whole["rate_ci_high"],
-            "interval": analysis.interval_method,
+            "interval": analysis.rates.interval_method,
             "mtbf_hours": models.cluster_mtbf_hours(whole["rate_per_node_hour"], instances),
             "mtbf_ci_low_hours": models.cluster_mtbf_hours(whole["rate_ci_high"], instances),
             "mtbf_ci_high_hours": models.cluster_mtbf_hours(whole["rate_ci_low"], instances),

@@ -24,7 +24,7 @@ def trend_table(analysis: FleetAnalysis) -> pl.DataFrame:
     """Per cluster (by size): Laplace and Crow-AMSAA statistics, p-values and verdicts."""
     order = pl.DataFrame({"cluster_id": clusters_by_size(analysis)}).with_row_index("order")
     return (
-        analysis.trend_tests.join(order, on="cluster_id", how="left")
+        analysis.rates.trend_tests.join(order, on="cluster_id", how="left")
         .sort("order", "cluster_id", nulls_last=True)
         .drop("order", "observed_node_hours")
     )
@@ -69,7 +69,7 @@ def category_share_chart(analysis: FleetAnalysis) -> alt.Chart:
     """Share of each cluster's interruptions by root cause with Clopper–Pearson intervals: one
     row per category, one dot per cluster (offset within the row, coloured per cluster)."""
     clusters = clusters_by_size(analysis)
-    data = analysis.category_shares.filter(pl.col("share").is_not_null()).select(
+    data = analysis.rates.category_shares.filter(pl.col("share").is_not_null()).select(
         "cluster_id", "failure_class", "failures", "group_failures", "share", "share_ci_low", "share_ci_high"
     )
     categories = (
@@ -113,11 +113,11 @@ def category_share_table(analysis: FleetAnalysis) -> pl.DataFrame:
         *((pl.col(c) * 100).round(1) for c in ("share", "share_ci_low", "share_ci_high")),
     )
     wide = (
-        analysis.category_shares.filter(pl.col("share").is_not_null())
+        analysis.rates.category_shares.filter(pl.col("share").is_not_null())
         .with_columns(cell=cell)
         .pivot("cluster_id", index="failure_class", values="cell")
     )
-    totals = analysis.category_shares.group_by("failure_class").agg(pl.col("failures").sum())
+    totals = analysis.rates.category_shares.group_by("failure_class").agg(pl.col("failures").sum())
     columns = [c for c in clusters_by_size(analysis) if c in wide.columns]
     return (
         totals.join(wide, on="failure_class", how="left")
@@ -129,9 +129,9 @@ def category_share_table(analysis: FleetAnalysis) -> pl.DataFrame:
 def top_nodes(analysis: FleetAnalysis, n: int = TOP_NODES) -> pl.DataFrame:
     """The ``n`` nodes with the most failures, with what their cluster's rate predicts for their
     hours (``expected_failures``): a node far above it is a candidate for replacement."""
-    clusters = analysis.rates_by_cluster.select("cluster_id", cluster_rate="rate_per_node_hour")
+    clusters = analysis.rates.by_cluster.select("cluster_id", cluster_rate="rate_per_node_hour")
     return (
-        analysis.rates_by_node.filter(pl.col("failures") > 0)
+        analysis.nodes.rates.filter(pl.col("failures") > 0)
         .sort(
             ["failures", "rate_per_node_hour", "cluster_id", "node_id"], descending=[True, True, False, False]
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline import models
-from pipeline.analysis import FleetAnalysis
+from pipeline.analysis import NodeAnalysis
 from pipeline.models.lemons import MIN_EXCESS
 from pipeline.report.format import format_value, p_value_text
 
@@ -89,16 +89,17 @@ def lemon_note(test: models.LemonTest) -> str:
     )
 
 
-def interval_note(analysis: FleetAnalysis) -> str:
-    """Which rate intervals the report shows (exact or quasi-Poisson) and the test behind it."""
-    check = analysis.dispersion_test
+def interval_note(nodes: NodeAnalysis, interval_method: str) -> str:
+    """Which rate intervals the report shows (``interval_method``: exact or quasi-Poisson) and the
+    test of the nodes behind it."""
+    check = nodes.dispersion_test
     test = (
         f"Pearson dispersion of node failure counts φ = {check.phi:.2f} (χ² test of Poisson counts "
         f"{p_value_text(check.p_value)}"
         + (f", {check.nodes_excluded:,} lemon nodes left out" if check.nodes_excluded else "")
         + ")"
     )
-    if analysis.interval_method == "overdispersed":
+    if interval_method == "overdispersed":
         phi = check.dispersion("overdispersed")
         return (
             f"Intervals: quasi-Poisson 95% (overdispersed: widened ×{phi**0.5:.2f} = √φ over the exact "

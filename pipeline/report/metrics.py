@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pipeline.analysis import FleetAnalysis, repair_summary
+from pipeline.analysis import FleetAnalysis
 from pipeline.report.outlook import JobOutlook
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -64,12 +64,14 @@ class Metric:
 
 
 def _fleet(column: str) -> Callable[[MetricInputs], Iterable[Sample]]:
-    return lambda i: [({}, i.analysis.rates_overall[column][0])]
+    return lambda i: [({}, i.analysis.rates.overall[column][0])]
 
 
 def _per_cluster(frame: str, column: str) -> Callable[[MetricInputs], Iterable[Sample]]:
+    """A column of one of the rate part's per-cluster frames (``RateAnalysis.by_cluster``, ...)."""
+
     def samples(i: MetricInputs) -> Iterable[Sample]:
-        rows = getattr(i.analysis, frame).select("cluster_id", column).iter_rows()
+        rows = getattr(i.analysis.rates, frame).select("cluster_id", column).iter_rows()
         return [({"cluster": cluster}, value) for cluster, value in rows]
 
     return samples
@@ -77,10 +79,10 @@ def _per_cluster(frame: str, column: str) -> Callable[[MetricInputs], Iterable[S
 
 def _best_fit(attribute: str, index: int | None = None) -> Callable[[MetricInputs], Iterable[Sample]]:
     def samples(i: MetricInputs) -> Iterable[Sample]:
-        if i.analysis.best_family is None:  # no failures yet: nothing was fitted, nothing to export
+        if i.analysis.fits.best_family is None:  # no failures yet: nothing was fitted, nothing to export
             return []
-        value = getattr(i.analysis.node_fits[i.analysis.best_family], attribute)
-        return [({"family": i.analysis.best_family}, value if index is None else value[index])]
+        value = getattr(i.analysis.fits.node_fits[i.analysis.fits.best_family], attribute)
+        return [({"family": i.analysis.fits.best_family}, value if index is None else value[index])]
 
     return samples
 
@@ -88,7 +90,7 @@ def _best_fit(attribute: str, index: int | None = None) -> Callable[[MetricInput
 def _interruptions(i: MetricInputs) -> Iterable[Sample]:
     """Per cluster and failure class (the ``category`` label: a bounded set, where the fleet's own
     category names could be unbounded label values), counted as the rates count them."""
-    counts = i.analysis.category_shares  # the report's root causes per cluster
+    counts = i.analysis.rates.category_shares  # the report's root causes per cluster
     return [
         ({"cluster": c, "category": k}, n)
         for c, k, n in counts.select("cluster_id", "failure_class", "failures").iter_rows()
@@ -99,16 +101,16 @@ def _repairs(i: MetricInputs, column: str) -> Iterable[Sample]:
     """Per cluster with outages, one column of :func:`pipeline.analysis.repair_summary` (clusters
     without a completed repair have no MTTR: no sample, not a zero)."""
     a = i.analysis
-    summary = repair_summary(a.outages, a.exposure, a.rate_exposure, ["cluster_id"])
+    summary = a.repairs.summary(["cluster_id"])
     rows = summary.select("cluster_id", column).drop_nulls().iter_rows()
     return [({"cluster": cluster}, value) for cluster, value in rows]
 
 
 def _lemon_counts(i: MetricInputs) -> Iterable[Sample]:
     """Lemon nodes per cluster, 0 for a cluster without any (a gauge that goes back to 0)."""
-    flagged = i.analysis.lemons.lemons_.group_by("cluster_id").len()
+    flagged = i.analysis.nodes.lemons.lemons_.group_by("cluster_id").len()
     counts = dict(flagged.iter_rows())
-    return [({"cluster": c}, counts.get(c, 0)) for c in i.analysis.rates_by_cluster["cluster_id"]]
+    return [({"cluster": c}, counts.get(c, 0)) for c in i.analysis.rates.by_cluster["cluster_id"]]
 
 
 def _job(column: str) -> Callable[[MetricInputs], Iterable[Sample]]:
@@ -179,26 +181,26 @@ METRICS: tuple[Metric, ...] = (
         "failcast_cluster_interruption_rate_per_node_hour",
         "gauge",
         f"{RATE}, per cluster.",
-        _per_cluster("rates_by_cluster", "rate_per_node_hour"),
+        _per_cluster("by_cluster", "rate_per_node_hour"),
     ),
     Metric(
         "failcast_cluster_interruption_rate_ci_low_per_node_hour",
         "gauge",
         f"{RATE}, per cluster: {CI}, low.",
-        _per_cluster("rates_by_cluster", "rate_ci_low"),
+        _per_cluster("by_cluster", "rate_ci_low"),
     ),
     Metric(
         "failcast_cluster_interruption_rate_ci_high_per_node_hour",
         "gauge",
         f"{RATE}, per cluster: {CI}, high.",
-        _per_cluster("rates_by_cluster", "rate_ci_high"),
+        _per_cluster("by_cluster", "rate_ci_high"),
     ),
     Metric(
         "failcast_rate_interval_dispersion",
         "gauge",
         "Dispersion phi the rate intervals are widened by (quasi-Poisson: the Garwood interval of "
         "k/phi failures in T/phi hours); 1 = exact Poisson (Garwood).",
-        lambda i: [({}, i.analysis.dispersion_test.dispersion(i.analysis.interval_method))],
+        lambda i: [({}, i.analysis.nodes.dispersion_test.dispersion(i.analysis.rates.interval_method))],
     ),
     Metric(
         "failcast_cluster_instances",
@@ -252,7 +254,7 @@ METRICS: tuple[Metric, ...] = (
         "failcast_exposure_node_hours_total",
         "counter",
         "Node-hours in service and observed, per cluster.",
-        _per_cluster("rates_by_cluster", "exposure_node_hours"),
+        _per_cluster("by_cluster", "exposure_node_hours"),
     ),
     Metric(
         "failcast_exposure_estimated",

@@ -46,7 +46,7 @@ from pipeline import projection as proj
 from pipeline.projection.spec import HOURS_PER_DAY
 from pipeline.report.charts import WIDTH, mode_color
 from pipeline.report.format import usd
-from pipeline.report.planning import jobs_frames, spares_frames
+from pipeline.report.plans import jobs_frames, spares_frames
 
 CHECKPOINT_GRID_POINTS = 60
 

@@ -28,6 +28,7 @@ from pipeline import projection as proj
 from pipeline.analysis import FleetAnalysis, SizeRates, size_rates
 from pipeline.report.outlook import JobOutlook
 from pipeline.report.planner_vega import Control, PlannerSettings, control, number, planner_spec, quote
+from pipeline.report.section import Section
 
 SLUG, TITLE = "planner", "Plan a job: days, goodput and cost as you change it"
 
@@ -138,8 +139,6 @@ def planner_note(s: PlannerSettings) -> str:
 
 def planner_section(analysis: FleetAnalysis, outlook: JobOutlook):
     """The planner section (None without a job to plan)."""
-    from pipeline.report.sections import Section  # sections imports this module
-
     settings = planner_settings(analysis, outlook)
     if settings is None:
         return None

@@ -6,20 +6,20 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline import projection, transform
-from pipeline.analysis import FleetAnalysis
+from pipeline.analysis import JobAnalysis, RepairAnalysis
 
 
-def has_job_recoveries(analysis: FleetAnalysis) -> bool:
+def has_job_recoveries(jobs: JobAnalysis) -> bool:
     """True when training logs showed at least one job interruption (else nothing is added)."""
-    return analysis.job_recoveries.height > 0
+    return jobs.recoveries.height > 0
 
 
-def recovery_table(analysis: FleetAnalysis) -> pl.DataFrame:
+def recovery_table(jobs: JobAnalysis, repairs: RepairAnalysis) -> pl.DataFrame:
     """Per recovery time: the assumed hours per mode and the measured mean and median, with how
     many interruptions measured it. Detection and restart come from training-job logs; the manual
     mode's wait for a repair from the outages (MTTR)."""
     assumed = projection.DEFAULT_RECOVERY
-    measured = transform.recovery_hours(analysis.job_recoveries)
+    measured = transform.recovery_hours(jobs.recoveries)
     rows = []
     for measure, label in (("detect", "failure to detection"), ("restart", "detection to restart")):
         m = measured.row(by_predicate=pl.col("measure") == measure, named=True)
@@ -33,7 +33,7 @@ def recovery_table(analysis: FleetAnalysis) -> pl.DataFrame:
                 "measured in": f"{m['measured']:,} of {m['interruptions']:,} job interruptions",
             }
         )
-    fit = analysis.repair_times
+    fit = repairs.times
     rows.append(
         {
             "recovery time": "wait for repair (manual, no spare)",
@@ -41,16 +41,16 @@ def recovery_table(analysis: FleetAnalysis) -> pl.DataFrame:
             "assumed, automatic (h)": None,
             "measured mean (h)": None if fit is None else fit.mean_hours_,
             "measured median (h)": None if fit is None else fit.median_hours_,
-            "measured in": "no outage with an end" if fit is None else f"{analysis.outages.height:,} outages",
+            "measured in": "no outage with an end" if fit is None else f"{repairs.outages.height:,} outages",
         }
     )
     return pl.DataFrame(rows).with_columns(pl.col(pl.Float64).round(2))
 
 
-def recovery_note(analysis: FleetAnalysis) -> str:
-    jobs = analysis.job_recoveries["job_id"].n_unique()
+def recovery_note(jobs: JobAnalysis) -> str:
+    count = jobs.recoveries["job_id"].n_unique()
     return (
-        f"{analysis.job_recoveries.height:,} interruptions of {jobs:,} training job(s) from their logs: "
+        f"{jobs.recoveries.height:,} interruptions of {count:,} training job(s) from their logs: "
         "detection = NCCL watchdog line minus the time the collective had run (the hang's start); restart "
         "= the next rendezvous completion. Interruptions without a watchdog line or without a restart "
         "count but are not measured. failcast project --recovery measured uses the means (expected wall "

@@ -8,20 +8,21 @@ import altair as alt
 import polars as pl
 
 from pipeline import transform
-from pipeline.analysis import FleetAnalysis
+from pipeline.analysis import FleetAnalysis, ReliabilityFits
 from pipeline.report.charts import WIDTH, cluster_color, clusters_by_size
+from pipeline.report.section import Section
 from pipeline.transform.reliability import MAX_POINTS
 
 LINE = "#d1495b"
 POINTS = "#4e79a7"
 
 
-def weibull_chart(analysis: FleetAnalysis) -> alt.LayerChart | None:
-    km = analysis.kaplan_meier
+def weibull_chart(fits: ReliabilityFits) -> alt.LayerChart | None:
+    km = fits.kaplan_meier
     points = transform.weibull_plot_points(km.timeline_hours_, km.survival_)
     if points.height < 2:
         return None
-    fit = analysis.node_fits["weibull"]
+    fit = fits.node_fits["weibull"]
     line = transform.weibull_plot_line(
         fit.params_["lambda_"],
         fit.params_["rho_"],
@@ -85,12 +86,10 @@ def reliability_sections(analysis: FleetAnalysis) -> list:
     """The three plots, each left out when its data are missing (too few gaps or failures). They
     count the failures the rates count (``failures_counted``; the Duane plot the trend tests'
     operating times), so their totals are the rate and trend tables'."""
-    from pipeline.report.sections import Section  # sections imports this module
-
     out = []
-    weibull = weibull_chart(analysis)
+    weibull = weibull_chart(analysis.fits)
     if weibull is not None:
-        fit = analysis.node_fits["weibull"]
+        fit = analysis.fits.node_fits["weibull"]
         out.append(
             Section(
                 "weibull-probability-plot",
@@ -115,7 +114,7 @@ def reliability_sections(analysis: FleetAnalysis) -> list:
                 "burn in.",
             )
         )
-    duane = transform.duane_points(analysis.failure_operating_times, analysis.trend_tests)
+    duane = transform.duane_points(analysis.failure_operating_times, analysis.rates.trend_tests)
     if duane.height:
         out.append(
             Section(

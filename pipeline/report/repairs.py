@@ -10,16 +10,16 @@ import numpy as np
 import polars as pl
 
 from pipeline import models
-from pipeline.analysis import FleetAnalysis, repair_summary
+from pipeline.analysis import RepairAnalysis
 from pipeline.report.charts import MAX_CURVE_POINTS, WIDTH, downsample
 from pipeline.report.format import duration_text
 
 TOP_CAUSES = 10
 
 
-def has_repairs(analysis: FleetAnalysis) -> bool:
+def has_repairs(repairs: RepairAnalysis) -> bool:
     """True when some outage has a completed repair (else the report says so in one line)."""
-    return analysis.repair_times is not None
+    return repairs.times is not None
 
 
 def _hours(value: float) -> str:
@@ -28,10 +28,10 @@ def _hours(value: float) -> str:
     return "unbounded" if value == math.inf else duration_text(value)
 
 
-def repair_curve_chart(analysis: FleetAnalysis) -> alt.Chart:
+def repair_curve_chart(repairs: RepairAnalysis) -> alt.Chart:
     """Kaplan–Meier share of outages still unrepaired after t hours, all and per category."""
     frames = []
-    known = analysis.outages.filter(pl.col("repair_hours").is_not_null())
+    known = repairs.outages.filter(pl.col("repair_hours").is_not_null())
     groups = [("all outages", known), *((c, g) for (c,), g in known.group_by("category"))]
     for label, group in groups:
         if not group["resolved"].any():
@@ -63,9 +63,9 @@ def repair_curve_chart(analysis: FleetAnalysis) -> alt.Chart:
     )
 
 
-def availability_table(analysis: FleetAnalysis) -> pl.DataFrame:
+def availability_table(repairs: RepairAnalysis) -> pl.DataFrame:
     """Per cluster: outages, downtime, availability, MTTR and median repair."""
-    summary = repair_summary(analysis.outages, analysis.exposure, analysis.rate_exposure, ["cluster_id"])
+    summary = repairs.summary(["cluster_id"])
     return summary.select(
         "cluster_id",
         "outages",
@@ -78,9 +78,9 @@ def availability_table(analysis: FleetAnalysis) -> pl.DataFrame:
     )
 
 
-def downtime_causes(analysis: FleetAnalysis) -> pl.DataFrame:
+def downtime_causes(repairs: RepairAnalysis) -> pl.DataFrame:
     """The categories that cost the most node-hours of downtime, largest first."""
-    summary = repair_summary(analysis.outages, analysis.exposure, analysis.rate_exposure, ["category"])
+    summary = repairs.summary(["category"])
     total = summary["downtime_hours"].sum() or 1.0
     return (
         summary.sort("downtime_hours", descending=True)
@@ -96,12 +96,12 @@ def downtime_causes(analysis: FleetAnalysis) -> pl.DataFrame:
     )
 
 
-def repair_note(analysis: FleetAnalysis) -> str:
+def repair_note(repairs: RepairAnalysis) -> str:
     """The verdict above the repair table, from the same summary as the table
     (:func:`pipeline.analysis.repair_summary`), so its counts are the table's: "not repaired by the
     window end" is the table's unresolved (open or still running, censored there); outages without
     a recorded end whose node failed again are left out of both and named on their own."""
-    total = repair_summary(analysis.outages, analysis.exposure, analysis.rate_exposure).row(0, named=True)
+    total = repairs.summary().row(0, named=True)
     low, high = total["repair_hours_p50_ci_low"], total["repair_hours_p50_ci_high"]
     during = total["interruptions"] - total["outages"]  # failures while the node was already down
     held = (
@@ -115,14 +115,14 @@ def repair_note(analysis: FleetAnalysis) -> str:
         f"{_hours(total['repair_hours_p50'])} (95% CI {_hours(low)} to {_hours(high)}), MTTR "
         f"{_hours(total['mttr_hours'])}"
         + (" (restricted to the longest repair seen: a lower bound)" if total["mttr_restricted"] else "")
-        + f". Rates use {analysis.exposure_basis} exposure"
-        + (" (repair downtime is not time at risk)." if analysis.exposure_basis == "uptime" else ".")
+        + f". Rates use {repairs.exposure_basis} exposure"
+        + (" (repair downtime is not time at risk)." if repairs.exposure_basis == "uptime" else ".")
     )
     if total["unknown_end"]:
         note += (
             f" {total['unknown_end']:,} outages without a recorded end whose node failed again are left out."
         )
-    zero = int((analysis.outages["repair_hours"] == 0).sum())
+    zero = int((repairs.outages["repair_hours"] == 0).sum())
     if zero:
         note += (
             f" {zero:,} repair{'s' if zero != 1 else ''} ended when {'they' if zero != 1 else 'it'} began "

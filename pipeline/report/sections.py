@@ -7,12 +7,18 @@ analysed fleets passed in); projection sections from a :class:`JobOutlook`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import altair as alt
 import polars as pl
 
-from pipeline.analysis import FleetAnalysis, left_out_note, size_laws_agreement
+from pipeline.analysis import (
+    FleetAnalysis,
+    JobAnalysis,
+    ReliabilityFits,
+    RepairAnalysis,
+    left_out_note,
+    size_laws_agreement,
+)
 from pipeline.report import charts, comparisons, drivers, lemons, recovery, repairs
 from pipeline.report.backtest import backtest_section
 from pipeline.report.badput import badput_section
@@ -21,18 +27,10 @@ from pipeline.report.outlook import JobOutlook, checkpoint_chart, monte_carlo_ch
 from pipeline.report.planner import planner_section
 from pipeline.report.planning import planning_sections
 from pipeline.report.reliability import reliability_sections
+from pipeline.report.section import Section
 
 
-@dataclass(frozen=True)
-class Section:
-    slug: str  # file name of the chart's PNG/SVG and the id of its container
-    title: str
-    chart: alt.TopLevelMixin | None
-    table: pl.DataFrame | None = None
-    note: str = ""
-
-
-def _fits_table(analysis: FleetAnalysis) -> pl.DataFrame:
+def _fits_table(fits: ReliabilityFits) -> pl.DataFrame:
     return pl.DataFrame(
         [
             {
@@ -42,7 +40,7 @@ def _fits_table(analysis: FleetAnalysis) -> pl.DataFrame:
                 "mtbf_ci_high_hours": m.mtbf_confidence_interval_[1],
                 "aic": m.aic_,
             }
-            for f, m in analysis.node_fits.items()
+            for f, m in fits.node_fits.items()
         ]
     ).sort("aic")
 
@@ -50,19 +48,20 @@ def _fits_table(analysis: FleetAnalysis) -> pl.DataFrame:
 def _scaling_note(analysis: FleetAnalysis) -> str:
     note = (
         f"Points: observed cluster MTBF with the 95% interval of the cluster's rate "
-        f"({interval_name(analysis.interval_method)}: the headline table's and the rate table's figures)."
+        f"({interval_name(analysis.rates.interval_method)}: the headline table's and the rate table's "
+        "figures)."
     )
     for name, model, how in (
-        (charts.COUNT_LAW, analysis.scaling, "failure counts per cluster-hour"),
-        (charts.AFT_LAW, analysis.size_regression, "cluster-level times between failures"),
+        (charts.COUNT_LAW, analysis.fits.scaling, "failure counts per cluster-hour"),
+        (charts.AFT_LAW, analysis.fits.size_regression, "cluster-level times between failures"),
     ):
         if model is not None:
             low, high = model.alpha_confidence_interval_
             note += f" {name} fitted on {how}: α = {model.alpha_:.3f} (95% CI {low:.3f}–{high:.3f})."
-    if analysis.scaling is not None or analysis.size_regression is not None:
+    if analysis.fits.scaling is not None or analysis.fits.size_regression is not None:
         note += (
             f" Bands: each law's 95% interval, widened by the dispersion of every node's counts "
-            f"(φ = {analysis.count_dispersion:.2f}) when above 1."
+            f"(φ = {analysis.fits.count_dispersion:.2f}) when above 1."
         )
     agreement = size_laws_agreement(analysis)
     return f"{note} {agreement}" if agreement else note
@@ -71,8 +70,8 @@ def _scaling_note(analysis: FleetAnalysis) -> str:
 def _rates_section(analysis: FleetAnalysis) -> Section:
     """Rates per cluster; without failures the exposure and the one-sided upper bound are the news."""
     note = (
-        f"{lemons.interval_note(analysis)} {RATE_INTERVAL_SCOPE} Failures count while their node is in "
-        "service (closed intervals)."
+        f"{lemons.interval_note(analysis.nodes, analysis.rates.interval_method)} {RATE_INTERVAL_SCOPE} "
+        "Failures count while their node is in service (closed intervals)."
     )
     if not analysis.has_failures:
         note = (
@@ -85,7 +84,7 @@ def _rates_section(analysis: FleetAnalysis) -> Section:
         "failure-rate-by-cluster",
         "Failure rate by cluster",
         charts.rate_by_cluster_chart(analysis),
-        analysis.rates_by_cluster.select(
+        analysis.rates.by_cluster.select(
             "cluster_id",
             "failures",
             "exposure_node_hours",
@@ -102,7 +101,7 @@ def _rates_section(analysis: FleetAnalysis) -> Section:
 
 def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
     if not analysis.has_fits:  # no failure or too few gaps to fit: exposure, rates and bounds only
-        return [_rates_section(analysis), _job_section(analysis), badput_section(analysis)]
+        return [_rates_section(analysis), _job_section(analysis.jobs), badput_section(analysis.jobs)]
     trends = drivers.trend_table(analysis)
     flat = (trends["crow_verdict"] == "flat").sum()
     return [
@@ -112,7 +111,7 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             "Failure rate over time",
             charts.rate_over_time_chart(analysis),
             note="Monthly rate per cluster; the band is its 95% interval, "
-            f"{interval_name(analysis.interval_method)} as in the rate table.",
+            f"{interval_name(analysis.rates.interval_method)} as in the rate table.",
         ),
         Section(
             "rate-trends",
@@ -128,7 +127,7 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             "Root causes of interruptions",
             charts.category_chart(analysis),
             charts.category_table(analysis),
-            note=f"Rates with {interval_name(analysis.interval_method)} 95% intervals; shares of all "
+            note=f"Rates with {interval_name(analysis.rates.interval_method)} 95% intervals; shares of all "
             "interruptions. " + charts.recorded_categories_note(analysis),
         ),
         Section(
@@ -153,38 +152,39 @@ def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
             "lemon-nodes",
             "Lemon nodes: failing more often than the rest of their cluster",
             None,
-            lemons.lemon_table(analysis.lemons) if analysis.lemons.lemons_.height else None,
-            note=lemons.lemon_note(analysis.lemons),
+            lemons.lemon_table(analysis.nodes.lemons) if analysis.nodes.lemons.lemons_.height else None,
+            note=lemons.lemon_note(analysis.nodes.lemons),
         ),
         Section(
             "time-between-failures",
             "Time between failures per node: Kaplan–Meier, Nelson–Aalen and fitted models",
-            alt.hconcat(charts.survival_chart(analysis), charts.cumulative_hazard_chart(analysis)),
-            _fits_table(analysis),
-            note=f"Left: Kaplan–Meier with its 95% band; best family by AIC: {analysis.best_family}. "
+            alt.hconcat(charts.survival_chart(analysis.fits), charts.cumulative_hazard_chart(analysis.fits)),
+            _fits_table(analysis.fits),
+            note=f"Left: Kaplan–Meier with its 95% band; best family by AIC: {analysis.fits.best_family}. "
             "Right: Nelson–Aalen cumulative hazard; the dashed line is the exponential fit (constant "
-            "hazard)." + "".join(f" {m.mtbf_note_}." for m in analysis.node_fits.values() if m.mtbf_note_),
+            "hazard)."
+            + "".join(f" {m.mtbf_note_}." for m in analysis.fits.node_fits.values() if m.mtbf_note_),
         ),
         Section(
             "mtbf-vs-cluster-size",
             "Cluster MTBF against cluster size: two views",
             charts.scaling_chart(analysis),
-            charts.size_law_table(analysis) if charts.size_laws(analysis).height else None,
+            charts.size_law_table(analysis) if charts.size_laws(analysis.fits).height else None,
             note=_scaling_note(analysis),
         ),
-        _job_section(analysis),
-        badput_section(analysis),
+        _job_section(analysis.jobs),
+        badput_section(analysis.jobs),
         *reliability_sections(analysis),
-        *([backtest] if (backtest := backtest_section(analysis)) else []),
-        *repair_sections(analysis),
-        *recovery_sections(analysis),
+        *([backtest] if (backtest := backtest_section(analysis.jobs)) else []),
+        *repair_sections(analysis.repairs),
+        *recovery_sections(analysis.jobs, analysis.repairs),
     ]
 
 
-def recovery_sections(analysis: FleetAnalysis) -> list[Section]:
+def recovery_sections(jobs: JobAnalysis, repairs: RepairAnalysis) -> list[Section]:
     """Measured against assumed recovery times; without training-job logs a note naming them."""
     title = "Recovery times: measured against assumed"
-    if not recovery.has_job_recoveries(analysis):
+    if not recovery.has_job_recoveries(jobs):
         return [
             Section(
                 "recovery-times",
@@ -199,15 +199,15 @@ def recovery_sections(analysis: FleetAnalysis) -> list[Section]:
             "recovery-times",
             title,
             None,
-            recovery.recovery_table(analysis),
-            note=recovery.recovery_note(analysis),
+            recovery.recovery_table(jobs, repairs),
+            note=recovery.recovery_note(jobs),
         )
     ]
 
 
-def repair_sections(analysis: FleetAnalysis) -> list[Section]:
+def repair_sections(part: RepairAnalysis) -> list[Section]:
     title = "Outages and repair: how long nodes stay down"
-    if not repairs.has_repairs(analysis):
+    if not repairs.has_repairs(part):
         return [
             Section(
                 "repair-times",
@@ -221,23 +221,23 @@ def repair_sections(analysis: FleetAnalysis) -> list[Section]:
         Section(
             "repair-times",
             title,
-            repairs.repair_curve_chart(analysis),
-            repairs.availability_table(analysis),
-            note=repairs.repair_note(analysis),
+            repairs.repair_curve_chart(part),
+            repairs.availability_table(part),
+            note=repairs.repair_note(part),
         ),
         Section(
             "downtime-causes",
             "Top downtime causes",
             None,
-            repairs.downtime_causes(analysis),
+            repairs.downtime_causes(part),
             note="Node-hours of known downtime (outage start to end, within the window) by root cause.",
         ),
     ]
 
 
-def _job_section(analysis: FleetAnalysis) -> Section:
+def _job_section(jobs: JobAnalysis) -> Section:
     title = "Job interruptions from Slurm against node rate × nodes"
-    if analysis.job_interruptions is None or analysis.job_interruptions.height == 0:
+    if jobs.interruptions is None or jobs.interruptions.height == 0:
         return Section(
             "job-interruptions",
             title,
@@ -248,8 +248,8 @@ def _job_section(analysis: FleetAnalysis) -> Section:
     return Section(
         "job-interruptions",
         title,
-        comparisons.job_interruption_chart(analysis),
-        analysis.job_interruptions,
+        comparisons.job_interruption_chart(jobs.interruptions),
+        jobs.interruptions,
         note="Points: observed interruptions per job-hour by node-count bucket (exact 95% CI). Dashed: "
         "the cluster's node rate × nodes. Above the line, jobs die more often than node failures explain.",
     )

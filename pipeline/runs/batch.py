@@ -127,8 +127,8 @@ def _stages(
         for name in ("events", "incidents", "inventory", "rejects"):
             counts[name] = con.sql(f"SELECT count(*) FROM {name}").fetchall()[0][0]  # noqa: S608
     with record.stage("analyze") as counts:
-        result = analysis.analyze(con, observed_until=cfg.observed_until)
-        counts.update(observed_until=result.observed_until.isoformat(), best_family=result.best_family)
+        result = analysis.analyze(con, cfg.analysis_options())
+        counts.update(observed_until=result.observed_until.isoformat(), best_family=result.fits.best_family)
     with record.stage("project") as counts:
         outlook = _job_outlook(cfg, result)
         counts["job"] = outlook.job if outlook else None
@@ -173,7 +173,11 @@ def _job_outlook(cfg: RunConfig, result: analysis.FleetAnalysis) -> report.JobOu
         )
         for job in cfg.jobs
     ]
-    measured = analysis.measured_recovery_hours(result) if cfg.recovery_source == "measured" else None
+    measured = (
+        analysis.measured_recovery_hours(result.repairs, result.jobs)
+        if cfg.recovery_source == "measured"
+        else None
+    )
     if measured == {}:
         log(
             "project",
@@ -182,7 +186,7 @@ def _job_outlook(cfg: RunConfig, result: analysis.FleetAnalysis) -> report.JobOu
             logging.WARNING,
         )
     return report.job_outlook(
-        specs[0], measured=measured, repair=analysis.repair_curve(result), others=specs[1:]
+        specs[0], measured=measured, repair=analysis.repair_curve(result.repairs), others=specs[1:]
     )
 
 

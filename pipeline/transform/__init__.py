@@ -30,6 +30,7 @@ from pipeline.transform.dispersion import (
 )
 from pipeline.transform.durations import FLOOR_HOURS, aggregate_durations, relative_grid
 from pipeline.transform.fleet import (
+    BEFORE_WINDOW_REASON,
     EXPOSURE_KEYS,
     LEFT_OUT_REASONS,
     PERIODS,
@@ -41,6 +42,7 @@ from pipeline.transform.fleet import (
     failures_in_service,
     failures_left_out,
     in_service,
+    left_out_reasons,
     observation_end,
     poisson_interval,
     poisson_upper_bound,
@@ -80,6 +82,7 @@ __all__ = [
     "GAP_TOLERANCE",
     "INTERRUPTION_WINDOW_MINUTES",
     "INTERVAL_METHODS",
+    "BEFORE_WINDOW_REASON",
     "LEFT_OUT_REASONS",
     "PERIODS",
     "DispersionTest",
@@ -102,6 +105,7 @@ __all__ = [
     "failures_in_service",
     "failures_left_out",
     "in_service",
+    "left_out_reasons",
     "job_interruption_rates",
     "mean_cumulative_function",
     "job_predictions",

@@ -20,8 +20,8 @@ counts once, in the interval it ends (the earlier one), and one held by overlapp
 its node (a dirty inventory) counts once, in the one that starts first; in calendar periods, a
 failure at a period boundary that ends its interval counts in the period it ends. Failures while
 the node was out of service (between intervals, before its first, after its last), of nodes
-with no interval in the window, or after the window end are kept as incidents but are not
-failures: they have no exposure behind them and would bias rates upwards.
+with no interval in the window, before the window start or after its end are kept as incidents
+but are not failures: they have no exposure behind them and would bias rates upwards.
 :func:`failures_left_out` counts them by reason so every output can say how many were left out
 and why. Matching is an as-of join (:func:`first_holding`), linear in rows however long a node's
 history.
@@ -75,13 +75,16 @@ def exposure_estimated(inventory: pl.DataFrame) -> bool:
     return "estimated" in inventory.columns and bool(inventory["estimated"].fill_null(False).any())
 
 
-def exposure_intervals(inventory: pl.DataFrame, observed_until: datetime) -> pl.DataFrame:
-    """Service intervals clipped to the observed window, with node-hours, GPU-hours and the
-    cluster's time-averaged instance count and size bucket."""
+def exposure_intervals(
+    inventory: pl.DataFrame, observed_until: datetime, observed_since: datetime | None = None
+) -> pl.DataFrame:
+    """Service intervals clipped to the observed window (``observed_since`` None: no start), with
+    node-hours, GPU-hours and the cluster's time-averaged instance count and size bucket."""
+    start = pl.col("in_service_from_utc")
     clipped = (
         inventory.lazy()
         .with_columns(
-            start_utc=pl.col("in_service_from_utc"),
+            start_utc=start if observed_since is None else pl.max_horizontal(start, pl.lit(observed_since)),
             end_utc=pl.min_horizontal(
                 pl.col("in_service_to_utc").fill_null(observed_until), pl.lit(observed_until)
             ),
@@ -268,6 +271,13 @@ LEFT_OUT_REASONS = (
     "node has no service interval in the window",
     "node out of service",
 )
+BEFORE_WINDOW_REASON = "before the window start (--since)"
+
+
+def left_out_reasons(observed_since: datetime | None) -> tuple[str, ...]:
+    """The reasons of :func:`failures_left_out`, in order: ``BEFORE_WINDOW_REASON`` first when the
+    window has a start (without one no failure can be before it, and the tables stay as they were)."""
+    return LEFT_OUT_REASONS if observed_since is None else (BEFORE_WINDOW_REASON, *LEFT_OUT_REASONS)
 
 
 def failures_left_out(
@@ -276,34 +286,39 @@ def failures_left_out(
     observed_until: datetime,
     *,
     in_service: pl.DataFrame | None = None,
+    observed_since: datetime | None = None,
 ) -> pl.DataFrame:
-    """How many of ``incidents`` rates leave out, by reason (``LEFT_OUT_REASONS``, in that order
-    of precedence): after ``observed_until``; on a node with no service interval in the window
-    (not in the inventory, or only in service outside the window); at a time its node was out of
-    service (a repair gap, before its first interval). One row per reason, ``failures`` 0 included;
-    the counted ones are :func:`failures_in_service` (pass them as ``in_service`` when already
-    computed for these incidents and exposure)."""
+    """How many of ``incidents`` rates leave out, by reason (:func:`left_out_reasons`, in that
+    order of precedence): before ``observed_since``; after ``observed_until``; on a node with no
+    service interval in the window (not in the inventory, or only in service outside the window);
+    at a time its node was out of service (a repair gap, before its first interval). One row per
+    reason, ``failures`` 0 included; the counted ones are :func:`failures_in_service` (pass them
+    as ``in_service`` when already computed for these incidents and exposure)."""
     nodes = exposure.select("cluster_id", "node_id").unique().with_columns(_known=pl.lit(True))
     key = ["cluster_id", "node_id", "timestamp_utc"]
     counted = (
         failures_in_service(incidents.select(key), exposure) if in_service is None else in_service.select(key)
     )
+    reason = (
+        pl.when(pl.col("timestamp_utc") > observed_until)
+        .then(pl.lit(LEFT_OUT_REASONS[0]))
+        .when(pl.col("_known").is_null())
+        .then(pl.lit(LEFT_OUT_REASONS[1]))
+        .otherwise(pl.lit(LEFT_OUT_REASONS[2]))
+    )
+    if observed_since is not None:
+        before = pl.col("timestamp_utc") < observed_since
+        reason = pl.when(before).then(pl.lit(BEFORE_WINDOW_REASON)).otherwise(reason)
     outside = (
         incidents.select("cluster_id", "node_id", "timestamp_utc")
         .join(counted, on=["cluster_id", "node_id", "timestamp_utc"], how="anti")
         .join(nodes, on=["cluster_id", "node_id"], how="left")
-        .select(
-            reason=pl.when(pl.col("timestamp_utc") > observed_until)
-            .then(pl.lit(LEFT_OUT_REASONS[0]))
-            .when(pl.col("_known").is_null())
-            .then(pl.lit(LEFT_OUT_REASONS[1]))
-            .otherwise(pl.lit(LEFT_OUT_REASONS[2]))
-        )
+        .select(reason=reason)
         .group_by("reason")
         .agg(failures=pl.len())
     )
     return (
-        pl.DataFrame({"reason": LEFT_OUT_REASONS})
+        pl.DataFrame({"reason": left_out_reasons(observed_since)})
         .join(outside, on="reason", how="left")
         .with_columns(pl.col("failures").fill_null(0).cast(pl.Int64))
     )

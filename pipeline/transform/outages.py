@@ -127,7 +127,8 @@ def availability(
 ) -> pl.DataFrame:
     """Per group of ``by`` (exposure keys, e.g. cluster_id): ``in_service_node_hours`` (calendar),
     ``uptime_node_hours``, ``downtime_node_hours`` (all known downtime in the window, in service
-    or out for repair) and ``availability`` = uptime / (uptime + downtime)."""
+    or out for repair) and ``availability`` = uptime / (uptime + downtime), null for a group with no
+    node-hours in service (not in the inventory: its uptime is unknown, not zero)."""
     keys = by or [pl.lit(0).alias("_all")]
     calendar = exposure.group_by(keys).agg(in_service_node_hours=pl.col("node_hours").sum())
     up = uptime.group_by(keys).agg(uptime_node_hours=pl.col("node_hours").sum())
@@ -138,8 +139,9 @@ def availability(
         .join(down, on=on, how="full", coalesce=True)
         .with_columns(pl.col("^.*_node_hours$").fill_null(0.0))
         .with_columns(
-            availability=pl.col("uptime_node_hours")
-            / (pl.col("uptime_node_hours") + pl.col("downtime_node_hours"))
+            availability=pl.when(pl.col("in_service_node_hours") > 0).then(
+                pl.col("uptime_node_hours") / (pl.col("uptime_node_hours") + pl.col("downtime_node_hours"))
+            )
         )
         .drop("_all", strict=False)
     )
