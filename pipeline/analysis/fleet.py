@@ -66,7 +66,7 @@ class FleetAnalysis:
 
     ``exposure_estimated`` is True when the inventory was inferred from the logs (every rate and
     MTBF then rests on guessed service intervals). Rates, fits, shares and trend tests count
-    ``interruptions`` (:func:`pipeline.transform.node_interruptions`: a node's faults within
+    ``interruptions`` (:func:`pipeline.analysis.counts.node_interruptions`: a node's faults within
     ``interruption_window_minutes`` are one failure, by its root cause; the columns of
     ``FAILURE_COLUMNS`` only); with a window of None the interrupting incidents are counted as
     they are. ``incidents`` is the warehouse's whole table, one row per fault, as a lazy frame
