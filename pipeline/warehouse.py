@@ -278,28 +278,45 @@ Polars (bench/RESULTS.md, issue 27)."""
 _UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
+# while analyses read: DuckDB's allocator hands memory it freed back to the system at once (by
+# default it keeps up to 128 MB per thread cache and more for later queries)
+_READ_ALLOCATOR = {"allocator_flush_threshold": "4MiB", "allocator_background_threads": True}
+_SET = {
+    "memory_limit": "SET memory_limit = $value",
+    "allocator_flush_threshold": "SET allocator_flush_threshold = $value",
+    "allocator_background_threads": "SET allocator_background_threads = $value",
+}
+
+
 @contextmanager
 def reading(con, share: float = READ_SHARE) -> Iterator[None]:
     """DuckDB's memory cap lowered to ``share`` of itself (at least 64 MB) while the block runs,
-    then restored.
+    and the memory its queries free returned to the system, then both restored.
 
     Why: rows read into Polars live outside DuckDB's cap, and DuckDB keeps what its cap allows
     for itself after a read (the sorted rows, its cache of the table's blocks): reading 3.4 M
     failure rows sorted took 1.09 GB under the default 1 GB cap and 0.61 GB under 256 MB, for the
     same CPU (their sort spills past it). An analysis holds its frames in Polars, so DuckDB's part
-    of the same budget is kept small; raising ``FAILCAST_DUCKDB_MEMORY_MB`` raises it too.
+    of the same budget is kept small; raising ``FAILCAST_DUCKDB_MEMORY_MB`` raises it too. What a
+    query frees stays with DuckDB's allocator unless flushed: after the outages of 0.34 M
+    interruptions (bench/RESULTS.md, issue 30) 180 MB of the process's RSS, 35 MB flushed.
     """
-    (limit,) = con.execute("SELECT current_setting('memory_limit')").fetchall()[0]
-    number, _, unit = limit.partition(" ")
+    before = {
+        name: con.execute("SELECT current_setting($name)", {"name": name}).fetchall()[0][0]
+        for name in ("memory_limit", *_READ_ALLOCATOR)
+    }
+    number, _, unit = before["memory_limit"].partition(" ")
     lowered = max(float(number) * _UNITS.get(unit, 0) * share, 64 * 2**20)
-    if not _UNITS.get(unit) or lowered >= float(number) * _UNITS[unit]:
-        yield
-        return
-    con.execute("SET memory_limit = $limit", {"limit": f"{lowered / 2**20:.0f}MiB"})
+    settings = dict(_READ_ALLOCATOR)
+    if _UNITS.get(unit) and lowered < float(number) * _UNITS[unit]:
+        settings["memory_limit"] = f"{lowered / 2**20:.0f}MiB"
+    for name, value in settings.items():
+        con.execute(_SET[name], {"value": value})
     try:
         yield
     finally:
-        con.execute("SET memory_limit = $limit", {"limit": limit})
+        for name in settings:
+            con.execute(_SET[name], {"value": before[name]})
 
 
 def _not_null(con, table: str, column: str) -> bool:
@@ -413,28 +430,17 @@ def incidents_query(con, *, row: bool = False) -> str:
     return "SELECT *, category AS failure_class, CAST(NULL AS JSON) AS attributes FROM incidents"
 
 
-NODE_TIME_ORDER = " ORDER BY cluster_id, node_id, timestamp_utc, category, table_row"
-
-
-def read_incidents(
-    con, columns: Sequence[str], *, interrupting_only: bool = False, node_time_order: bool = False
-) -> pl.DataFrame:
+def read_incidents(con, columns: Sequence[str], *, interrupting_only: bool = False) -> pl.DataFrame:
     """``columns`` of the incidents, only the interrupting ones with ``interrupting_only``, in the
     table's order: what :func:`scan_incidents` gives for that selection and filter, read eagerly
-    (one SQL query; names are checked against the table, never user text in SQL).
-
-    ``node_time_order``: sorted by cluster, node, time and category instead, ties in the table's
-    order; the order :func:`pipeline.transform.node_interruptions` sorts into, so its own sort finds
-    the rows in place. Why: DuckDB sorts these string keys in about a third of Polars' time (10 M
-    incidents: 1.5 s against 4.4 s, 2 cores), within its memory cap."""
-    query = incidents_query(con, row=node_time_order)
+    (one SQL query; names are checked against the table, never user text in SQL)."""
+    query = incidents_query(con)
     known = {c for (c,) in con.sql(f"SELECT column_name FROM (DESCRIBE ({query}))").fetchall()}  # noqa: S608
     if unknown := [c for c in columns if c not in known]:
         raise ValueError(f"incidents have no column {unknown[0]!r}")
     select = ", ".join(f'"{c}"' for c in columns)
     where = " WHERE interrupting" if interrupting_only else ""
-    order = NODE_TIME_ORDER if node_time_order else ""
-    return con.sql(f"SELECT {select} FROM ({query}){where}{order}").pl()  # noqa: S608 - names checked
+    return con.sql(f"SELECT {select} FROM ({query}){where}").pl()  # noqa: S608 - names checked
 
 
 def latest_incident(con) -> pl.DataFrame:

@@ -17,6 +17,7 @@ from polars.testing import assert_frame_equal
 from pipeline import analysis, ingest, models, sample, transform, warehouse
 from pipeline.cli import main
 from tests._fleets import warehouse_frames
+from tests._interruptions import node_interruptions
 
 SPEC = sample.FleetSpec(cluster_sizes=(32, 128, 512), days=90, weibull_shape=0.8, seed=32)
 
@@ -192,7 +193,7 @@ def test_read_failures_loads_the_interrupting_rows_the_rates_need(db, result):
         inventory = warehouse.table(con, "inventory")
         assert transform.observation_end(warehouse.latest_incident(con), inventory) == result.observed_until
         assert transform.observation_end(scan, inventory) == result.observed_until
-        full = transform.node_interruptions(whole)
+        full = node_interruptions(whole)
         assert result.interruptions.equals(full.select(result.interruptions.columns))
     finally:
         con.close()

@@ -16,6 +16,7 @@ from polars.testing import assert_frame_equal
 from pipeline import analysis, sample, transform, warehouse
 from pipeline.analysis.counts import FailureCounts
 from tests._fleets import warehouse_frames, write_warehouse
+from tests._interruptions import node_interruptions
 
 T0 = datetime(2026, 3, 2)
 
@@ -155,7 +156,7 @@ def _polars(con, end, window, basis):
     failures = analysis.read_failures(con, window_minutes=window)
     inventory = warehouse.table(con, "inventory")
     at_risk, _ = analysis.rate_exposure(
-        failures, inventory, transform.exposure_intervals(inventory, end), end, basis
+        con, failures, inventory, transform.exposure_intervals(inventory, end), end, basis
     )
     return failures, at_risk, transform.failures_in_service(failures, at_risk, with_interval=True)
 
@@ -213,9 +214,7 @@ def test_edge_counts_by_hand(edge_con):
     assert by_node[("a", "n4")] == 1
     assert by_node[("b", "m1")] == 1
     assert by_node[("b", "m2")] == 0
-    storm = transform.node_interruptions(
-        _incidents([r for r in EDGE_INCIDENTS if r[2] == "n2" and r[0] < 240])
-    )
+    storm = node_interruptions(_incidents([r for r in EDGE_INCIDENTS if r[2] == "n2" and r[0] < 240]))
     assert storm["timestamp_utc"].to_list() == [at(200 + k / 3) for k in (0, 2, 4, 6, 8)]
     assert by_node[("a", "n2")] == storm.height + 1 == 6
     left = dict(counts.left_out().iter_rows())

@@ -1,6 +1,6 @@
-"""What analyze does to bound its memory (issue 27) changes no number: the node interruptions of
-rows that come sorted, the shared match when uptime equals calendar time, DuckDB's lowered cap
-while analyses read. (The memory itself is measured in bench/, never in tests.)"""
+"""What analyze does to bound its memory (issue 27) changes no number: the shared match when
+uptime equals calendar time, DuckDB's lowered cap while analyses read. (The memory itself is
+measured in bench/, never in tests.)"""
 
 from __future__ import annotations
 
@@ -9,43 +9,9 @@ from datetime import datetime, timedelta
 import duckdb
 import polars as pl
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from pipeline import analysis, ingest, transform, warehouse
-from pipeline.transform.interruptions import _sorted_by
-from tests.transform.test_fleet import _reference_interruptions, _stepped_incidents
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    steps=st.lists(
-        st.tuples(
-            st.sampled_from(["a1", "a2", "b1"]),
-            st.sampled_from([0, 0, 1, 29, 30, 31, 1799, 1800, 1801, 86_400]),
-            st.sampled_from(["host", "network", "xid"]),
-            st.booleans() | st.just(True),
-        ),
-        max_size=60,
-    ),
-    window=st.sampled_from([0.0, 0.5, 30.0]),
-)
-def test_node_interruptions_of_sorted_rows_match_the_reference(steps, window):
-    """Rows handed over in node and time order (as read_failures reads them) are not sorted
-    again; the interruptions are the row-by-row reference's all the same."""
-    incidents = _stepped_incidents(steps).sort("cluster_id", "node_id", "timestamp_utc", "category")
-    assert_frame_equal(
-        transform.node_interruptions(incidents, window_minutes=window),
-        _reference_interruptions(incidents, window),
-    )
-
-
-@settings(max_examples=300, deadline=None)
-@given(rows=st.lists(st.tuples(st.sampled_from(["x", "y", None]), st.sampled_from([1, 2, None])), max_size=8))
-def test_sorted_by_agrees_with_a_sort(rows):
-    frame = pl.DataFrame(rows, schema={"a": pl.String, "b": pl.Int64}, orient="row")
-    assert _sorted_by(frame, ["a", "b"]) == frame.equals(frame.sort("a", "b", maintain_order=True))
+from pipeline import analysis, ingest, warehouse
 
 
 def _limit(con) -> str:

@@ -17,6 +17,7 @@ from pipeline import analysis, models, sample, transform, warehouse
 from pipeline.cli import main
 from pipeline.models.backtest import wilson_interval
 from tests._fleets import fleet_exposure, simulated_jobs
+from tests._interruptions import node_interruptions
 
 SPEC = sample.FleetSpec(cluster_sizes=(32, 128, 512), days=90, weibull_shape=1.0, seed=5)
 T0 = datetime(2026, 1, 1)
@@ -29,7 +30,7 @@ def _at(hours: float) -> datetime:
 @pytest.fixture(scope="module")
 def fleet() -> tuple[pl.DataFrame, pl.DataFrame]:
     incidents, exposure = fleet_exposure(SPEC)
-    failures = transform.node_interruptions(incidents.filter("interrupting").select(analysis.FAILURE_COLUMNS))
+    failures = node_interruptions(incidents.filter("interrupting").select(analysis.FAILURE_COLUMNS))
     return failures, exposure
 
 
@@ -155,9 +156,7 @@ def test_observed_to_expected_is_unbiased_over_fleets():
     for seed in range(60):
         spec = sample.FleetSpec(cluster_sizes=(32, 128, 512), days=90, weibull_shape=1.0, seed=100 + seed)
         incidents, exposure = fleet_exposure(spec)
-        failures = transform.node_interruptions(
-            incidents.filter("interrupting").select(analysis.FAILURE_COLUMNS)
-        )
+        failures = node_interruptions(incidents.filter("interrupting").select(analysis.FAILURE_COLUMNS))
         fitted = _scored(simulated_jobs(spec, 1000, seed=seed), (failures, exposure))
         ratios.append(fitted.ratio_)
         covered.append(fitted.verdict_ == "calibrated")

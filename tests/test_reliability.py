@@ -12,6 +12,7 @@ import pytest
 
 from pipeline import models, sample, transform
 from tests._fleets import fleet_exposure
+from tests._interruptions import node_interruptions
 
 T0 = datetime(2026, 1, 1)
 RATE = 0.01
@@ -81,7 +82,7 @@ def test_duane_points_follow_the_crow_amsaa_fit_and_are_bounded():
 
     spec = sample.FleetSpec(cluster_sizes=(32, 128), days=60, seed=3)
     incidents, exposure = fleet_exposure(spec)
-    failures = transform.node_interruptions(incidents.filter("interrupting").select(analysis.FAILURE_COLUMNS))
+    failures = node_interruptions(incidents.filter("interrupting").select(analysis.FAILURE_COLUMNS))
     operating = transform.failure_operating_times(failures, exposure)
     trends = analysis.trend_tests(operating, exposure)
     points = transform.duane_points(operating, trends, max_points=60)

@@ -64,7 +64,6 @@ ALLOWED_SQL_INTERPOLATIONS = {
     ("pipeline/warehouse.py", "query"): "read_incidents: one of incidents_query's literal queries",
     ("pipeline/warehouse.py", "select"): "read_incidents: column names checked against the table's",
     ("pipeline/warehouse.py", "where"): "read_incidents: a literal WHERE or nothing",
-    ("pipeline/warehouse.py", "order"): "read_incidents: a literal ORDER BY or nothing",
     ("pipeline/readers/sacct.py", "slurm_time('start')"): "SQL of a literal column name",
     ("pipeline/readers/sacct.py", "slurm_time('\"end\"')"): "SQL of a literal column name",
     ("pipeline/readers/slurm_events.py", "slurm_time('timestart')"): "SQL of a literal column name",

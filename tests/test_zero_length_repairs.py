@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
+import duckdb
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
 from pipeline import analysis, models, projection, transform, warehouse
+from pipeline.analysis.downtime import outages
 from pipeline.cli import main
 from pipeline.extract import extract_files
 from pipeline.ingest import ingest_files
@@ -151,7 +153,7 @@ def _frames(ends: list[timedelta | None]):
 @pytest.mark.filterwarnings("error")  # lifelines takes a 0 duration without a word
 def test_a_zero_length_outage_is_a_repair_of_zero_hours_and_removes_no_uptime():
     failures, inventory, end = _frames([timedelta(0), timedelta(hours=6), timedelta(0)])
-    out = transform.outages(failures, inventory, end)
+    out = outages(duckdb.connect(), failures, inventory, end)
     assert out["end_source"].to_list() == ["resolved_at"] * 3
     assert out["repair_hours"].to_list() == [0.0, 6.0, 0.0]
     assert out["resolved"].all() and out["downtime_hours"].to_list() == [0.0, 6.0, 0.0]

@@ -4,19 +4,22 @@ The rates view needs counts, not rows: failures per group, node-hours per group,
 left out by reason. :class:`FailureCounts` computes them where the incidents are stored and hands
 Polars only those aggregates (:func:`pipeline.transform.rates_from_counts` turns them into rate
 tables), instead of reading the interrupting incidents into Polars and running the transforms on
-rows. The rules are those of the Polars transforms, step for step (tests/test_analysis_counts.py
-compares both on fleets with every edge case):
+rows. Steps 1 and 2 are the only implementations of their rules (every command reads its
+interruptions and outages from them); steps 3-5 are those of the Polars transforms, step for step
+(tests/test_analysis_counts.py and tests/transform/test_interval_joins.py hold both to the same
+tables on fleets with every edge case):
 
-1. node interruptions (:func:`pipeline.transform.node_interruptions`): the interrupting incidents
+1. node interruptions (:func:`node_interruptions` reads them as rows: the one implementation of
+   the rule, for every command): the interrupting incidents
    sorted by cluster, node, time, category and table order; a node's first incident and each
    one more than the window after the one before start a run; runs longer than the window are
    chained in NumPy (:func:`pipeline.transform.interruptions.chained_starts`, only their rows
    are updated); an interruption keeps its first incident's columns and the latest
    ``resolved_at_utc`` of its incidents;
-2. outages with a recorded end (:func:`pipeline.transform.outages`): the end is the
-   interruption's own resolution, else the start of the node's next service interval when the
-   one it was in ends at the failure (within ``GAP_TOLERANCE``); a failure before the latest
-   end of the node's earlier outages joins them;
+2. outages with a recorded end (:func:`pipeline.analysis.downtime.outages`, the same query on
+   these tables): the end is the interruption's own resolution, else the start of the node's next
+   service interval when the one it was in ends at the failure (within ``GAP_TOLERANCE``); a
+   failure before the latest end of the node's earlier outages joins them;
 3. uptime pieces (:func:`pipeline.transform.uptime_intervals`): the calendar service intervals
    split around those outages (basis "uptime"; "calendar" keeps the intervals);
 4. failures in service (:func:`pipeline.transform.failures_in_service`): an interruption counts
@@ -50,6 +53,7 @@ import numpy as np
 import polars as pl
 
 from pipeline import transform, warehouse
+from pipeline.analysis import downtime
 
 # group keys a count may use: a literal SQL expression each (never user text in SQL)
 _KEYS = {
@@ -73,7 +77,7 @@ SELECT cluster_id, node_id, row_number() OVER (ORDER BY cluster_id, node_id) AS 
 _FAULTS = """
 CREATE OR REPLACE TEMP TABLE _fc_faults AS
 WITH f AS (
-    SELECT n._node, f.timestamp_utc, f.category, f.failure_class, f.resolved_at_utc,
+    SELECT n._node, f.timestamp_utc, f.category, f.failure_class, f.resolved_at_utc{attributes},
         row_number() OVER w AS _n,
         coalesce(epoch_us(f.timestamp_utc) - epoch_us(lag(f.timestamp_utc) OVER w) > $window_us, true)
             AS _start,
@@ -90,18 +94,33 @@ _CHAINED = "UPDATE _fc_faults f SET _start = true FROM _fc_changed c WHERE f._no
 
 # an interruption is named by its node and its first incident's number _n (in time order). Most
 # are one incident (_alone: a run start whose next incident is past the window; the chain only
-# adds starts, so it stays alone) and are kept as they are; only the others are grouped
+# adds starts, so it stays alone) and are kept as they are; only the others are grouped. It keeps
+# its first incident's columns (arg_min_null: that incident's value, null or not) and the latest
+# resolution of its incidents; {detail} adds what read_failures returns besides (attributes,
+# categories in time order, faults, the last fault's time)
 _INTERRUPTIONS = """
 CREATE OR REPLACE TEMP TABLE _fc_interruptions AS
-SELECT _node, _n, timestamp_utc, category, failure_class, resolved_at_utc FROM _fc_faults WHERE _alone
+SELECT _node, _n, timestamp_utc, category, failure_class, resolved_at_utc{alone}
+FROM _fc_faults WHERE _alone
 UNION ALL
-SELECT _node, min(_n), min(timestamp_utc), arg_min(category, _n), arg_min(failure_class, _n),
-    max(resolved_at_utc)
+SELECT _node, min(_n), min(timestamp_utc), arg_min_null(category, _n), arg_min_null(failure_class, _n),
+    max(resolved_at_utc){grouped}
 FROM (
     SELECT *, sum(_start::INTEGER) OVER (PARTITION BY _node ORDER BY _n) AS _k
     FROM _fc_faults WHERE NOT _alone
 )
 GROUP BY _node, _k
+"""
+_DETAIL_ALONE = """, attributes, [category] AS categories, 1::UINTEGER AS faults,
+    timestamp_utc AS last_fault_utc"""
+_DETAIL_GROUPED = """, arg_min_null(attributes, _n), list(category ORDER BY _n), count(*)::UINTEGER,
+    max(timestamp_utc)"""
+# read_failures' rows: one per interruption, in (cluster, node, time) order
+_INTERRUPTION_ROWS = """
+SELECT n.cluster_id, n.node_id, i.timestamp_utc, i.category, i.failure_class, true AS interrupting,
+    i.resolved_at_utc, i.attributes, i.categories, i.faults, i.last_fault_utc
+FROM _fc_interruptions i JOIN _fc_nodes n USING (_node)
+ORDER BY i._node, i._n
 """
 
 _INTERVALS = """
@@ -110,46 +129,21 @@ SELECT x._interval, n._node, x.start_utc, x.end_utc
 FROM _fc_exposure x JOIN _fc_nodes n ON n.cluster_id = x.cluster_id AND n.node_id = x.node_id
 """
 
-# outage ends from the inventory (transform.outages._inventory_ends): the first end of a service
-# interval at or after the failure, when within the tolerance, then the first start at or after
-# it; as-of joins, whose size is the interruptions, not interruptions x intervals per node
-_DOWNTIME = """
+# step 2: the outages of the interruptions up to the window end (pipeline.analysis.downtime, the
+# one implementation of the rule) on these tables, by node number; their recorded downtime
+_DOWNTIME_OF = """
 CREATE OR REPLACE TEMP TABLE _fc_downtime AS
-WITH service AS (
-    SELECT n._node, v.in_service_from_utc, v.in_service_to_utc
-    FROM inventory v JOIN _fc_nodes n ON n.cluster_id = v.cluster_id AND n.node_id = v.node_id
-), removals AS (
-    SELECT _node, in_service_to_utc AS removed_utc FROM service WHERE in_service_to_utc IS NOT NULL
-), returns AS (
-    SELECT _node, in_service_from_utc AS back_utc FROM service
-), i AS (
-    SELECT * FROM _fc_interruptions WHERE timestamp_utc <= $until
-), closing AS (
-    SELECT i._node, i._n, r.removed_utc
-    FROM i ASOF JOIN removals r ON r._node = i._node AND r.removed_utc >= i.timestamp_utc
-    WHERE r.removed_utc <= i.timestamp_utc + to_microseconds($tolerance_us)
-), reopened AS (
-    SELECT c._node, c._n, b.back_utc AS inventory_end_utc
-    FROM closing c ASOF JOIN returns b ON b._node = c._node AND b.back_utc >= c.removed_utc
-), ends AS (
-    SELECT i._node, i._n, i.timestamp_utc,
-        CASE WHEN i.resolved_at_utc >= i.timestamp_utc THEN i.resolved_at_utc ELSE r.inventory_end_utc END
-            AS end_utc
-    FROM i LEFT JOIN reopened r USING (_node, _n)
-), running AS (
-    SELECT *, max(coalesce(end_utc, timestamp_utc)) OVER (
-        PARTITION BY _node ORDER BY _n ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    ) AS _running_end
-    FROM ends
-), numbered AS (
-    SELECT *, sum((_running_end IS NULL OR timestamp_utc >= _running_end)::INTEGER) OVER (
-        PARTITION BY _node ORDER BY _n
-    ) AS _outage
-    FROM running
-)
-SELECT _node, min(timestamp_utc) AS out_from, max(end_utc) AS out_to
-FROM numbered GROUP BY _node, _outage HAVING max(end_utc) IS NOT NULL
+SELECT _node, start_utc AS out_from, end_utc AS out_to FROM ({outages}) WHERE end_utc IS NOT NULL
 """
+_DOWNTIME = _DOWNTIME_OF.format(
+    outages=downtime.outages_query(
+        "(SELECT _node, _n AS _order, timestamp_utc, resolved_at_utc FROM _fc_interruptions)",
+        "(SELECT n._node, v.in_service_from_utc, v.in_service_to_utc "
+        "FROM inventory v JOIN _fc_nodes n ON n.cluster_id = v.cluster_id AND n.node_id = v.node_id)",
+        ["_node"],
+        ["_node"],
+    )
+)
 
 # step 3 as transform.uptime_intervals does it: the gaps between a node's downtime windows (of
 # positive length, merged where they overlap: a running maximum of their ends) are its up
@@ -264,6 +258,58 @@ _TEMP_TABLES = (
 )
 
 
+def _interruption_tables(con, window_minutes: float, *, detail: bool) -> None:
+    """Temporary tables ``_fc_nodes`` (a number per node) and ``_fc_interruptions`` (steps 1 of the
+    module docstring) on ``con``; ``detail`` adds the columns :func:`node_interruptions` returns."""
+    if window_minutes < 0:
+        raise ValueError("window_minutes must not be negative")
+    window = timedelta(minutes=window_minutes)
+    con.execute(_NODES)
+    query = _FAULTS.format(
+        query=warehouse.incidents_query(con, row=True), attributes=", f.attributes" * detail
+    )
+    con.execute(query, {"window_us": window // timedelta(microseconds=1)})
+    _chain_long_runs(con, window)
+    con.execute(_INTERRUPTIONS.format(alone=_DETAIL_ALONE * detail, grouped=_DETAIL_GROUPED * detail))
+    con.execute("DROP TABLE _fc_faults")
+
+
+def _chain_long_runs(con, window: timedelta) -> None:
+    """Split the runs of close incidents longer than the window into interruptions (step 1):
+    the chain in NumPy on the times and run starts, then only the changed rows updated."""
+    node, n, t, runs = con.sql(_RUNS).fetchnumpy().values()
+    runs = np.asarray(runs, dtype=bool)
+    starts = transform.chained_starts(np.asarray(t), runs, window // timedelta(microseconds=1))
+    changed = np.flatnonzero(starts != runs)
+    if changed.size:
+        # a changed row is never a run's first, so it becomes a start
+        rows = pl.DataFrame({"_node": np.asarray(node)[changed], "_n": np.asarray(n)[changed]})
+        con.register("_fc_changed", rows)
+        con.execute(_CHAINED)
+        con.unregister("_fc_changed")
+
+
+def node_interruptions(con, *, window_minutes: float = transform.INTERRUPTION_WINDOW_MINUTES) -> pl.DataFrame:
+    """The node interruptions of the warehouse behind ``con``: its interrupting incidents, a node's
+    incidents within ``window_minutes`` of an interruption's first incident collapsed into that
+    interruption (the rule of step 1; why, in :func:`pipeline.analysis.read_failures`). One row per
+    interruption in (cluster, node, time) order: its first incident's ``cluster_id``, ``node_id``,
+    ``timestamp_utc``, ``category`` (the root cause), ``failure_class``, ``interrupting`` and
+    ``attributes`` (JSON text), the latest ``resolved_at_utc`` of its incidents (the end one source
+    records is kept when another source without ends saw the failure first), ``categories`` (all,
+    in time order), ``faults`` (how many) and ``last_fault_utc``. Incidents of one node at the same
+    time and category keep their table order.
+
+    The one implementation of the rule: ``rates`` counts these interruptions where they are
+    (:class:`FailureCounts`), ``analyze`` and the other views read them from here."""
+    _interruption_tables(con, window_minutes, detail=True)
+    try:
+        return con.sql(_INTERRUPTION_ROWS).pl()
+    finally:
+        for name in ("_fc_interruptions", "_fc_nodes"):
+            con.execute(_DROP.format(name=name))
+
+
 class FailureCounts:
     """The node interruptions of the warehouse behind ``con`` (window ``window_minutes``) matched to
     ``exposure``'s service intervals (:func:`pipeline.transform.exposure_intervals` up to
@@ -285,43 +331,20 @@ class FailureCounts:
             raise ValueError(
                 f"unknown exposure basis {basis!r}; use one of {', '.join(transform.EXPOSURE_BASES)}"
             )
-        if window_minutes < 0:
-            raise ValueError("window_minutes must not be negative")
         self.con = con
         self.observed_until, self.observed_since = observed_until, observed_since
         # "calendar": the pieces are exposure's own rows, summed by Polars (see _exposure_sums)
         self._calendar = exposure if basis == "calendar" else None
-        window = timedelta(minutes=window_minutes)
-        con.execute(_NODES)
-        query = _FAULTS.format(query=warehouse.incidents_query(con, row=True))
-        con.execute(query, {"window_us": window // timedelta(microseconds=1)})
-        self._chain_long_runs(window)
-        con.execute(_INTERRUPTIONS)
-        con.execute("DROP TABLE _fc_faults")
+        _interruption_tables(con, window_minutes, detail=False)
         con.register("_fc_exposure", exposure.with_row_index("_interval"))
         con.execute(_INTERVALS)
         if basis == "uptime":
-            tolerance = transform.GAP_TOLERANCE // timedelta(microseconds=1)
-            con.execute(_DOWNTIME, {"until": observed_until, "tolerance_us": tolerance})
+            con.execute(_DOWNTIME, downtime.query_parameters(observed_until))
             con.execute(_UPTIME_PIECES)
             con.execute("DROP TABLE _fc_downtime")
         else:
             con.execute(_CALENDAR_PIECES)
         con.execute(_MATCHED)
-
-    def _chain_long_runs(self, window: timedelta) -> None:
-        """Split the runs of close incidents longer than the window into interruptions (step 1):
-        the chain in NumPy on the times and run starts, then only the changed rows updated."""
-        node, n, t, runs = self.con.sql(_RUNS).fetchnumpy().values()
-        runs = np.asarray(runs, dtype=bool)
-        starts = transform.chained_starts(np.asarray(t), runs, window // timedelta(microseconds=1))
-        changed = np.flatnonzero(starts != runs)
-        if changed.size:
-            # a changed row is never a run's first, so it becomes a start
-            rows = pl.DataFrame({"_node": np.asarray(node)[changed], "_n": np.asarray(n)[changed]})
-            self.con.register("_fc_changed", rows)
-            self.con.execute(_CHAINED)
-            self.con.unregister("_fc_changed")
 
     def rates(
         self,

@@ -10,6 +10,7 @@ from datetime import datetime
 import polars as pl
 
 from pipeline import models, record_checks, transform, warehouse
+from pipeline.analysis import counts, downtime
 from pipeline.analysis.options import LEMON_FDR
 
 FAILURE_COLUMNS = (
@@ -33,43 +34,63 @@ def read_failures(
     """The failures that rates, gaps, shares and trends count, read from the warehouse behind
     ``con`` with only the columns they use (``FAILURE_COLUMNS``, plus one column per key of
     ``attributes``: the incidents' extra input columns, text, null where absent) and only
-    interrupting incidents (all with ``interrupting_only`` False), then collapsed into node
-    interruptions (:func:`pipeline.transform.node_interruptions`) unless ``window_minutes`` is None.
+    interrupting incidents (all with ``interrupting_only`` False), collapsed into node
+    interruptions unless ``window_minutes`` is None: a node's interrupting incidents within
+    ``window_minutes`` of an interruption's first one are that interruption, with its first
+    incident's columns plus ``categories``, ``faults`` and ``last_fault_utc``
+    (:func:`pipeline.analysis.counts.node_interruptions`, the one implementation of the rule).
 
-    Why: the whole incidents table of a 10 M-incident fleet takes GBs in Polars (messages, ids);
-    the transforms need five columns of about a third of the rows. The selection and filter run
-    inside DuckDB (:func:`pipeline.warehouse.read_incidents`).
+    Why the window: one node failure often logs several faults within minutes (XID 79, then the
+    NCCL watchdog's timeout; a machine check, then the link going down). The warehouse collapses
+    repeats of one fault (category and GPU); counting the different faults of one failure as
+    separate failures inflates rates and adds near-zero gaps that push the Weibull shape down. The
+    default 30 minutes is PyTorch's common NCCL watchdog timeout, the longest usual delay from a
+    fault to its consequence; two independent failures of one node that close are rare (at a
+    2 000 h MTBF and shape 0.85, about 1 gap in 1 000). The window is anchored at the first fault,
+    not chained from fault to fault, so a run of echoes cannot swallow a later independent failure.
+
+    Why in DuckDB: the whole incidents table of a 10 M-incident fleet takes GBs in Polars
+    (messages, ids); the selection, filter, sort and collapse run inside DuckDB, within its memory
+    cap, and Polars receives one row per interruption.
     """
-    columns = [*FAILURE_COLUMNS, *(["attributes"] if attributes else [])]
-    faults = warehouse.read_incidents(
-        con, columns, interrupting_only=interrupting_only, node_time_order=window_minutes is not None
-    )
-    if attributes:
-        parsed = pl.col("attributes").str.json_decode(pl.Struct({k: pl.String for k in attributes}))
-        faults = faults.with_columns(parsed.struct.field(*attributes)).drop("attributes")
     if window_minutes is None:
-        return faults
-    return transform.node_interruptions(faults, window_minutes=window_minutes)
+        columns = [*FAILURE_COLUMNS, *(["attributes"] if attributes else [])]
+        frame = warehouse.read_incidents(con, columns, interrupting_only=interrupting_only)
+        return _with_attributes(frame, attributes)
+    frame = counts.node_interruptions(con, window_minutes=window_minutes)
+    frame = _with_attributes(frame if attributes else frame.drop("attributes"), attributes)
+    return frame.select(*FAILURE_COLUMNS, *attributes, "categories", "faults", "last_fault_utc")
+
+
+def _with_attributes(frame: pl.DataFrame, attributes: Sequence[str]) -> pl.DataFrame:
+    """``frame`` with its JSON ``attributes`` column replaced by one text column per key."""
+    if not attributes:
+        return frame
+    parsed = pl.col("attributes").str.json_decode(pl.Struct({k: pl.String for k in attributes}))
+    return frame.with_columns(parsed.struct.field(*attributes)).drop("attributes")
 
 
 def rate_exposure(
+    con,
     failures: pl.DataFrame,
     inventory: pl.DataFrame,
     exposure: pl.DataFrame,
     observed_until: datetime,
     basis: str = "uptime",
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(exposure that rates divide by, outages): the calendar ``exposure`` with the outages'
-    downtime removed for ``basis`` "uptime" (MTBF = uptime / failures), ``exposure`` itself for
-    "calendar". ``exposure`` itself too when no recorded downtime falls inside a service interval
-    (no outage has a recorded end, or, as in an availability trace, a node is out of service
-    while it is down): callers then match failures to one set of intervals, not two equal ones
-    (:func:`pipeline.analysis.analyze`; at 5 M intervals each match holds ~0.5 GB)."""
+    """(exposure that rates divide by, outages): the outages of ``failures``
+    (:func:`pipeline.analysis.downtime.outages`, on the connection ``con``), and the calendar
+    ``exposure`` with their downtime removed for ``basis`` "uptime" (MTBF = uptime / failures),
+    ``exposure`` itself for "calendar". ``exposure`` itself too when no recorded downtime falls
+    inside a service interval (no outage has a recorded end, or, as in an availability trace, a
+    node is out of service while it is down): callers then match failures to one set of
+    intervals, not two equal ones (:func:`pipeline.analysis.analyze`; at 5 M intervals each match
+    holds ~0.5 GB)."""
     if basis not in transform.EXPOSURE_BASES:
         raise ValueError(
             f"unknown exposure basis {basis!r}; use one of {', '.join(transform.EXPOSURE_BASES)}"
         )
-    outages = transform.outages(failures, inventory, observed_until)
+    outages = downtime.outages(con, failures, inventory, observed_until)
     if basis == "calendar":
         return exposure, outages
     uptime = transform.uptime_intervals(exposure, outages)
@@ -87,7 +108,8 @@ def counted_failures(failures: pl.DataFrame, in_service: pl.DataFrame) -> pl.Dat
     # in_service may hold only the columns its statistics read (fleet.RATE_COLUMNS): the rows
     # are found in failures by node and time
     keys = ["cluster_id", "node_id", "timestamp_utc"]
-    return failures.join(in_service.select(keys).unique(), on=keys, how="semi", maintain_order="left")
+    # a semi join keeps each left row once whatever its matches: no unique() copy of 3 M keys
+    return failures.join(in_service.select(keys), on=keys, how="semi", maintain_order="left")
 
 
 def left_out_note(left_out: pl.DataFrame) -> str | None:

@@ -66,7 +66,7 @@ class FleetAnalysis:
 
     ``exposure_estimated`` is True when the inventory was inferred from the logs (every rate and
     MTBF then rests on guessed service intervals). Rates, fits, shares and trend tests count
-    ``interruptions`` (:func:`pipeline.transform.node_interruptions`: a node's faults within
+    ``interruptions`` (:func:`pipeline.analysis.counts.node_interruptions`: a node's faults within
     ``interruption_window_minutes`` are one failure, by its root cause; the columns of
     ``FAILURE_COLUMNS`` only); with a window of None the interrupting incidents are counted as
     they are. ``incidents`` is the warehouse's whole table, one row per fault, as a lazy frame
@@ -212,7 +212,7 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
     failures = read_failures(con, window_minutes=options.interruption_window_minutes)
     exposure = transform.exposure_intervals(inventory, end, since)
     # outages of every failure: one that began before the window can still hold a node down in it
-    at_risk, all_outages = rate_exposure(failures, inventory, exposure, end, options.exposure_basis)
+    at_risk, all_outages = rate_exposure(con, failures, inventory, exposure, end, options.exposure_basis)
     outages = options.in_window(all_outages, "start_utc")
     del inventory  # as many rows as the exposure: an availability trace has one per up-interval
     # Memory (bench/RESULTS.md, issue 27): every row frame below is as long as the failures or the

@@ -90,7 +90,7 @@ def lemons(
         counts.close()
     else:
         failures = analysis_mod.read_failures(con, window_minutes=None)
-        at_risk, _ = analysis_mod.rate_exposure(failures, inventory, exposure, end, exposure_basis)
+        at_risk, _ = analysis_mod.rate_exposure(con, failures, inventory, exposure, end, exposure_basis)
         _, test, _ = analysis_mod.node_evidence(failures, at_risk, lemon_fdr=lemon_fdr)
         left_out = (
             transform.failures_left_out(failures, at_risk, end, observed_since=since) if since else None

@@ -101,7 +101,7 @@ def repairs(db: Path, by, interruption_window_minutes: float, since, until, as_j
     end, since = options.until, options.since
     failures = analysis_mod.read_failures(con, window_minutes=options.interruption_window_minutes)
     exposure = transform.exposure_intervals(inventory, end, since)
-    uptime, every_outage = analysis_mod.rate_exposure(failures, inventory, exposure, end)
+    uptime, every_outage = analysis_mod.rate_exposure(con, failures, inventory, exposure, end)
     outages = options.in_window(every_outage, "start_utc")
     before = int(every_outage.height - outages.height)
     left_out = int((failures["timestamp_utc"] > end).sum())

@@ -187,7 +187,7 @@ def rates(
             window_minutes=None if all_categories else window_minutes,
             attributes=attributes,
         )
-        at_risk, _ = analysis_mod.rate_exposure(incidents, inventory, exposure, end, exposure_basis)
+        at_risk, _ = analysis_mod.rate_exposure(con, incidents, inventory, exposure, end, exposure_basis)
         # which failures count, matched to their interval once for every rate below
         in_service = transform.failures_in_service(incidents, at_risk, with_interval=True)
         left_out = transform.failures_left_out(

@@ -4,8 +4,8 @@
 rates with exact Poisson intervals, category shares); ``interruptions`` collapses faults into node
 interruptions and gives times between failures and operating times; ``dispersion`` measures over-
 dispersion and picks the rate interval; ``durations`` rounds gaps to a relative grid and aggregates
-them into weighted rows for the fits; ``outages`` pairs interruptions with their end (repair times,
-downtime, availability) and removes downtime from exposure; ``jobs`` compares Slurm job
+them into weighted rows for the fits; ``outages`` removes the outages' downtime from exposure
+(uptime) and gives availability; ``jobs`` compares Slurm job
 interruptions with the node rate; ``backtest`` predicts each job's interruptions from the data
 before it started; ``reliability`` gives the points of the Weibull, mean cumulative function and
 Duane plots; ``restarts`` measures detection and restart times of training jobs from their logs;
@@ -54,7 +54,6 @@ from pipeline.transform.interruptions import (
     INTERRUPTION_WINDOW_MINUTES,
     chained_starts,
     failure_operating_times,
-    node_interruptions,
     times_between_failures,
 )
 from pipeline.transform.jobs import job_interruption_rates
@@ -63,7 +62,6 @@ from pipeline.transform.outages import (
     EXPOSURE_BASES,
     GAP_TOLERANCE,
     availability,
-    outages,
     uptime_intervals,
 )
 from pipeline.transform.reliability import (
@@ -112,9 +110,7 @@ __all__ = [
     "mean_cumulative_function",
     "job_predictions",
     "job_recoveries",
-    "node_interruptions",
     "observation_end",
-    "outages",
     "poisson_interval",
     "poisson_upper_bound",
     "rate_source_counts",

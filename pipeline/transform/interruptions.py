@@ -1,7 +1,8 @@
 """Node interruptions, times between failures and failures on the operating clock.
 
 A node's faults within ``INTERRUPTION_WINDOW_MINUTES`` are one interruption, by its root cause
-(:func:`node_interruptions`); times between failures are the gaps between a node's (or a
+(collapsed inside DuckDB, :func:`pipeline.analysis.counts.node_interruptions`, with this module's
+:func:`chained_starts`); times between failures are the gaps between a node's (or a
 cluster's) interruptions in service (:func:`times_between_failures`, same interval rule as the
 rates, :func:`pipeline.transform.fleet.in_service`). Trend tests run on each cluster's operating
 clock (node-hours accrued, :func:`failure_operating_times`), so a cluster that grows is not read as
@@ -10,102 +11,12 @@ a rising rate.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import numpy as np
 import polars as pl
 
 from pipeline.transform.fleet import failures_in_service
 
 INTERRUPTION_WINDOW_MINUTES = 30.0
-
-
-def node_interruptions(
-    incidents: pl.DataFrame, *, window_minutes: float = INTERRUPTION_WINDOW_MINUTES
-) -> pl.DataFrame:
-    """Interrupting incidents of one node within ``window_minutes`` of an interruption's first
-    incident, collapsed into that interruption: the first incident's row (its ``category`` is the
-    root cause) plus ``categories`` (all, in time order), ``faults`` (how many) and
-    ``last_fault_utc``; ``resolved_at_utc`` (when present) is the latest of its incidents', so the
-    end that one source records (the Slurm event that drained the node) is kept when another
-    source without ends (the kernel's Xid line) saw the failure first. Non-interrupting incidents
-    are dropped. Incidents of one node at the same time and category keep their input order.
-
-    Why: one node failure often logs several faults within minutes (XID 79, then the NCCL
-    watchdog's timeout; a machine check, then the link going down). The warehouse collapses
-    repeats of one fault (category and GPU); counting the different faults of one failure as
-    separate failures inflates rates and adds near-zero gaps that push the Weibull shape down. The
-    default 30 minutes is PyTorch's common NCCL watchdog timeout, the longest usual delay from a
-    fault to its consequence; two independent failures of one node that close are rare (at a
-    2 000 h MTBF and shape 0.85, about 1 gap in 1 000). The window is anchored at the first fault,
-    not chained from fault to fault, so a run of echoes cannot swallow a later independent failure.
-    """
-    if window_minutes < 0:
-        raise ValueError("window_minutes must not be negative")
-    keys = ["cluster_id", "node_id"]
-    window = timedelta(minutes=window_minutes)
-    interrupting = incidents["interrupting"].fill_null(False).all()
-    frame = incidents if interrupting else incidents.filter(pl.col("interrupting"))
-    order = [*keys, "timestamp_utc", "category"]
-    if not _sorted_by(frame, order):  # read_failures hands them sorted by DuckDB: no copy
-        frame = frame.sort(*order, maintain_order=True)
-    ends = [c for c in ("resolved_at_utc",) if c in frame.columns]
-    starts = _interruption_starts(frame, keys, window)
-    # one row per interruption: its first incident's row; only interruptions of several
-    # incidents are grouped (a group-by over a million one-row groups was most of the cost) and
-    # their aggregates joined onto their first rows (in place: no concatenation and re-sort,
-    # which held three copies of the rows at once)
-    alone = starts & np.append(starts[1:], True)
-    sequence = pl.Series("_seq", starts.cumsum(), dtype=pl.UInt32)
-    firsts = frame.with_columns(sequence).filter(pl.Series(starts))
-    grouped = (
-        frame.with_columns(sequence)
-        .filter(pl.Series(~alone))
-        .group_by("_seq", maintain_order=True)
-        .agg(
-            *[pl.col(c).max().alias(f"_{c}") for c in ends],
-            _categories=pl.col("category"),
-            _faults=pl.len(),
-            _last_fault_utc=pl.col("timestamp_utc").max(),
-        )
-    )
-    return (
-        firsts.join(grouped, on="_seq", how="left", maintain_order="left")
-        .with_columns(
-            *[pl.coalesce(f"_{c}", c).alias(c) for c in ends],
-            categories=pl.coalesce("_categories", pl.concat_list("category")),
-            faults=pl.coalesce("_faults", pl.lit(1, pl.UInt32)),
-            last_fault_utc=pl.coalesce("_last_fault_utc", "timestamp_utc"),
-        )
-        .select(*frame.columns, "categories", "faults", "last_fault_utc")
-    )
-
-
-def _sorted_by(frame: pl.DataFrame, columns: list[str]) -> bool:
-    """True when ``frame`` is sorted by ``columns`` (ascending, nulls first as Polars sorts them):
-    one pass of comparisons with the row before, no sorted copy."""
-    if frame.height < 2:
-        return True
-    later = pl.lit(False)
-    for column in reversed(columns):
-        c, before = pl.col(column), pl.col(column).shift(1)
-        greater = (c > before).fill_null(False) | (before.is_null() & c.is_not_null())
-        later = greater | (c.eq_missing(before) & later)
-    equal = pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).shift(1)) for c in columns)
-    return bool(frame.select((later | equal).slice(1).all()).item())
-
-
-def _interruption_starts(frame: pl.DataFrame, keys: list[str], window: timedelta) -> np.ndarray:
-    """True at each interruption's first incident of ``frame`` (sorted by ``keys`` and time): a
-    node's first incident and every one more than ``window`` after the one before start a run of
-    close incidents, and :func:`chained_starts` splits the runs longer than the window."""
-    time = pl.col("timestamp_utc")
-    same_node = pl.all_horizontal(pl.col(k).eq_missing(pl.col(k).shift(1)).fill_null(False) for k in keys)
-    gap = pl.when(same_node).then(time.diff())
-    starts = frame.select(gap.is_null() | (gap > window)).to_series().to_numpy(writable=True)
-    unit = "ns" if frame.schema["timestamp_utc"].time_unit == "ns" else "us"  # exact in both
-    t = frame["timestamp_utc"].dt.cast_time_unit(unit).to_physical().to_numpy()
-    return chained_starts(t, starts, window // timedelta(microseconds=1) * (1000 if unit == "ns" else 1))
 
 
 def chained_starts(t: np.ndarray, run_starts: np.ndarray, window: int) -> np.ndarray:

@@ -14,6 +14,7 @@ from polars.testing import assert_frame_equal
 from pipeline import models, sample, transform
 from pipeline.categories import INTERRUPTING_CATEGORIES
 from tests._fleets import fleet_exposure
+from tests._interruptions import node_interruptions
 
 T0 = datetime(2026, 3, 1)
 
@@ -317,7 +318,7 @@ def test_category_shares_recover_the_simulated_mix():
 )
 def test_node_interruptions_collapse_a_nodes_faults(rows, window, expected):
     incidents = _incidents([("a", n, m / 60, cat) for n, m, cat in rows])
-    result = transform.node_interruptions(incidents, window_minutes=window)
+    result = node_interruptions(incidents, window_minutes=window)
     assert result["categories"].to_list() == expected
     assert result["category"].to_list() == [e[0] for e in expected]
     assert result["faults"].to_list() == [len(e) for e in expected]
@@ -341,14 +342,14 @@ def test_node_interruptions_keep_the_end_any_source_recorded(ends, expected):
             pl.Datetime("us")
         )
     )
-    [row] = transform.node_interruptions(incidents).to_dicts()
+    [row] = node_interruptions(incidents).to_dicts()
     assert row["resolved_at_utc"] == (None if expected is None else base + timedelta(hours=expected))
     assert row["category"] == "gpu_memory" and row["faults"] == 2
 
 
 def test_node_interruptions_reject_negative_window():
     with pytest.raises(ValueError, match="must not be negative"):
-        transform.node_interruptions(_incidents([("a", "a1", 0, "host")]), window_minutes=-1)
+        node_interruptions(_incidents([("a", "a1", 0, "host")]), window_minutes=-1)
 
 
 def _reference_interruptions(incidents: pl.DataFrame, window_minutes: float) -> pl.DataFrame:
@@ -423,7 +424,7 @@ def _stepped_incidents(steps, unit: str = "us") -> pl.DataFrame:
 def test_node_interruptions_match_the_row_by_row_reference(steps, window, unit):
     incidents = _stepped_incidents(steps, unit).sample(fraction=1.0, shuffle=True, seed=len(steps))
     assert_frame_equal(
-        transform.node_interruptions(incidents, window_minutes=window),
+        node_interruptions(incidents, window_minutes=window),
         _reference_interruptions(incidents, window),
     )
 
@@ -436,7 +437,7 @@ def test_node_interruptions_split_long_chains_like_the_reference(every_s):
     steps = [("a1", every_s * int(rng.integers(0, 2)), "host", True) for _ in range(3000)]
     steps += [("a2", int(s), "xid", True) for s in rng.integers(0, 2400, size=3000)]
     incidents = _stepped_incidents(steps)
-    result = transform.node_interruptions(incidents)
+    result = node_interruptions(incidents)
     assert_frame_equal(result, _reference_interruptions(incidents, 30.0))
     assert result.height > 100
 
@@ -454,8 +455,8 @@ def test_node_interruptions_undo_secondary_faults_on_a_simulated_fleet():
         timestamp_utc=pl.col("timestamp_utc") + pl.duration(seconds=delay_s), category=pl.lit("nccl_timeout")
     )
     noisy = pl.concat([incidents, echoes])
-    truth = transform.node_interruptions(incidents)
-    collapsed = transform.node_interruptions(noisy)
+    truth = node_interruptions(incidents)
+    collapsed = node_interruptions(noisy)
     assert collapsed.height == truth.height
     assert (
         collapsed["category"]

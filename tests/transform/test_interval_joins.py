@@ -18,6 +18,7 @@ import tempfile
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,10 +28,10 @@ from polars.testing import assert_frame_equal
 from pipeline import analysis, transform, warehouse
 from pipeline.analysis.counts import FailureCounts
 from tests._fleets import write_warehouse
+from tests._interruptions import node_interruptions
 
-# the modules (``transform.outages`` is also the name of a function the package exports)
+# the module (``transform.fleet``'s functions are patched by name)
 fleet = importlib.import_module("pipeline.transform.fleet")
-outages = importlib.import_module("pipeline.transform.outages")
 
 T0 = datetime(2026, 1, 5)
 STEP = timedelta(minutes=15)
@@ -152,14 +153,102 @@ def reference_periodic_exposure(exposure, every):
 
 
 def reference_rate_exposure(failures, inventory, exposure, end, basis):
-    """analysis.rate_exposure with the reference inventory ends and uptime pieces."""
-    real = outages._inventory_ends
-    outages._inventory_ends = reference_inventory_ends
-    try:
-        found = transform.outages(failures, inventory, end)
-    finally:
-        outages._inventory_ends = real
+    """analysis.rate_exposure with the reference outages and uptime pieces."""
+    found = reference_outages(failures, inventory, end)
     return (exposure if basis == "calendar" else reference_uptime_intervals(exposure, found)), found
+
+
+_NODE = ["cluster_id", "node_id"]
+
+
+def _hours(end: pl.Expr, start: pl.Expr) -> pl.Expr:
+    return (end - start).dt.total_seconds(fractional=True) / 3600
+
+
+def reference_outages(
+    interruptions: pl.DataFrame,
+    inventory: pl.DataFrame,
+    observed_until: datetime,
+    *,
+    gap_tolerance: timedelta = transform.GAP_TOLERANCE,
+) -> pl.DataFrame:
+    """The Polars outages the DuckDB query replaced (pipeline.analysis.downtime.outages), with the
+    old join-and-filter inventory ends: the oracle of the rule."""
+    frame = interruptions.filter(pl.col("timestamp_utc") <= observed_until)
+    if "resolved_at_utc" not in frame.columns:
+        frame = frame.with_columns(resolved_at_utc=pl.lit(None, pl.Datetime("us")))
+    frame = frame.sort(*_NODE, "timestamp_utc", maintain_order=True).with_row_index("_row")
+    gaps = reference_inventory_ends(frame.select("_row", *_NODE, "timestamp_utc"), inventory, gap_tolerance)
+    resolved_at = pl.col("resolved_at_utc").cast(pl.Datetime("us"))
+    # the one rule of an incident's own end: a resolution at or after the failure (at it: a
+    # 0-hour repair)
+    recorded = resolved_at >= pl.col("timestamp_utc")
+    known = (
+        frame.join(gaps, on="_row", how="left")
+        .with_columns(
+            end_utc=pl.when(recorded)
+            .then(resolved_at)
+            .otherwise(pl.col("inventory_end_utc").cast(pl.Datetime("us"))),
+            end_source=pl.when(recorded)
+            .then(pl.lit("resolved_at"))
+            .when(pl.col("inventory_end_utc").is_not_null())
+            .then(pl.lit("inventory")),
+        )
+        # a failure before the latest recorded end of the node's earlier outages belongs to them
+        .with_columns(
+            _running_end=pl.col("end_utc").fill_null(pl.col("timestamp_utc")).cum_max().shift(1).over(_NODE)
+        )
+        .with_columns(
+            _outage=(
+                pl.col("_running_end").is_null() | (pl.col("timestamp_utc") >= pl.col("_running_end"))
+            ).cum_sum()
+        )
+    )
+    until = pl.lit(observed_until).cast(pl.Datetime("us"))
+    keep = [c for c in frame.columns if c not in ("_row", "timestamp_utc", "resolved_at_utc")]
+    columns = ["_outage", *keep, "start_utc", "end_utc", "end_source", "interruptions"]
+    # most outages are one interruption: their rows are kept as they are, only the others grouped
+    outage = pl.col("_outage")
+    alone = (outage != outage.shift(1)).fill_null(True) & (outage != outage.shift(-1)).fill_null(True)
+    singles = known.filter(alone).with_columns(
+        start_utc=pl.col("timestamp_utc"), interruptions=pl.lit(1, pl.UInt32)
+    )
+    grouped = (
+        known.filter(~alone)
+        .group_by("_outage", maintain_order=True)
+        .agg(
+            *[pl.col(c).first() for c in keep],
+            start_utc=pl.col("timestamp_utc").first(),
+            end_utc=pl.col("end_utc").max(),
+            # the first interruption with the latest end
+            end_source=pl.col("end_source")
+            .sort_by(["end_utc", "_row"], descending=[False, True], nulls_last=False, maintain_order=True)
+            .last(),
+            interruptions=pl.len(),
+        )
+    )
+    same_node = pl.all_horizontal(pl.col(k).eq_missing(pl.col(k).shift(-1)).fill_null(False) for k in _NODE)
+    merged = (
+        pl.concat([singles.select(columns), grouped.select(columns)])
+        .sort("_outage")
+        .drop("_outage")
+        .with_columns(_later=same_node)
+        .with_columns(
+            end_source=pl.col("end_source").fill_null(
+                pl.when(pl.col("_later")).then(pl.lit("unknown")).otherwise(pl.lit("open"))
+            ),
+            start_utc=pl.col("start_utc").cast(pl.Datetime("us")),
+        )
+    )
+    return merged.with_columns(
+        repair_hours=pl.when(pl.col("end_source") != "unknown").then(
+            _hours(pl.min_horizontal(pl.col("end_utc").fill_null(until), until), pl.col("start_utc"))
+        ),
+        resolved=pl.col("end_utc").is_not_null() & (pl.col("end_utc") <= until),
+        downtime_hours=pl.when(pl.col("end_utc").is_not_null())
+        .then(_hours(pl.min_horizontal(pl.col("end_utc"), until), pl.col("start_utc")))
+        .otherwise(0.0),
+    ).drop("_later")
 
 
 # --- random small fleets ---
@@ -243,7 +332,7 @@ def _inventory_frame(rows) -> pl.DataFrame:
 def _interruptions(incidents: pl.DataFrame) -> pl.DataFrame:
     """What analyze reads: the interrupting incidents as node interruptions, node and time order."""
     interrupting = incidents.filter("interrupting").sort("cluster_id", "node_id", "timestamp_utc")
-    return transform.node_interruptions(interrupting, window_minutes=30.0)
+    return node_interruptions(interrupting, window_minutes=30.0)
 
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -255,16 +344,9 @@ def test_polars_matches_equal_the_join_and_filter(fleet_frames):
     incidents, inventory, end = fleet_frames
     failures = _interruptions(incidents)
     exposure = transform.exposure_intervals(inventory, end)
-    # outage ends from the inventory gaps: each interruption's as-of match is the reference's
-    starts = failures.sort("cluster_id", "node_id", "timestamp_utc").with_row_index("_row")
-    starts = starts.select("_row", "cluster_id", "node_id", "timestamp_utc")
-    assert_frame_equal(
-        outages._inventory_ends(starts, inventory, transform.GAP_TOLERANCE).sort("_row"),
-        reference_inventory_ends(starts, inventory, transform.GAP_TOLERANCE).sort("_row"),
-        check_dtypes=False,
-    )
+    con = duckdb.connect()
     for basis in transform.EXPOSURE_BASES:
-        at_risk, found = analysis.rate_exposure(failures, inventory, exposure, end, basis)
+        at_risk, found = analysis.rate_exposure(con, failures, inventory, exposure, end, basis)
         expected_risk, expected_outages = reference_rate_exposure(failures, inventory, exposure, end, basis)
         assert_frame_equal(found, expected_outages)
         assert_frame_equal(at_risk, expected_risk)

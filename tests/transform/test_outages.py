@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import duckdb
 import polars as pl
 import pytest
 
 from pipeline import transform
+from pipeline.analysis.downtime import outages
 
 T0 = datetime(2026, 1, 1)
 UNTIL = T0 + timedelta(days=10)
@@ -92,14 +94,14 @@ CASES = [
 
 @pytest.mark.parametrize(("inventory", "failures", "expected"), CASES)
 def test_outage_ends(inventory, failures, expected):
-    out = transform.outages(_failures(failures), _inventory(inventory), UNTIL).sort("start_utc")
+    out = outages(duckdb.connect(), _failures(failures), _inventory(inventory), UNTIL).sort("start_utc")
     got = list(out.select("end_source", "repair_hours", "resolved", "downtime_hours").iter_rows())
     assert got == [pytest.approx(row) if row[1] is not None else row for row in expected]
 
 
 def test_merged_outage_counts_its_interruptions_and_keeps_the_first_category():
     failures = _failures([("a", 10, 20), ("a", 15, 30)]).with_columns(category=pl.Series(["gpu", "network"]))
-    (row,) = transform.outages(failures, _inventory(ALWAYS), UNTIL).to_dicts()
+    (row,) = outages(duckdb.connect(), failures, _inventory(ALWAYS), UNTIL).to_dicts()
     assert row["interruptions"] == 2 and row["category"] == "gpu" and row["end_utc"] == h(30)
 
 
@@ -107,7 +109,7 @@ def test_no_recorded_end_makes_uptime_equal_calendar():
     inventory = _inventory([("a", 0, None), ("b", 5, 100)])
     failures = _failures([("a", 10, None), ("b", 50, None)])
     exposure = transform.exposure_intervals(inventory, UNTIL)
-    out = transform.outages(failures, inventory, UNTIL)
+    out = outages(duckdb.connect(), failures, inventory, UNTIL)
     assert transform.uptime_intervals(exposure, out).equals(exposure)
 
 
@@ -115,7 +117,7 @@ def test_uptime_splits_intervals_and_rates_still_count_the_failure_at_the_split(
     inventory = _inventory([("a", 0, None), ("b", 0, None)])
     failures = _failures([("a", 10, 20), ("a", 100, None), ("b", 230, 300)])
     exposure = transform.exposure_intervals(inventory, UNTIL)
-    out = transform.outages(failures, inventory, UNTIL)
+    out = outages(duckdb.connect(), failures, inventory, UNTIL)
     uptime = transform.uptime_intervals(exposure, out)
     a = uptime.filter(pl.col("node_id") == "a").sort("start_utc")
     assert a.select("start_utc", "end_utc").rows() == [(h(0), h(10)), (h(20), h(240))]
@@ -133,7 +135,7 @@ def test_uptime_with_inventory_gap_removes_nothing_from_service():
     inventory = _inventory([("a", 0, 10), ("a", 30, None)])
     failures = _failures([("a", 10, None)])
     exposure = transform.exposure_intervals(inventory, UNTIL)
-    out = transform.outages(failures, inventory, UNTIL)
+    out = outages(duckdb.connect(), failures, inventory, UNTIL)
     uptime = transform.uptime_intervals(exposure, out)
     assert uptime["node_hours"].sum() == pytest.approx(exposure["node_hours"].sum())
     avail = transform.availability(exposure, uptime, out, ["cluster_id"])
