@@ -215,12 +215,14 @@ GROUP BY reason
 """
 
 # templates filled with literal SQL only (the column expressions of _KEYS, the tables above);
-# node-hours of a piece as transform.exposure_intervals computes them (microseconds / 1e6 / 3600)
+# node-hours of a piece as transform.exposure_intervals computes them (microseconds / 1e6 / 3600);
+# a fleet whose every service hour was downtime has no piece: 0 hours, as Polars sums it, not NULL
 _EXPOSURE_SUMS = """
-SELECT {columns}sum((epoch_us(p.end_utc) - epoch_us(p.start_utc))::DOUBLE / 1000000 / 3600)
+SELECT {columns}coalesce(sum((epoch_us(p.end_utc) - epoch_us(p.start_utc))::DOUBLE / 1000000 / 3600), 0)
         AS exposure_node_hours,
-    sum((epoch_us(p.end_utc) - epoch_us(p.start_utc))::DOUBLE / 1000000 / 3600 * x.gpus_per_node)
-        AS exposure_gpu_hours
+    coalesce(
+        sum((epoch_us(p.end_utc) - epoch_us(p.start_utc))::DOUBLE / 1000000 / 3600 * x.gpus_per_node), 0
+    ) AS exposure_gpu_hours
 FROM {pieces} p JOIN _fc_exposure x USING (_interval){group}
 """
 _COUNTS = """
