@@ -142,7 +142,7 @@ def repair_summary(
 class RepairAnalysis:
     """The repair part of an analysis (:class:`pipeline.analysis.FleetAnalysis` ``repairs``), what
     the repair sections, metrics and the spare pool take: the ``outages``
-    (:func:`pipeline.transform.outages`; with a window start, those that began in the window),
+    (:func:`pipeline.analysis.downtime.outages`; with a window start, those that began in the window),
     their repair-time fit (``times``, None without a completed repair: :func:`repair_times`), the
     calendar service intervals (``exposure``) and the exposure rates divide by (``uptime``,
     the calendar one for ``exposure_basis`` "calendar") that availability is computed from."""

@@ -1,7 +1,7 @@
 """Recovery times measured by the fleet in place of the assumed ones (``project --recovery measured``).
 
 :func:`measured_recovery` is the one place that takes what is known: the mean repair time (MTTR)
-from outages (:mod:`pipeline.transform.outages`), the replace time of a spare pool built on it
+from outages (:func:`pipeline.analysis.downtime.outages`), the replace time of a spare pool built on it
 (:mod:`pipeline.projection.spares`) and the mean detection and restart times from training-job
 logs (:mod:`pipeline.transform.restarts`). :func:`recovery_sources` says, per mode and time, what
 was assumed and what is used, so every output can tell measured from assumed.
