@@ -124,15 +124,17 @@ def poisson_interval(
 
     With ``dispersion`` phi > 1 (see :func:`count_dispersion`) it is the quasi-Poisson version:
     the Garwood interval of k / phi effective failures in T / phi hours, same point estimate,
-    wider interval. phi = 1 is the exact interval.
+    wider interval. phi = 1 is the exact interval. No hours at risk (a node down all window)
+    bound nothing: (0, inf), without numpy's divide warnings on the user's terminal.
     """
     if dispersion <= 0:
         raise ValueError("dispersion must be positive")
     k = np.asarray(failures, dtype=float) / dispersion
     t = np.asarray(exposure, dtype=float) / dispersion
     alpha = 1.0 - confidence
-    low = np.where(k > 0, chi2.ppf(alpha / 2, 2 * k), 0.0) / (2 * t)
-    high = chi2.ppf(1 - alpha / 2, 2 * k + 2) / (2 * t)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        low = np.where((k > 0) & (t > 0), chi2.ppf(alpha / 2, 2 * k) / (2 * t), 0.0)
+        high = chi2.ppf(1 - alpha / 2, 2 * k + 2) / (2 * t)
     return low, high
 
 
@@ -150,7 +152,8 @@ def poisson_upper_bound(
         raise ValueError("dispersion must be positive")
     k = np.asarray(failures, dtype=float) / dispersion
     t = np.asarray(exposure, dtype=float) / dispersion
-    return chi2.ppf(confidence, 2 * k + 2) / (2 * t)
+    with np.errstate(divide="ignore"):  # no hours at risk: no bound (inf)
+        return chi2.ppf(confidence, 2 * k + 2) / (2 * t)
 
 
 def _periodic_exposure(exposure: pl.DataFrame, every: str) -> pl.DataFrame:

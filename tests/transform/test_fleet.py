@@ -197,6 +197,16 @@ def test_quasi_poisson_interval_widens_the_exact_one(k):
     assert wide[0][0] <= exact[0][0] and wide[1][0] > exact[1][0]
 
 
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("k", [0, 1, 5])
+def test_no_hours_at_risk_bound_nothing_and_print_no_warning(k):
+    """A node down all window has 0 h at risk: its interval is (0, inf), quietly (numpy's divide
+    warnings went to the user's terminal)."""
+    (low,), (high,) = transform.poisson_interval(np.array([k]), np.array([0.0]))
+    (bound,) = transform.poisson_upper_bound(np.array([k]), np.array([0.0]))
+    assert (low, high, bound) == (0.0, np.inf, np.inf)
+
+
 COVERAGE_SEEDS = 200
 
 
