@@ -157,7 +157,7 @@ def rates(
     options = options.resolved(con, inventory)
     end, since, window_minutes = options.until, options.since, options.interruption_window_minutes
     exposure = transform.exposure_intervals(inventory, end, since)
-    if inventory.height and not exposure["node_hours"].sum():
+    if not exposure["node_hours"].sum():
         first = inventory["in_service_from_utc"].min()
         window = (
             f"in the window ({options.window_text})"
