@@ -191,7 +191,7 @@ def test_duckdb_counts_are_the_polars_rates(request, case, basis, window):
         got = counts.rates(by, period=period, dispersion=1.3)
         assert_frame_equal(got, expected, check_exact=False, rel_tol=1e-12, abs_tol=1e-15)
     assert_frame_equal(
-        counts.left_out(), transform.failures_left_out(failures, at_risk, end, in_service=in_service)
+        counts.left_out(), transform.failures_left_out(failures, at_risk, end)
     )
     counts.close()
     assert not con.sql("SELECT * FROM duckdb_tables() WHERE table_name LIKE '_fc_%'").fetchall()
@@ -303,7 +303,7 @@ def test_one_node_boundaries(tmp_path, case, basis):
         "node": transform.failure_rates(failures, at_risk, by=["node_id"], in_service=in_service),
         "month": transform.failure_rates(failures, at_risk, by=[], period="month", in_service=in_service),
     }
-    left_expected = transform.failures_left_out(failures, at_risk, end, in_service=in_service)
+    left_expected = transform.failures_left_out(failures, at_risk, end)
     counts = FailureCounts(con, transform.exposure_intervals(inventory, end), end, basis=basis)
     node, month = counts.rates(["node_id"]), counts.rates([], period="month")
     assert node["failures"].to_list() == [counted]

@@ -4,10 +4,11 @@ The rates view needs counts, not rows: failures per group, node-hours per group,
 left out by reason. :class:`FailureCounts` computes them where the incidents are stored and hands
 Polars only those aggregates (:func:`pipeline.transform.rates_from_counts` turns them into rate
 tables), instead of reading the interrupting incidents into Polars and running the transforms on
-rows. Steps 1 and 2 are the only implementations of their rules (every command reads its
-interruptions and outages from them); steps 3-5 are those of the Polars transforms, step for step
-(tests/test_analysis_counts.py and tests/transform/test_interval_joins.py hold both to the same
-tables on fleets with every edge case):
+rows. Every step is the only implementation of its rule: steps 1 and 2 here and in
+:mod:`pipeline.analysis.downtime` (every command reads its interruptions and outages from them),
+steps 3-5 in :mod:`pipeline.transform.matching`, whose queries run here on these tables and, for
+the commands that need rows, on their frames (tests/test_analysis_counts.py and
+tests/transform/test_interval_joins.py hold them to references on fleets with every edge case):
 
 1. node interruptions (:func:`node_interruptions` reads them as rows: the one implementation of
    the rule, for every command): the interrupting incidents
@@ -20,19 +21,17 @@ tables on fleets with every edge case):
    these tables): the end is the interruption's own resolution, else the start of the node's next
    service interval when the one it was in ends at the failure (within ``GAP_TOLERANCE``); a
    failure before the latest end of the node's earlier outages joins them;
-3. uptime pieces (:func:`pipeline.transform.uptime_intervals`): the calendar service intervals
-   split around those outages (basis "uptime"; "calendar" keeps the intervals);
-4. failures in service (:func:`pipeline.transform.failures_in_service`): an interruption counts
-   in the earliest piece of its node whose closed span holds it;
+3. uptime pieces (:data:`pipeline.transform.matching.UPTIME_PIECES`): the calendar service
+   intervals split around those outages (basis "uptime"; "calendar" keeps the intervals);
+4. failures in service (:data:`pipeline.transform.matching.MATCHED`): an interruption counts in
+   the earliest piece of its node whose closed span holds it;
 5. counts by group, node-hours by group (split at calendar periods for ``--period``) and the
-   left-out counts by reason (:func:`pipeline.transform.failures_left_out`).
+   left-out counts by reason (:data:`pipeline.transform.matching.LEFT_OUT`).
 
-``failcast lemons`` counts its node rates here too, on calendar intervals, whose node-hours are
-summed by the transforms' own :func:`pipeline.transform.exposure_sums` (DuckDB's sums, added in
-another order, moved the sample's lemon p-values by 2e-7). ``analyze`` does not count here: it
-needs the failure rows (gaps, outages, trend tests), and once they are in Polars its joins and
-group-bys take less CPU than handing the rows to DuckDB (bench/RESULTS.md, "Issue 18, lemons and
-analyze (h18v)").
+Node-hours are summed by the transforms' own :func:`pipeline.transform.exposure_sums` on the
+pieces (read from DuckDB for uptime: three columns a piece), so ``rates``, ``lemons`` and
+``analyze`` divide by the same sums to the last bit (DuckDB's sums, added in another order, moved
+the sample's lemon p-values by 2e-7). ``failcast lemons`` counts its node rates here too.
 
 Every match of an interruption or an outage to an interval is an as-of join by node (or one
 ``unnest`` per interval of the periods or up segments it meets), whose size is the output; a join
@@ -54,6 +53,7 @@ import polars as pl
 
 from pipeline import transform, warehouse
 from pipeline.analysis import downtime
+from pipeline.transform import matching
 
 # group keys a count may use: a literal SQL expression each (never user text in SQL)
 _KEYS = {
@@ -145,109 +145,17 @@ _DOWNTIME = _DOWNTIME_OF.format(
     )
 )
 
-# step 3 as transform.uptime_intervals does it: the gaps between a node's downtime windows (of
-# positive length, merged where they overlap: a running maximum of their ends) are its up
-# segments, numbered in (node, time) order; the first before its first window and the last after
-# its last one are unbounded (-infinity, infinity). An interval [s, e] meets the segments from the
-# first ending after s to the last starting before e (two as-of joins); each piece is the
-# interval clipped to one of them. Output-sized: never intervals x outages per node
-_UPTIME_PIECES = """
-CREATE OR REPLACE TEMP TABLE _fc_pieces AS
-WITH w AS (
-    SELECT _node, out_from, out_to, max(out_to) OVER (
-        PARTITION BY _node ORDER BY out_from, out_to ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    ) AS _before
-    FROM _fc_downtime WHERE out_to > out_from
-), segments AS (
-    SELECT _node, coalesce(_before, '-infinity'::TIMESTAMP) AS seg_from, out_from AS seg_to
-    FROM w WHERE _before IS NULL OR out_from > _before
-    UNION ALL
-    SELECT _node, max(out_to), 'infinity'::TIMESTAMP FROM w GROUP BY _node
-), numbered AS (
-    SELECT *, row_number() OVER (ORDER BY _node, seg_to) AS _g FROM segments
-), bounds AS (
-    SELECT x._interval, x._node, x.start_utc, x.end_utc, f._g AS _first, l._g AS _last
-    FROM _fc_intervals x
-    ASOF LEFT JOIN numbered f ON f._node = x._node AND f.seg_to > x.start_utc
-    ASOF LEFT JOIN numbered l ON l._node = x._node AND l.seg_from < x.end_utc
-)
-SELECT _interval, _node, start_utc, end_utc FROM bounds WHERE _first IS NULL
-UNION ALL
-SELECT b._interval, b._node, greatest(b.start_utc, g.seg_from), least(b.end_utc, g.seg_to)
-FROM (SELECT *, unnest(range(_first, _last + 1)) AS _g FROM bounds WHERE _last >= _first) b
-JOIN numbered g USING (_g)
-WHERE least(b.end_utc, g.seg_to) > greatest(b.start_utc, g.seg_from)
-"""
-
-_CALENDAR_PIECES = """
-CREATE OR REPLACE TEMP TABLE _fc_pieces AS
-SELECT _interval, _node, start_utc, end_utc FROM _fc_intervals
-"""
-
-# step 4 (transform.fleet.first_holding): in the order (start, _interval) within a node, the first
-# piece whose closed span holds t is the first ending at or after t, if it starts at or before t.
-# Such a piece ends after every piece before it, so only those "record" pieces are searched; their
-# ends strictly increase within a node, so the as-of match is unique. Right for touching pieces
-# ([a, b] and [b, c]: t = b counts in the first) and overlapping ones (a dirty inventory)
-_MATCHED = """
-CREATE OR REPLACE TEMP TABLE _fc_matched AS
-WITH records AS (
-    SELECT * FROM (
-        SELECT _node, _interval, start_utc, end_utc, max(end_utc) OVER (
-            PARTITION BY _node ORDER BY start_utc, _interval ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-        ) AS _before
-        FROM _fc_pieces
-    ) WHERE _before IS NULL OR end_utc > _before
-)
-SELECT i._node, i._n, i.timestamp_utc, r._interval, r.end_utc
-FROM _fc_interruptions i ASOF JOIN records r ON r._node = i._node AND r.end_utc >= i.timestamp_utc
-WHERE r.start_utc <= i.timestamp_utc
-"""
-
-_LEFT_OUT = """
-SELECT CASE WHEN i.timestamp_utc < $since THEN -1 WHEN i.timestamp_utc > $until THEN 0
-        WHEN n._node IS NULL THEN 1 ELSE 2 END AS reason,
-    count(*) AS failures
-FROM _fc_interruptions i
-LEFT JOIN (SELECT DISTINCT _node FROM _fc_pieces) n USING (_node)
-ANTI JOIN _fc_matched m USING (_node, _n)
-GROUP BY reason
-"""
-
-# templates filled with literal SQL only (the column expressions of _KEYS, the tables above);
-# node-hours of a piece as transform.exposure_intervals computes them (microseconds / 1e6 / 3600);
-# a fleet whose every service hour was downtime has no piece: 0 hours, as Polars sums it, not NULL
-_EXPOSURE_SUMS = """
-SELECT {columns}coalesce(sum((epoch_us(p.end_utc) - epoch_us(p.start_utc))::DOUBLE / 1000000 / 3600), 0)
-        AS exposure_node_hours,
-    coalesce(
-        sum((epoch_us(p.end_utc) - epoch_us(p.start_utc))::DOUBLE / 1000000 / 3600 * x.gpus_per_node), 0
-    ) AS exposure_gpu_hours
-FROM {pieces} p JOIN _fc_exposure x USING (_interval){group}
-"""
+# templates filled with literal SQL only (the column expressions of _KEYS, the tables above)
 _COUNTS = """
 SELECT {columns}count(*) AS failures, count(*) FILTER (WHERE x.gpus_per_node > 0) AS gpu_node_failures
 FROM _fc_matched m JOIN _fc_exposure x USING (_interval){join}{group}
 """
 _INCIDENT_COLUMNS = " JOIN _fc_interruptions i USING (_node, _n)"
 _VALUES = "SELECT DISTINCT {columns} FROM _fc_interruptions"
-# the pieces split at calendar periods (transform.fleet._periodic_exposure): each piece's own
-# periods, from the one holding its start (a join of every piece with every period of the window
-# was a nested loop of pieces x periods)
-_PERIOD_PIECES = """(
-    SELECT _interval, period, greatest(start_utc, period) AS start_utc,
-        least(end_utc, period + $step::INTERVAL) AS end_utc
-    FROM (
-        SELECT _interval, start_utc, end_utc,
-            unnest(generate_series(date_trunc($unit, start_utc), end_utc, $step::INTERVAL)) AS period
-        FROM _fc_pieces
-    )
-    WHERE least(end_utc, period + $step::INTERVAL) > greatest(start_utc, period)
-)"""
 # a failure that ends its interval at a period boundary counts in the period it ends
 _FAILURE_PERIOD = """date_trunc($unit, CASE WHEN m.timestamp_utc = m.end_utc
     THEN m.timestamp_utc - INTERVAL 1 MICROSECOND ELSE m.timestamp_utc END) AS period, """
-_PERIOD_STEPS = {"day": "1 day", "week": "7 days", "month": "1 month"}
+_PIECES = "SELECT _interval, start_utc, end_utc FROM _fc_pieces ORDER BY _interval, start_utc"
 _DROP = "DROP TABLE IF EXISTS {name}"
 _TEMP_TABLES = (
     "_fc_nodes",
@@ -336,17 +244,18 @@ class FailureCounts:
         self.con = con
         self.observed_until, self.observed_since = observed_until, observed_since
         # "calendar": the pieces are exposure's own rows, summed by Polars (see _exposure_sums)
-        self._calendar = exposure if basis == "calendar" else None
+        self._exposure = exposure
+        self._pieces = exposure if basis == "calendar" else None  # uptime: read when first summed
         _interruption_tables(con, window_minutes, detail=False)
         con.register("_fc_exposure", exposure.with_row_index("_interval"))
         con.execute(_INTERVALS)
         if basis == "uptime":
             con.execute(_DOWNTIME, downtime.query_parameters(observed_until))
-            con.execute(_UPTIME_PIECES)
+            con.execute(matching.UPTIME_PIECES)
             con.execute("DROP TABLE _fc_downtime")
         else:
-            con.execute(_CALENDAR_PIECES)
-        con.execute(_MATCHED)
+            con.execute(matching.CALENDAR_PIECES)
+        con.execute(matching.MATCHED)
 
     def rates(
         self,
@@ -360,8 +269,8 @@ class FailureCounts:
         :data:`KEYS`, ``period`` from :data:`pipeline.transform.PERIODS`), counted in DuckDB."""
         if unknown := [k for k in by if k not in _KEYS]:
             raise ValueError(f"cannot count rates by {unknown} in DuckDB; use any of {', '.join(KEYS)}")
-        if period is not None and period not in _PERIOD_STEPS:
-            raise ValueError(f"unknown period {period!r}; use one of {', '.join(_PERIOD_STEPS)}")
+        if period is not None and period not in transform.PERIODS:
+            raise ValueError(f"unknown period {period!r}; use one of {', '.join(transform.PERIODS)}")
         exposure_keys = [k for k in by if k in transform.EXPOSURE_KEYS]
         incident_keys = [k for k in by if k not in transform.EXPOSURE_KEYS]
         counted = [f"{_KEYS[k]} AS {k}, " for k in [*exposure_keys, *incident_keys]]
@@ -385,31 +294,18 @@ class FailureCounts:
         )
 
     def _exposure_sums(self, keys: list[str], period: str | None) -> pl.DataFrame:
-        """Node-hours and GPU-hours of the pieces by ``keys`` (and ``period``). Calendar pieces are
-        the given intervals: summed by failure_rates' own code, in the same order (the lemon test
-        turns a last-bit difference in a node's hours into 1e-7 in its p-values); uptime pieces
-        exist only in DuckDB and are summed there."""
-        if self._calendar is not None:
-            return transform.exposure_sums(self._calendar, keys, period=period)
-        summed = [f"{_KEYS[k]} AS {k}, " for k in keys]
-        pieces, params = "_fc_pieces", None
-        if period:
-            summed.append("p.period, ")
-            pieces, params = _PERIOD_PIECES, {"unit": period, "step": _PERIOD_STEPS[period]}
-        group = " GROUP BY ALL" * bool(summed)
-        query = _EXPOSURE_SUMS.format(columns="".join(summed), pieces=pieces, group=group)
-        return self.con.sql(query, params=params).pl()
+        """Node-hours and GPU-hours of the pieces by ``keys`` (and ``period``), summed by
+        failure_rates' own :func:`pipeline.transform.exposure_sums` on the pieces (calendar: the
+        given intervals; uptime: the pieces of DuckDB's rule, read as their interval's row with
+        the piece's start and end), so every command divides by the same sums to the last bit
+        (the lemon test turns a last-bit difference in a node's hours into 1e-7 in its p-values)."""
+        if self._pieces is None:
+            self._pieces = transform.uptime_rows(self._exposure, self.con.sql(_PIECES).pl())
+        return transform.exposure_sums(self._pieces, keys, period=period)
 
     def left_out(self) -> pl.DataFrame:
         """:func:`pipeline.transform.failures_left_out` of these failures: one row per reason."""
-        window = {"since": self.observed_since, "until": self.observed_until}
-        counted = dict(self.con.execute(_LEFT_OUT, window).fetchall())
-        reasons = transform.left_out_reasons(self.observed_since)
-        first = -1 if self.observed_since is not None else 0  # -1: before the window start
-        return pl.DataFrame(
-            {"reason": reasons, "failures": [counted.get(i, 0) for i in range(first, first + len(reasons))]},
-            schema={"reason": pl.String, "failures": pl.Int64},
-        )
+        return matching.left_out_table(self.con, self.observed_until, self.observed_since)
 
     def close(self) -> None:
         """Drop the temporary tables (the connection stays open)."""

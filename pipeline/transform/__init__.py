@@ -30,9 +30,7 @@ from pipeline.transform.dispersion import (
 )
 from pipeline.transform.durations import FLOOR_HOURS, aggregate_durations, relative_grid
 from pipeline.transform.fleet import (
-    BEFORE_WINDOW_REASON,
     EXPOSURE_KEYS,
-    LEFT_OUT_REASONS,
     PERIODS,
     category_shares,
     exposure_estimated,
@@ -42,7 +40,7 @@ from pipeline.transform.fleet import (
     failures_in_service,
     failures_left_out,
     in_service,
-    left_out_reasons,
+    in_service_rows,
     observation_end,
     poisson_interval,
     poisson_upper_bound,
@@ -57,12 +55,20 @@ from pipeline.transform.interruptions import (
     times_between_failures,
 )
 from pipeline.transform.jobs import job_interruption_rates
+from pipeline.transform.matching import (
+    BEFORE_WINDOW_REASON,
+    CHOSEN_REASONS,
+    LEFT_OUT_REASONS,
+    Match,
+    left_out_reasons,
+)
 from pipeline.transform.outages import (
     END_SOURCES,
     EXPOSURE_BASES,
     GAP_TOLERANCE,
     availability,
     uptime_intervals,
+    uptime_rows,
 )
 from pipeline.transform.reliability import (
     duane_points,
@@ -83,6 +89,9 @@ __all__ = [
     "INTERRUPTION_WINDOW_MINUTES",
     "INTERVAL_METHODS",
     "BEFORE_WINDOW_REASON",
+    "CHOSEN_REASONS",
+    "Match",
+    "in_service_rows",
     "LEFT_OUT_REASONS",
     "PERIODS",
     "DispersionTest",
@@ -121,6 +130,7 @@ __all__ = [
     "size_bucket",
     "times_between_failures",
     "uptime_intervals",
+    "uptime_rows",
     "weibull_plot_line",
     "weibull_plot_points",
 ]

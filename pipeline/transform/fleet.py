@@ -23,8 +23,8 @@ the node was out of service (between intervals, before its first, after its last
 with no interval in the window, before the window start or after its end are kept as incidents
 but are not failures: they have no exposure behind them and would bias rates upwards.
 :func:`failures_left_out` counts them by reason so every output can say how many were left out
-and why. Matching is an as-of join (:func:`first_holding`), linear in rows however long a node's
-history.
+and why. Matching is an as-of join in DuckDB (:mod:`.matching`, the one implementation of the
+rule), linear in rows however long a node's history.
 
 The quasi-Poisson interval of over-dispersed counts is in :mod:`.dispersion`; node
 interruptions, times between failures and operating times in :mod:`.interruptions`.
@@ -44,6 +44,8 @@ import numpy as np
 import polars as pl
 from scipy.stats import beta as beta_dist
 from scipy.stats import chi2
+
+from pipeline.transform.matching import Match
 
 EXPOSURE_KEYS = ("cluster_id", "node_id", "instance_type", "size_bucket")
 PERIODS = {"day": "1d", "week": "1w", "month": "1mo"}
@@ -192,47 +194,6 @@ def in_service(time: pl.Expr, start: pl.Expr, end: pl.Expr) -> pl.Expr:
     return time.is_between(start, end, closed="both")
 
 
-def first_holding(
-    times: pl.LazyFrame, intervals: pl.LazyFrame, on: Sequence[str], *, time: str = "timestamp_utc"
-) -> pl.LazyFrame:
-    """``times`` (``_row``, the ``on`` keys and ``time``) with ``_interval``: the row id of the
-    first of ``intervals`` (``_interval``, the ``on`` keys, ``start_utc``, ``end_utc``) of the same
-    keys whose closed span holds the time, first in the order (``start_utc``, ``_interval``); rows
-    held by none are dropped. The rule of :func:`failures_in_service`, for intervals that touch
-    and for intervals that overlap (a dirty inventory).
-
-    One as-of join, whose size is the output (never a join on the keys followed by a range
-    filter, which grows as failures x intervals per node). Why it is exact: in that order, the
-    first interval holding ``t`` is the first whose end is at or after ``t``, provided it starts
-    at or before ``t`` (every later one starts later; every earlier one ends before ``t``). Such a
-    first interval ends after every interval before it, so only those "record" intervals are
-    searched; their ends strictly increase within the keys, so the forward as-of match (the
-    smallest end at or after ``t``) is unique."""
-    unit = finest_time_unit(times.collect_schema()[time], intervals.collect_schema()["end_utc"])
-    records = (
-        intervals.select("_interval", *on, "start_utc", "end_utc")
-        .with_columns(pl.col("start_utc", "end_utc").dt.cast_time_unit(unit))
-        .sort(*on, "start_utc", "_interval")
-        .filter((pl.col("end_utc") > pl.col("end_utc").cum_max().shift(1).over(list(on))).fill_null(True))
-        .sort("end_utc")
-    )
-    return (
-        times.select("_row", *on, _t=pl.col(time).dt.cast_time_unit(unit))
-        .drop_nulls("_t")
-        .sort("_t")
-        .join_asof(
-            records,
-            left_on="_t",
-            right_on="end_utc",
-            by=list(on),
-            strategy="forward",
-            check_sortedness=False,  # both sorted just above; Polars cannot check it with by=
-        )
-        .filter(pl.col("start_utc") <= pl.col("_t"))
-        .select("_row", "_interval")
-    )
-
-
 def finest_time_unit(*dtypes: pl.DataType) -> str:
     """The finest time unit of these Datetime types: times compared in it compare exactly."""
     return min((d.time_unit for d in dtypes), key=("ns", "us", "ms").index)
@@ -248,39 +209,24 @@ def failures_in_service(
     overlapping intervals (a dirty inventory), to the one that starts first (the first in
     ``exposure`` among equal starts). Failures outside every interval (out for repair, after
     ``--until``) have no exposure behind them and would bias rates upwards;
-    :func:`failures_left_out` counts them. The match is :func:`first_holding` (an as-of join)."""
-    attributes = (
-        exposure.lazy()
-        .select(
-            *EXPOSURE_KEYS,
-            *(c for c in ("gpus_per_node",) if c in exposure.columns),
-            "start_utc",
-            "end_utc",
-        )
-        .with_row_index("_interval")
+    :func:`failures_left_out` counts them. The match is the one rule of
+    :mod:`pipeline.transform.matching` (an as-of join in DuckDB)."""
+    with Match(exposure, failures=incidents) as match:
+        return in_service_rows(incidents, exposure, match.matched(), with_interval=with_interval)
+
+
+def in_service_rows(
+    incidents: pl.DataFrame, exposure: pl.DataFrame, matched: pl.DataFrame, *, with_interval: bool = False
+) -> pl.DataFrame:
+    """:func:`failures_in_service` from the match (``_n``: a row of ``incidents``, ``_interval``: a
+    row of ``exposure``, in the incidents' order; :meth:`pipeline.transform.matching.Match.matched`)."""
+    attributes = exposure.select(
+        *EXPOSURE_KEYS[2:],
+        *(c for c in ("gpus_per_node",) if c in exposure.columns),
+        *(("start_utc", "end_utc") if with_interval else ()),
     )
-    rows = incidents.lazy().with_row_index("_row")
-    hits = first_holding(rows, attributes, ["cluster_id", "node_id"])
-    matched = (
-        rows.join(hits, on="_row", maintain_order="left")
-        .join(attributes.drop("cluster_id", "node_id"), on="_interval", maintain_order="left")
-        .drop("_row", "_interval")
-    )
-    return (matched if with_interval else matched.drop("start_utc", "end_utc")).collect()
-
-
-LEFT_OUT_REASONS = (
-    "after the window end (--until)",
-    "node has no service interval in the window",
-    "node out of service",
-)
-BEFORE_WINDOW_REASON = "before the window start (--since)"
-
-
-def left_out_reasons(observed_since: datetime | None) -> tuple[str, ...]:
-    """The reasons of :func:`failures_left_out`, in order: ``BEFORE_WINDOW_REASON`` first when the
-    window has a start (without one no failure can be before it, and the tables stay as they were)."""
-    return LEFT_OUT_REASONS if observed_since is None else (BEFORE_WINDOW_REASON, *LEFT_OUT_REASONS)
+    rows = incidents.select(incidents.columns).gather(matched["_n"])
+    return pl.concat([rows, attributes.gather(matched["_interval"])], how="horizontal")
 
 
 def failures_left_out(
@@ -288,43 +234,16 @@ def failures_left_out(
     exposure: pl.DataFrame,
     observed_until: datetime,
     *,
-    in_service: pl.DataFrame | None = None,
     observed_since: datetime | None = None,
 ) -> pl.DataFrame:
     """How many of ``incidents`` rates leave out, by reason (:func:`left_out_reasons`, in that
     order of precedence): before ``observed_since``; after ``observed_until``; on a node with no
     service interval in the window (not in the inventory, or only in service outside the window);
     at a time its node was out of service (a repair gap, before its first interval). One row per
-    reason, ``failures`` 0 included; the counted ones are :func:`failures_in_service` (pass them
-    as ``in_service`` when already computed for these incidents and exposure)."""
-    nodes = exposure.select("cluster_id", "node_id").unique().with_columns(_known=pl.lit(True))
-    key = ["cluster_id", "node_id", "timestamp_utc"]
-    counted = (
-        failures_in_service(incidents.select(key), exposure) if in_service is None else in_service.select(key)
-    )
-    reason = (
-        pl.when(pl.col("timestamp_utc") > observed_until)
-        .then(pl.lit(LEFT_OUT_REASONS[0]))
-        .when(pl.col("_known").is_null())
-        .then(pl.lit(LEFT_OUT_REASONS[1]))
-        .otherwise(pl.lit(LEFT_OUT_REASONS[2]))
-    )
-    if observed_since is not None:
-        before = pl.col("timestamp_utc") < observed_since
-        reason = pl.when(before).then(pl.lit(BEFORE_WINDOW_REASON)).otherwise(reason)
-    outside = (
-        incidents.select("cluster_id", "node_id", "timestamp_utc")
-        .join(counted, on=["cluster_id", "node_id", "timestamp_utc"], how="anti")
-        .join(nodes, on=["cluster_id", "node_id"], how="left")
-        .select(reason=reason)
-        .group_by("reason")
-        .agg(failures=pl.len())
-    )
-    return (
-        pl.DataFrame({"reason": left_out_reasons(observed_since)})
-        .join(outside, on="reason", how="left")
-        .with_columns(pl.col("failures").fill_null(0).cast(pl.Int64))
-    )
+    reason, ``failures`` 0 included; the counted ones are :func:`failures_in_service`. The rules
+    of :mod:`pipeline.transform.matching` (:class:`Match` gives both from one match)."""
+    with Match(exposure, failures=incidents) as match:
+        return match.left_out(observed_until, observed_since)
 
 
 def failure_rates(

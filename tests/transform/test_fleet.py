@@ -524,8 +524,4 @@ def test_rates_from_failures_matched_once_equal_the_rates_that_match_them(
         transform.failure_rates(incidents, exposure, **options, in_service=matched),
         transform.failure_rates(incidents, exposure, **options),
     )
-    assert_frame_equal(
-        transform.failures_left_out(incidents, exposure, end, in_service=matched),
-        transform.failures_left_out(incidents, exposure, end),
-    )
     assert transform.failures_left_out(incidents, exposure, end)["failures"].to_list() == [1, 1, 1]

@@ -89,21 +89,23 @@ def reference_inventory_ends(starts, inventory, gap_tolerance):
 
 
 def reference_uptime_intervals(exposure, outage_rows):
-    """The old uptime_intervals: right when a node's windows do not overlap (as outages() makes
-    them), not for nested windows (a piece between two windows can lie inside a third)."""
+    """The old uptime_intervals, with the rule's instant pieces: right when a node's windows do not
+    overlap (as outages() makes them), not for nested windows (a piece between two windows can lie
+    inside a third). An interval that starts as a window starts (or ends as one ends) keeps that
+    instant as a piece: a failure then was in service."""
     node = ["cluster_id", "node_id"]
     rows = exposure.with_row_index("_interval")
     windows = (
         rows.select("_interval", *node, "start_utc", "end_utc")
         .join(
-            outage_rows.filter(pl.col("end_utc").is_not_null()).select(
-                *node, out_from=pl.col("start_utc"), out_to=pl.col("end_utc")
+            outage_rows.filter(pl.col("end_utc") > pl.col("start_utc")).select(
+                *node, raw_from=pl.col("start_utc"), raw_to=pl.col("end_utc")
             ),
             on=node,
         )
         .with_columns(
-            out_from=pl.max_horizontal("out_from", "start_utc"),
-            out_to=pl.min_horizontal("out_to", "end_utc"),
+            out_from=pl.max_horizontal("raw_from", "start_utc"),
+            out_to=pl.min_horizontal("raw_to", "end_utc"),
         )
         .filter(pl.col("out_to") > pl.col("out_from"))
         .sort("_interval", "out_from")
@@ -112,13 +114,26 @@ def reference_uptime_intervals(exposure, outage_rows):
         "_interval",
         piece_from=pl.col("out_to").shift(1).over("_interval").fill_null(pl.col("start_utc")),
         piece_to=pl.col("out_from"),
+        _instant=pl.col("raw_from") == pl.col("start_utc"),
     )
     after = (
         rows.select("_interval", "start_utc", piece_to=pl.col("end_utc"))
-        .join(windows.group_by("_interval").agg(last_to=pl.col("out_to").max()), on="_interval", how="left")
-        .select("_interval", piece_from=pl.col("last_to").fill_null(pl.col("start_utc")), piece_to="piece_to")
+        .join(
+            windows.group_by("_interval").agg(last_to=pl.col("out_to").max(), raw_to=pl.col("raw_to").max()),
+            on="_interval",
+            how="left",
+        )
+        .select(
+            "_interval",
+            piece_from=pl.col("last_to").fill_null(pl.col("start_utc")),
+            piece_to="piece_to",
+            _instant=pl.col("raw_to") == pl.col("piece_to"),
+        )
     )
-    pieces = pl.concat([before, after]).filter(pl.col("piece_to") > pl.col("piece_from"))
+    pieces = pl.concat([before, after]).filter(
+        (pl.col("piece_to") > pl.col("piece_from"))
+        | ((pl.col("piece_to") == pl.col("piece_from")) & pl.col("_instant").fill_null(False))
+    )
     return (
         rows.join(pieces, on="_interval")
         .sort("_interval", "piece_from")
@@ -128,6 +143,38 @@ def reference_uptime_intervals(exposure, outage_rows):
         )
         .with_columns(gpu_hours=pl.col("node_hours") * pl.col("gpus_per_node"))
         .select(exposure.columns)
+    )
+
+
+def reference_failures_left_out(failures, exposure, end, observed_since=None):
+    """The old Polars failures_left_out on the reference match: the failures it does not count,
+    by reason, in the order of precedence."""
+    nodes = exposure.select("cluster_id", "node_id").unique().with_columns(_known=pl.lit(True))
+    key = ["cluster_id", "node_id", "timestamp_utc"]
+    counted = reference_failures_in_service(failures.select(key), exposure).select(key)
+    reasons = transform.LEFT_OUT_REASONS
+    reason = (
+        pl.when(pl.col("timestamp_utc") > end)
+        .then(pl.lit(reasons[0]))
+        .when(pl.col("_known").is_null())
+        .then(pl.lit(reasons[1]))
+        .otherwise(pl.lit(reasons[2]))
+    )
+    if observed_since is not None:
+        before = pl.col("timestamp_utc") < observed_since
+        reason = pl.when(before).then(pl.lit(transform.BEFORE_WINDOW_REASON)).otherwise(reason)
+    outside = (
+        failures.select(key)
+        .join(counted, on=key, how="anti")
+        .join(nodes, on=["cluster_id", "node_id"], how="left")
+        .select(reason=reason)
+        .group_by("reason")
+        .agg(failures=pl.len())
+    )
+    return (
+        pl.DataFrame({"reason": transform.left_out_reasons(observed_since)})
+        .join(outside, on="reason", how="left")
+        .with_columns(pl.col("failures").fill_null(0).cast(pl.Int64))
     )
 
 
@@ -356,17 +403,8 @@ def test_polars_matches_equal_the_join_and_filter(fleet_frames):
                     transform.failures_in_service(incidents, frame, with_interval=with_interval),
                     reference_failures_in_service(incidents, frame, with_interval=with_interval),
                 )
-        matched = reference_failures_in_service(failures, at_risk, with_interval=True)
-        real = fleet.failures_in_service
-        fleet.failures_in_service = reference_failures_in_service
-        try:
-            expected_left_out = transform.failures_left_out(failures, at_risk, end)
-        finally:
-            fleet.failures_in_service = real
+        expected_left_out = reference_failures_left_out(failures, at_risk, end)
         assert_frame_equal(transform.failures_left_out(failures, at_risk, end), expected_left_out)
-        assert_frame_equal(
-            transform.failures_left_out(failures, at_risk, end, in_service=matched), expected_left_out
-        )
     if exposure.height:
         for every in ("1d", "1w", "1mo"):
             # the same rows (the reference's cross join comes in an order of the engine's choosing)
@@ -383,6 +421,17 @@ def windows(draw):
     intervals = [(s, s + draw(st.integers(1, 40))) for s in draw(st.lists(st.integers(0, 100), max_size=4))]
     spans = [(s, s + draw(st.integers(0, 30))) for s in draw(st.lists(st.integers(0, 120), max_size=6))]
     return intervals, spans
+
+
+def _merged(spans):
+    """Spans merged where they overlap or touch."""
+    runs = []
+    for s, e in sorted(spans):
+        if runs and s <= runs[-1][1]:
+            runs[-1] = (runs[-1][0], max(runs[-1][1], e))
+        else:
+            runs.append((s, e))
+    return runs
 
 
 @settings(max_examples=200, deadline=None)
@@ -411,12 +460,18 @@ def test_uptime_removes_the_union_of_overlapping_windows(case):
     )
     got = transform.uptime_intervals(exposure, found)
     expected = []
+    runs = _merged([(s, e) for s, e in spans if e > s])
     for a, b in intervals:
         up = [all(not (s <= k < e) for s, e in spans) for k in range(a, b)]
+        pieces = []
         for is_up, run in itertools.groupby(zip(range(a, b), up, strict=True), key=lambda x: x[1]):
             steps = [k for k, _ in run]
             if is_up:
-                expected.append((at(steps[0]), at(steps[-1] + 1)))
+                pieces.append((at(steps[0]), at(steps[-1] + 1)))
+        # the instants: a merged run of windows that starts at the interval's start or ends at its end
+        pieces += [(at(a), at(a))] * any(s == a for s, _ in runs)
+        pieces += [(at(b), at(b))] * any(e == b for _, e in runs)
+        expected += sorted(pieces)
     assert list(zip(got["start_utc"], got["end_utc"], strict=True)) == expected
     if not any(s < e for s, e in spans):  # nothing to remove: the exposure itself
         assert_frame_equal(got, exposure)
@@ -455,13 +510,7 @@ def test_duckdb_counts_equal_the_join_and_filter(fleet_frames):
                     failures, at_risk, by=by, period=period, in_service=matched
                 )
                 assert_frame_equal(got, expected, check_exact=False, rel_tol=1e-12, abs_tol=1e-15)
-            real = fleet.failures_in_service
-            fleet.failures_in_service = reference_failures_in_service
-            try:
-                expected_left_out = transform.failures_left_out(failures, at_risk, end)
-            finally:
-                fleet.failures_in_service = real
-            assert_frame_equal(counts.left_out(), expected_left_out)
+            assert_frame_equal(counts.left_out(), reference_failures_left_out(failures, at_risk, end))
             counts.close()
         con.close()
 
