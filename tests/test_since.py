@@ -11,7 +11,7 @@ before the start, one after.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import polars as pl
 import pytest
@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from pipeline import analysis, config, report, transform, warehouse
 from pipeline.cli import main
+from tests._fleets import write_warehouse
 
 SINCE = datetime(2026, 2, 1)
 UNTIL = datetime(2026, 3, 1)
@@ -83,16 +84,72 @@ def test_uptime_is_clipped_at_the_start(db, rows):
     assert "2 before the window start (--since)" in err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="main's uptime rule (transform.uptime_intervals, counts._UPTIME_PIECES): a failure at the "
-    "very start of a service interval whose repair begins then has a zero-length up piece and is "
-    "left out as 'node out of service'; the same without --since for a failure at in_service_from "
-    "(reported to the lead for the counting rules' owner, issue 30 item 3)",
-)
-def test_uptime_counts_a_failure_at_the_start_with_its_repair(db):
-    row, _ = _rates(db)
+@pytest.mark.parametrize("rows", [False, True], ids=["counted-in-duckdb", "from-rows"])
+def test_uptime_counts_a_failure_at_the_start_with_its_repair(db, rows):
+    """n1 fails at the window start and is repaired until 01:00: its up piece there is the instant
+    [start, start] (0 h), which holds the failure, so it counts, as it does on calendar exposure."""
+    row, err = _rates(db, *(["--all-categories"] if rows else []))
     assert row["failures"] == 3
+    assert row["exposure_node_hours"] == pytest.approx(UPTIME_HOURS)
+    assert "node out of service" not in err
+
+
+def test_analyze_counts_a_failure_at_the_start_with_its_repair(db):
+    con = warehouse.connect(db, read_only=True)
+    result = analysis.analyze(con, analysis.AnalysisOptions(since=SINCE))
+    assert result.rates.overall["failures"].item() == 3
+    assert result.rates.overall["exposure_node_hours"].item() == pytest.approx(UPTIME_HOURS)
+    assert result.failures_counted["timestamp_utc"].min() == SINCE
+    left = dict(result.failures_left_out.iter_rows())
+    assert left == {transform.BEFORE_WINDOW_REASON: 2, **dict.fromkeys(transform.LEFT_OUT_REASONS, 0)}
+    # the window's own exclusions are said, not warned of
+    assert result.left_out_warning is None
+    con.close()
+
+
+def test_a_node_without_hours_at_risk_is_not_a_lemon(tmp_path):
+    """A node whose one failure came as its service began, repaired past the window end, has one
+    failure in 0 h at risk: its rate interval bounds nothing, (0, inf), and the lemon test leaves
+    it out (its expected count is 0 whatever its rate) and counts it, instead of flagging it
+    (p = 0 under the cluster's binomial)."""
+    start = datetime(2026, 1, 1)
+    nodes = [f"n{i}" for i in range(8)]
+    inventory = pl.DataFrame(
+        {
+            "cluster_id": ["c1"] * 9,
+            "node_id": [*nodes, "z"],
+            "instance_type": ["p5"] * 9,
+            "gpus_per_node": [8] * 9,
+            "in_service_from_utc": [start] * 9,
+            "in_service_to_utc": [None] * 8 + [datetime(2026, 1, 10)],
+        },
+        schema_overrides={"gpus_per_node": pl.Int32},
+    )
+    failures = [(n, start + timedelta(days=3 + i), None) for i, n in enumerate(nodes[:4])]
+    failures.append(("z", start, datetime(2026, 2, 1)))  # at its service start, repaired past its end
+    incidents = pl.DataFrame(
+        {
+            "timestamp_utc": [t for _, t, _ in failures],
+            "cluster_id": ["c1"] * len(failures),
+            "node_id": [n for n, _, _ in failures],
+            "category": ["Xid 79"] * len(failures),
+            "failure_class": ["gpu"] * len(failures),
+            "interrupting": [True] * len(failures),
+            "resolved_at_utc": [r for _, _, r in failures],
+        },
+        schema_overrides={"resolved_at_utc": pl.Datetime("us"), "timestamp_utc": pl.Datetime("us")},
+    )
+    con = write_warehouse(tmp_path / "w.duckdb", incidents, inventory)
+    result = analysis.analyze(con, analysis.AnalysisOptions(until=datetime(2026, 1, 31)))
+    z = result.nodes.rates.filter(pl.col("node_id") == "z").row(0, named=True)
+    assert z["failures"] == 1 and z["exposure_node_hours"] == 0
+    assert z["rate_ci_low"] == 0 and z["rate_ci_high"] == float("inf")
+    assert result.rates.overall["failures"].item() == 5  # z's failure counts in the fleet's rate
+    lemons = result.nodes.lemons
+    assert lemons.untested_ == 1
+    assert "z" not in lemons.lemons_["node_id"].to_list()
+    assert lemons.table_.filter(pl.col("node_id") == "z")["p_value"].item() == 1
+    con.close()
 
 
 def test_without_since_nothing_changes(db):

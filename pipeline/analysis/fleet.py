@@ -218,7 +218,10 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
     # Memory (bench/RESULTS.md, issue 27): every row frame below is as long as the failures or the
     # intervals, so each is built from the columns its statistics use, and dropped once they ran.
     # Which failures count, matched to their interval once for every rate:
-    in_service = transform.failures_in_service(failures.select(RATE_COLUMNS), at_risk, with_interval=True)
+    with transform.Match(at_risk, failures=failures) as match:
+        rows = failures.select(RATE_COLUMNS)
+        in_service = transform.in_service_rows(rows, at_risk, match.matched(), with_interval=True)
+        left_out = match.left_out(end, since)
     by_node, lemons, dispersion_check = node_evidence(
         failures, at_risk, lemon_fdr=options.lemon_fdr, in_service=in_service
     )
@@ -231,9 +234,6 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
         for by, period in RATE_TABLES
     )
     shares = transform.category_shares(failures, at_risk, by=["cluster_id"], in_service=in_service)
-    left_out = transform.failures_left_out(
-        failures, at_risk, end, in_service=in_service, observed_since=since
-    )
     failures = options.in_window(failures)  # those before it are counted in left_out
     # trend tests count the failures the rates count (one during a known repair of its node is
     # part of that outage, not a new failure), on the calendar clock

@@ -189,10 +189,9 @@ def rates(
         )
         at_risk, _ = analysis_mod.rate_exposure(con, incidents, inventory, exposure, end, exposure_basis)
         # which failures count, matched to their interval once for every rate below
-        in_service = transform.failures_in_service(incidents, at_risk, with_interval=True)
-        left_out = transform.failures_left_out(
-            incidents, at_risk, end, in_service=in_service, observed_since=since
-        )
+        with transform.Match(at_risk, failures=incidents) as match:
+            in_service = transform.in_service_rows(incidents, at_risk, match.matched(), with_interval=True)
+            left_out = match.left_out(end, since)
         overall = transform.failure_rates(incidents, at_risk, by=[], in_service=in_service)
         # every view counts the failures the rates count (one during a known repair of its node is
         # part of that outage), as analyze and the report do

@@ -141,12 +141,14 @@ def tail_p_values(
     k: np.ndarray, t: np.ndarray, cluster: np.ndarray, kept: np.ndarray, phi: float
 ) -> np.ndarray:
     """P(X >= k_i) given the cluster's failures: binomial when phi = 1, else beta-binomial with the
-    same mean and about phi times its variance (module docstring); 1 for a node without failures
-    or alone in its cluster."""
+    same mean and about phi times its variance (module docstring); 1 for a node without failures,
+    without hours at risk (its failures came at the instant it was up, between outages: its
+    expected count is 0 whatever its rate, so the test cannot tell it from the rest) or alone in
+    its cluster."""
     codes = np.unique(cluster, return_inverse=True)[1]
     big_k = np.bincount(codes, weights=k).astype(np.int64)[codes]
     big_t = np.bincount(codes, weights=t)[codes]
-    testable = (k > 0) & (big_t - t > 0)
+    testable = (k > 0) & (t > 0) & (big_t - t > 0)
     share = np.divide(t, big_t, out=np.zeros_like(t), where=big_t > 0)
     if phi < 1 + MIN_EXCESS:
         return np.where(testable, binom.sf(k - 1, big_k, share), 1.0)
@@ -187,6 +189,8 @@ class LemonTest:
     ``exposure_node_hours`` (e.g. :func:`pipeline.transform.failure_rates` by cluster and node).
     ``dispersion``: None estimates it from the nodes that are not lemons (see the module
     docstring); a number fixes it (1.0 is the exact Poisson test).
+    A node with failures but no hours at risk (0 h: its failures came at the instant an outage
+    began as its service did) is not tested (p-value 1, ratio infinite): ``untested_`` counts them.
     Fitted: ``table_`` (every node, most suspicious first), ``lemons_`` (the flagged ones),
     ``dispersion_`` (the phi the p-values used) and ``cluster_rate_without_lemons_`` (one row per
     cluster).
@@ -226,6 +230,7 @@ class LemonTest:
         # grouping strings was a third of the test's time (10 M incidents, 200 k nodes)
         clusters = np.unique(frame["cluster_id"].to_numpy(), return_inverse=True)[1]
         self.dispersion_, p = self._p_values(k, t, clusters)
+        self.untested_ = int(((k > 0) & ~(t > 0)).sum())
         q = benjamini_hochberg(p)
         self.table_ = (
             frame.select("cluster_id", "node_id", "failures", "exposure_node_hours")
