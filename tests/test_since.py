@@ -152,6 +152,43 @@ def test_a_node_without_hours_at_risk_is_not_a_lemon(tmp_path):
     con.close()
 
 
+def test_what_since_leaves_out_is_said_not_warned_of(db):
+    """--since Feb 20 leaves out 3 failures and counts 2: the user's own window, said in the note,
+    never the warning that most failures are not in the numbers."""
+    done = invoke("rates", "--db", db, "--since", "2026-02-20")
+    assert done.exit_code == 0, done.output
+    assert "Warning" not in done.stdout and "warning" not in done.stderr
+    assert "3 failures left out" in done.stderr and "3 before the window start (--since)" in done.stderr
+    con = warehouse.connect(db, read_only=True)
+    result = analysis.analyze(con, analysis.AnalysisOptions(since=datetime(2026, 2, 20)))
+    assert result.left_out_warning is None and result.rates.overall["failures"].item() == 2
+    con.close()
+
+
+@pytest.mark.parametrize(("out_of_service", "warned"), [(2, True), (1, False)])
+def test_failures_out_of_service_are_warned_of_from_half(tmp_path, out_of_service, warned):
+    """The warning counts what the user did not choose: with the window's start leaving out one
+    more failure, 2 out of service against 2 counted is warned of (half), 1 against 2 is not."""
+    (tmp_path / "inventory.csv").write_text(
+        "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n"
+        "c1,n1,p5,8,2026-01-01T00:00:00Z,2026-02-01T00:00:00Z\n"
+    )
+    times = ["2026-01-02", "2026-01-10", "2026-01-20"] + ["2026-02-10", "2026-02-20"][:out_of_service]
+    (tmp_path / "incidents.csv").write_text(
+        "timestamp,cluster_id,node_id,category\n" + "".join(f"{t}T00:00:00Z,c1,n1,Xid 79\n" for t in times)
+    )
+    path = str(tmp_path / "w.duckdb")
+    files = [str(tmp_path / n) for n in ("inventory.csv", "incidents.csv")]
+    assert invoke("ingest", *files, "--db", path).exit_code == 0
+    done = invoke("rates", "--db", path, "--since", "2026-01-05", "--until", "2026-03-01")
+    assert done.exit_code == 0, done.output
+    assert done.stdout.startswith("Warning:") is warned
+    if warned:
+        assert done.stdout.startswith("Warning: 2 of 4 failures (50%) are left out of every rate and fit")
+        assert "(2 node out of service)" in done.stdout.splitlines()[0]
+    assert f"1 before the window start (--since); {out_of_service} node out of service" in done.stderr
+
+
 def test_without_since_nothing_changes(db):
     done = invoke("rates", "--db", db, "--json", "--exposure", "calendar")
     (row,) = json.loads(done.stdout)

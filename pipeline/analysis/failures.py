@@ -127,20 +127,24 @@ def left_out_note(left_out: pl.DataFrame) -> str | None:
 
 def left_out_warning(con, left_out: pl.DataFrame, counted: int) -> str | None:
     """A warning for the top of every output, or None: when at least as many failures are left
-    out as counted, the statistics stand on the smaller part of the data (an inventory that misses
-    the data's nodes, a window that ends early), and a rate of 0 would read as a healthy fleet.
-    It names the nodes the inventory holds under another spelling when nodes without a service
-    interval are the cause (:func:`pipeline.record_checks.respelled_nodes`, read only then: a scan
-    of every incident). ``left_out`` from :func:`pipeline.transform.failures_left_out`."""
-    left = int(left_out["failures"].sum())
+    out as counted for reasons the user did not choose (a node not in the inventory, a node out of
+    service), the statistics stand on the smaller part of the data (an inventory that misses the
+    data's nodes or ends early), and a rate of 0 would read as a healthy fleet. What the window
+    (``--since``, ``--until``) leaves out was chosen: it is said in the left-out note
+    (:func:`left_out_note`), not warned of. It names the nodes the inventory holds under another
+    spelling when nodes without a service interval are the cause
+    (:func:`pipeline.record_checks.respelled_nodes`, read only then: a scan of every incident).
+    ``left_out`` from :func:`pipeline.transform.failures_left_out`."""
+    lost = left_out.filter(~pl.col("reason").is_in(transform.CHOSEN_REASONS))
+    left = int(lost["failures"].sum())
     if not left or left < counted:
         return None
-    reasons = "; ".join(f"{n:,} {r}" for r, n in left_out.select("reason", "failures").iter_rows() if n)
+    reasons = "; ".join(f"{n:,} {r}" for r, n in lost.select("reason", "failures").iter_rows() if n)
     text = (
         f"{left:,} of {left + counted:,} failures ({left / (left + counted):.0%}) are left out of every "
         f"rate and fit ({reasons})"
     )
-    unmatched = left_out.filter(pl.col("reason") == transform.LEFT_OUT_REASONS[1])["failures"].sum()
+    unmatched = lost.filter(pl.col("reason") == transform.LEFT_OUT_REASONS[1])["failures"].sum()
     if unmatched and (respelled := record_checks.respelled_nodes(con)):
         text += f". {respelled.describe()}"
     return text
