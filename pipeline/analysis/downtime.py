@@ -101,6 +101,18 @@ OUTAGES = OUTAGES.replace("{repair}", _REPAIR).replace(
 )
 
 
+_NODE_NUMBERS = """
+CREATE OR REPLACE TEMP TABLE _fo_nodes AS
+SELECT cluster_id, node_id, row_number() OVER (ORDER BY cluster_id, node_id) AS _node FROM (
+    SELECT cluster_id, node_id FROM _fo_interruptions UNION SELECT cluster_id, node_id FROM _fo_service
+)
+"""
+_NUMBERED = """(
+    SELECT n._node, t.* EXCLUDE (cluster_id, node_id)
+    FROM {name} t LEFT JOIN _fo_nodes n USING (cluster_id, node_id)
+)"""
+
+
 def outages_query(source: str, service: str, keys: Sequence[str], kept: Sequence[str]) -> str:
     """:data:`OUTAGES` over the relations ``source`` and ``service`` (literal SQL), by the node
     ``keys``; ``kept`` are the output's columns before ``start_utc``: node keys as they are, any
@@ -157,13 +169,22 @@ def outages(
     con.register("_fo_interruptions", frame.select(*keys, "timestamp_utc", "resolved_at_utc", "_order"))
     con.register("_fo_service", service)
     try:
+        # nodes numbered in (cluster, node) order, so the query sorts and as-of joins on one
+        # integer, not two strings, and returns the outages in the same order
+        con.execute(_NODE_NUMBERS)
         # only each outage's first interruption (its _order) comes back from DuckDB: the kept
         # columns (strings, lists) are taken from the frame where they are, never copied through
         # DuckDB and Arrow
-        query = outages_query("_fo_interruptions", "_fo_service", keys, ["_order"])
+        query = outages_query(
+            _NUMBERED.format(name="_fo_interruptions"),
+            _NUMBERED.format(name="_fo_service"),
+            ["_node"],
+            ["_order"],
+        )
         found = con.sql(query, params=query_parameters(observed_until, gap_tolerance)).pl()
     finally:
         con.unregister("_fo_interruptions")
         con.unregister("_fo_service")
+        con.execute("DROP TABLE IF EXISTS _fo_nodes")
     first = interruptions.select(kept).gather(found["_order"])
     return pl.concat([first, found.drop("_order")], how="horizontal")
