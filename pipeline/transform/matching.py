@@ -30,6 +30,7 @@ range filter, which grows as failures x intervals per node (issue 27).
 
 from __future__ import annotations
 
+from contextlib import suppress
 from datetime import datetime
 
 import duckdb
@@ -167,7 +168,10 @@ class Match:
         failures: pl.DataFrame | None = None,
         downtime: pl.DataFrame | None = None,
     ) -> None:
+        # no progress bar on stdout (a query over 2 s would draw one into --json output)
         self.con = con = duckdb.connect(":memory:")
+        with suppress(duckdb.InvalidInputException):  # refused in Jupyter without ipywidgets
+            con.execute("SET enable_progress_bar = false")
         frames = {"_fc_intervals": intervals.select(*NODE, "start_utc", "end_utc")}
         frames["_fc_intervals"] = frames["_fc_intervals"].with_row_index("_interval")
         if failures is not None:
