@@ -6,9 +6,11 @@ and just past the 30-minute gap tolerance, several intervals per node, overlappi
 intervals of one node (a dirty inventory), overlapping outages (a failure during an earlier
 outage), open outages, nodes without inventory, failures after the window end.
 
-Checked: the Polars transforms (failures_in_service, failures_left_out, the outages' inventory
-ends, uptime_intervals, the period split of exposure) and the DuckDB counts of ``failcast rates``
-(FailureCounts), which must give the reference's tables."""
+Checked: the transforms (failures_in_service, failures_left_out, uptime_intervals: the one
+implementation of each rule, DuckDB's queries in pipeline/transform/matching.py run on the frames),
+the outages' inventory ends, the period split of exposure, and the DuckDB counts of ``failcast
+rates`` (FailureCounts, the same queries on the warehouse), which must give the reference's tables.
+The references below are the Polars formulations the queries replaced (the oracles)."""
 
 from __future__ import annotations
 
