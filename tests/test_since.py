@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from pipeline import analysis, config, report, transform, warehouse
 from pipeline.cli import main
+from pipeline.report.lemons import lemon_note
 from tests._fleets import write_warehouse
 
 SINCE = datetime(2026, 2, 1)
@@ -149,6 +150,7 @@ def test_a_node_without_hours_at_risk_is_not_a_lemon(tmp_path):
     assert lemons.untested_ == 1
     assert "z" not in lemons.lemons_["node_id"].to_list()
     assert lemons.table_.filter(pl.col("node_id") == "z")["p_value"].item() == 1
+    assert "1 node with failures but no hours at risk" in lemon_note(lemons)
     con.close()
 
 

@@ -108,6 +108,7 @@ def lemons(
                 "fdr": lemon_fdr,
                 "exposure_basis": exposure_basis,
                 "nodes_tested": test.table_.height,
+                "nodes_without_hours_at_risk": test.untested_,
                 "dispersion": test.dispersion_,
                 "exposure_estimated": transform.exposure_estimated(inventory),
                 "lemons": records(test.lemons_),

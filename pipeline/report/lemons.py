@@ -72,20 +72,26 @@ def clustering_note(test: models.LemonTest) -> str:
 
 def lemon_note(test: models.LemonTest) -> str:
     """The verdict: how many lemons at which false-discovery rate, or one line saying none, and
-    the dispersion the test allowed for."""
+    the dispersion the test allowed for; the nodes it could not test (failures in 0 h at risk)."""
     nodes, fdr = test.table_.height, f"{test.fdr * 100:.3g}%"
+    untested = ""
+    if test.untested_:
+        untested = (
+            f" {test.untested_:,} node{'s' if test.untested_ != 1 else ''} with failures but no hours at "
+            "risk (failed as service began, down the rest of the window) not tested."
+        )
     if test.lemons_.is_empty():
         return (
             f"No lemon nodes: none of {nodes:,} nodes fails more often than the rest of its cluster "
-            f"at a {fdr} false-discovery rate. {clustering_note(test)}"
+            f"at a {fdr} false-discovery rate. {clustering_note(test)}{untested}"
         )
     flagged = test.lemons_.height
     return (
         f"{flagged:,} of {nodes:,} nodes fail more often than the rest of their cluster: test of each "
         f"node's failures against the rest of its cluster's rate for its hours in service, "
         f"Benjamini–Hochberg at a {fdr} false-discovery rate (about {fdr} of a list like this is "
-        f"expected to be false alarms). {clustering_note(test)} 'failcast lemons --format hostlist' "
-        "prints them for draining."
+        f"expected to be false alarms). {clustering_note(test)}{untested} 'failcast lemons --format "
+        "hostlist' prints them for draining."
     )
 
 
