@@ -190,9 +190,7 @@ def test_duckdb_counts_are_the_polars_rates(request, case, basis, window):
         )
         got = counts.rates(by, period=period, dispersion=1.3)
         assert_frame_equal(got, expected, check_exact=False, rel_tol=1e-12, abs_tol=1e-15)
-    assert_frame_equal(
-        counts.left_out(), transform.failures_left_out(failures, at_risk, end)
-    )
+    assert_frame_equal(counts.left_out(), transform.failures_left_out(failures, at_risk, end))
     counts.close()
     assert not con.sql("SELECT * FROM duckdb_tables() WHERE table_name LIKE '_fc_%'").fetchall()
 

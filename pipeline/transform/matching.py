@@ -124,9 +124,7 @@ def left_out_reasons(observed_since: datetime | None) -> tuple[str, ...]:
     return LEFT_OUT_REASONS if observed_since is None else (BEFORE_WINDOW_REASON, *LEFT_OUT_REASONS)
 
 
-def left_out_table(
-    con, observed_until: datetime, observed_since: datetime | None = None
-) -> pl.DataFrame:
+def left_out_table(con, observed_until: datetime, observed_since: datetime | None = None) -> pl.DataFrame:
     """:data:`LEFT_OUT` on ``con``'s tables (after :data:`MATCHED`): one row per reason of
     :func:`left_out_reasons`, ``failures`` 0 included."""
     counted = dict(con.execute(LEFT_OUT, {"since": observed_since, "until": observed_until}).fetchall())
