@@ -29,8 +29,11 @@ from pipeline.analysis.fits import ReliabilityFits
 from pipeline.analysis.fleet import (
     PROJECTED_SIZES,
     FleetAnalysis,
+    ServiceWindow,
     analyze,
     require_inventory,
+    require_service,
+    service_window,
 )
 from pipeline.analysis.jobs import (
     JobAnalysis,
@@ -104,6 +107,9 @@ __all__ = [
     "read_jobs",
     "repair_curve",
     "require_inventory",
+    "require_service",
+    "ServiceWindow",
+    "service_window",
     "repair_summary",
     "repair_times",
     "size_laws_agreement",

@@ -116,11 +116,9 @@ def backtest(
     """Predict each past Slurm job's interruptions from the data before it started and compare
     with what happened: verdict, calibration, coverage, Brier score."""
     con = warehouse.connect(db, read_only=True)
-    inventory = warehouse.table(con, "inventory")
-    analysis_mod.require_inventory(inventory)
-    options = analysis_options(click.get_current_context().params).resolved(con, inventory)
+    options = analysis_options(click.get_current_context().params)
+    _, options, exposure = analysis_mod.service_window(con, options)
     failures = analysis_mod.read_failures(con, window_minutes=options.interruption_window_minutes)
-    exposure = transform.exposure_intervals(inventory, options.until, options.since)
     failures = options.in_window(failures)  # the history a prediction uses starts at the window's start
     result = analysis_mod.job_backtest(
         con, failures, exposure, min_history_failures=min_history, since=options.since

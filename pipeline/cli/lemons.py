@@ -70,11 +70,8 @@ def lemons(
     report names."""
     options = analysis_options(click.get_current_context().params)
     con = warehouse.connect(db, read_only=True)
-    inventory = warehouse.table(con, "inventory")
-    analysis_mod.require_inventory(inventory)
-    options = options.resolved(con, inventory)
+    inventory, options, exposure = analysis_mod.service_window(con, options)
     end, since, window_minutes = options.until, options.since, options.interruption_window_minutes
-    exposure = transform.exposure_intervals(inventory, end, since)
     if clusters:
         unknown = sorted(set(clusters) - set(exposure["cluster_id"]))
         if unknown:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from pipeline import analysis as analysis_mod
-from pipeline import transform, warehouse
+from pipeline import warehouse
 from pipeline.cli.common import (
     analysis_options,
     db_option,
@@ -96,11 +96,9 @@ def repairs(db: Path, by, interruption_window_minutes: float, since, until, as_j
     it are left out (counted), their downtime still not time at risk."""
     options = analysis_options(click.get_current_context().params)
     con = warehouse.connect(db, read_only=True)
-    inventory = warehouse.table(con, "inventory")
-    options = options.resolved(con, inventory)
+    inventory, options, exposure = analysis_mod.service_window(con, options, inventory_required=False)
     end, since = options.until, options.since
     failures = analysis_mod.read_failures(con, window_minutes=options.interruption_window_minutes)
-    exposure = transform.exposure_intervals(inventory, end, since)
     uptime, every_outage = analysis_mod.rate_exposure(con, failures, inventory, exposure, end)
     outages = options.in_window(every_outage, "start_utc")
     before = int(every_outage.height - outages.height)

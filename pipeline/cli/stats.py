@@ -152,22 +152,8 @@ def rates(
     )
     con = warehouse.connect(db, read_only=True)
     by, attributes = _group_keys(con, by)
-    inventory = warehouse.table(con, "inventory")
-    analysis_mod.require_inventory(inventory)
-    options = options.resolved(con, inventory)
+    inventory, options, exposure = analysis_mod.service_window(con, options)
     end, since, window_minutes = options.until, options.since, options.interruption_window_minutes
-    exposure = transform.exposure_intervals(inventory, end, since)
-    if not exposure["node_hours"].sum():
-        first = inventory["in_service_from_utc"].min()
-        window = (
-            f"in the window ({options.window_text})"
-            if since
-            else f"before the window's end ({end:%Y-%m-%d %H:%M} UTC)"
-        )
-        raise ValueError(
-            f"no node was in service {window}: the first one enters "
-            f"service {first:%Y-%m-%d %H:%M}; a later --until has instance-hours to rate"
-        )
     if view == "rates" and not all_categories and window_minutes and not attributes:
         # counted inside DuckDB, no failure rows in Python (pipeline/analysis/counts.py)
         counts = FailureCounts(
