@@ -66,8 +66,9 @@ def test_a_window_without_service_is_one_line(db, command, window, tmp_path):
 
 def test_a_window_with_service_still_runs(db):
     """The check stops only the empty window: one day of n1 and n2 in service has its rate bound."""
-    result = CliRunner().invoke(main, ["lemons", "--db", db, "--since", "2026-01-10", "--until", "2026-01-11"])
+    day = ["--db", db, "--since", "2026-01-10", "--until", "2026-01-11"]
+    result = CliRunner().invoke(main, ["lemons", *day])
     assert result.exit_code == 0, result.output
     assert "none of 2 nodes" in result.output
-    fit = CliRunner().invoke(main, ["fit", "--db", db, "--since", "2026-01-10", "--until", "2026-01-11"])
+    fit = CliRunner().invoke(main, ["fit", *day])
     assert fit.exit_code == 0 and "at most inf" not in fit.output

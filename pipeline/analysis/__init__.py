@@ -64,6 +64,7 @@ from pipeline.analysis.outlook import (
 from pipeline.analysis.repairs import (
     REPAIR_SCHEMA,
     RepairAnalysis,
+    repair_count_notes,
     repair_summary,
     repair_times,
 )
@@ -110,6 +111,7 @@ __all__ = [
     "require_service",
     "ServiceWindow",
     "service_window",
+    "repair_count_notes",
     "repair_summary",
     "repair_times",
     "size_laws_agreement",

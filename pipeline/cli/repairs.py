@@ -46,8 +46,7 @@ def _quantile(name: str) -> tuple[str, str, str]:
     return column, f"{column}_ci_low", f"{column}_ci_high"
 
 
-def _verdict(total: dict, left_out: int, zero_length: int, before: str | None) -> list[str]:
-    merged = total["interruptions"] - total["outages"]
+def _verdict(total: dict, left_out: int, before: str | None) -> list[str]:
     lines = [
         f"{total['outages']:,} outages, {total['unresolved']:,} unresolved (right-censored at the window "
         f"end), availability {_percent(total['availability'])}, downtime {total['downtime_hours']:,.0f} "
@@ -57,11 +56,7 @@ def _verdict(total: dict, left_out: int, zero_length: int, before: str | None) -
         f"  MTTR (mean)   {_interval(total, 'mttr_hours', 'mttr_ci_low_hours', 'mttr_ci_high_hours')}"
         + (" — restricted to the longest repair seen: a lower bound" if total["mttr_restricted"] else ""),
     ]
-    if zero_length:
-        they = "repairs ended when they" if zero_length != 1 else "repair ended when it"
-        lines.append(f"  {zero_length:,} {they} began (resolved_at = start): counted as 0 h")
-    if merged:
-        lines.append(f"  {merged:,} interruptions began while their node was still down: part of that outage")
+    lines += [f"  {note}" for note in analysis_mod.repair_count_notes(total)]
     if total["unknown_end"]:
         lines.append(
             f"  left out of repair times: {total['unknown_end']:,} outages with no recorded end whose node "
@@ -122,8 +117,7 @@ def repairs(db: Path, by, interruption_window_minutes: float, since, until, as_j
         if before_note:
             click.echo(before_note)
         return
-    zero_length = int((outages["repair_hours"] == 0).sum())
-    click.echo("\n".join(_verdict(total, left_out, zero_length, before_note)))
+    click.echo("\n".join(_verdict(total, left_out, before_note)))
     if inventory.height == 0:
         click.echo("  availability needs each node's hours in service: ingest an inventory file")
     columns = [*by, "outages", "unresolved", "downtime_hours", "availability", "mttr_hours"]
