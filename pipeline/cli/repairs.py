@@ -8,18 +8,8 @@ from pathlib import Path
 import click
 
 from pipeline import analysis as analysis_mod
-from pipeline import warehouse
-from pipeline.cli.common import (
-    analysis_options,
-    db_option,
-    echo_json,
-    json_option,
-    main,
-    records,
-    safe_lines,
-    window_options,
-)
-from pipeline.cli.stats import interruption_window_option
+from pipeline.cli.common import echo_json, main, records, safe_lines
+from pipeline.cli.window import open_window, window_command
 from pipeline.report.format import text_table
 
 
@@ -70,7 +60,7 @@ def _verdict(total: dict, left_out: int, before: str | None) -> list[str]:
 
 
 @main.command()
-@db_option
+@window_command
 @click.option(
     "--by",
     "by",
@@ -79,9 +69,6 @@ def _verdict(total: dict, left_out: int, before: str | None) -> list[str]:
     show_default=True,
     help="Group key (repeatable): cluster_id, node_id, instance_type, category, failure_class, ...",
 )
-@interruption_window_option
-@window_options
-@json_option
 def repairs(db: Path, by, interruption_window_minutes: float, since, until, as_json: bool) -> None:
     """Outages and repair: downtime, availability, MTTR and repair-time quantiles per group.
 
@@ -89,9 +76,7 @@ def repairs(db: Path, by, interruption_window_minutes: float, since, until, as_j
     inventory; a resolved_at equal to the start is a repair of 0 h); unresolved outages are
     right-censored at the window end (Kaplan–Meier). With ``--since``, outages that began before
     it are left out (counted), their downtime still not time at risk."""
-    options = analysis_options(click.get_current_context().params)
-    con = warehouse.connect(db, read_only=True)
-    inventory, options, exposure = analysis_mod.service_window(con, options, inventory_required=False)
+    con, (inventory, options, exposure) = open_window(db, inventory_required=False)
     end, since = options.until, options.since
     failures = analysis_mod.read_failures(con, window_minutes=options.interruption_window_minutes)
     uptime, every_outage = analysis_mod.rate_exposure(con, failures, inventory, exposure, end)

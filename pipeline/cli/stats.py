@@ -11,17 +11,16 @@ import polars as pl
 from pipeline import analysis as analysis_mod
 from pipeline import record_checks, transform, warehouse
 from pipeline.analysis.counts import FailureCounts
-from pipeline.cli.common import (
-    analysis_options,
-    db_option,
-    echo_json,
-    echo_late_records,
-    json_option,
-    main,
-    records,
-    safe_lines,
-    safe_text,
-    window_options,
+from pipeline.cli.common import echo_json, echo_late_records, main, records, safe_lines
+from pipeline.cli.window import (
+    echo_jobs_before_window,
+    echo_left_out,
+    echo_warning,
+    exposure_option,
+    fdr_option,
+    no_failures_line,
+    open_window,
+    window_command,
 )
 from pipeline.report.format import (
     RATE_INTERVAL_SCOPE,
@@ -34,25 +33,6 @@ from pipeline.report.format import (
 # --- rates ---------------------------------------------------------------------------------------
 RATE_VIEWS = ("rates", "shares", "trend", "jobs")
 
-interruption_window_option = click.option(
-    "--interruption-window",
-    "interruption_window_minutes",
-    type=click.FloatRange(min=0),
-    default=transform.INTERRUPTION_WINDOW_MINUTES,
-    show_default=True,
-    metavar="MINUTES",
-    help="A node's interrupting incidents closer than this are one interruption (root cause = the "
-    "first); 0 counts every incident.",
-)
-
-fdr_option = click.option(
-    "--fdr",
-    "lemon_fdr",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=analysis_mod.LEMON_FDR,
-    show_default=True,
-    help="False-discovery rate of the lemon-node test (Benjamini–Hochberg across nodes).",
-)
 interval_option = click.option(
     "--interval",
     type=click.Choice(transform.INTERVAL_METHODS),
@@ -80,17 +60,6 @@ def interval_line(check: transform.DispersionTest, method: str) -> str:
     return f"95% intervals: exact Poisson (Garwood); {test}"
 
 
-exposure_option = click.option(
-    "--exposure",
-    "exposure_basis",
-    type=click.Choice(transform.EXPOSURE_BASES),
-    default="uptime",
-    show_default=True,
-    help="Hours at risk: uptime (service time minus known repair downtime; MTBF = uptime / "
-    "failures) or calendar (all service time). Identical when no outage has an end.",
-)
-
-
 RATES_HELP = f"""Failure rates per instance-hour and GPU-hour with 95% intervals (see --interval).
 
 Interrupting failures are node interruptions (see --interruption-window); --all-categories counts
@@ -101,7 +70,7 @@ every incident, interrupting or not. Exposure is uptime by default (--exposure);
 
 
 @main.command(help=RATES_HELP)
-@db_option
+@window_command
 @click.option(
     "--by",
     "by",
@@ -128,10 +97,7 @@ every incident, interrupting or not. Exposure is uptime by default (--exposure);
     "group; trend: Laplace and MIL-HDBK-189 trend tests per cluster; jobs: Slurm job "
     "interruptions per job-hour by node count against the node rate.",
 )
-@interruption_window_option
 @exposure_option
-@window_options
-@json_option
 def rates(
     db: Path,
     by,
@@ -147,12 +113,10 @@ def rates(
     until,
     as_json: bool,
 ) -> None:
-    options = analysis_options(
-        click.get_current_context().params, interval="overdispersed" if overdispersed else interval
+    con, (inventory, options, exposure) = open_window(
+        db, interval="overdispersed" if overdispersed else interval
     )
-    con = warehouse.connect(db, read_only=True)
     by, attributes = _group_keys(con, by)
-    inventory, options, exposure = analysis_mod.service_window(con, options)
     end, since, window_minutes = options.until, options.since, options.interruption_window_minutes
     if view == "rates" and not all_categories and window_minutes and not attributes:
         # counted inside DuckDB, no failure rows in Python (pipeline/analysis/counts.py)
@@ -286,41 +250,3 @@ def _group_keys(con, by: tuple[str, ...]) -> tuple[list[str], list[str]]:
         raise ValueError(f"--by {unknown[0]!r}: not a group key; use {', '.join(builtin)}{extra}")
     columns = ["failure_class" if k == "class" else k for k in by]
     return columns, [k for k in by if k not in builtin]
-
-
-def echo_jobs_before_window(since, con) -> None:
-    """Say how many Slurm jobs started before the window start (``--since``) and are left out."""
-    jobs = analysis_mod.read_jobs(con)
-    if since is not None and jobs is not None:
-        note = analysis_mod.before_window_note(since, {"Slurm jobs": int((jobs["start_utc"] < since).sum())})
-        if note:
-            click.echo(f"note: {note}", err=True)
-
-
-def echo_before(result: analysis_mod.FleetAnalysis) -> None:
-    """What the window start (``--since``) left out besides failures, on stderr."""
-    if note := analysis_mod.before_window_note(result.options.since, result.before_window):
-        click.echo(f"note: {note}", err=True)
-
-
-def echo_left_out(left_out: pl.DataFrame) -> None:
-    """The failures no statistic counts, by reason, on stderr (stdout stays the table or JSON)."""
-    if note := analysis_mod.left_out_note(left_out):
-        click.echo(f"note: {note}", err=True)
-
-
-def echo_warning(warning: str | None, as_json: bool) -> None:
-    """A warning that changes what the numbers mean goes before them: the first line of the text
-    output (JSON: stderr, so stdout stays parseable)."""
-    if warning:
-        click.echo(f"{'warning' if as_json else 'Warning'}: {safe_text(warning)}.", err=as_json)
-
-
-def no_failures_line(overall: pl.DataFrame) -> str:
-    """What a fleet with no failure yet can say: its exposure and the exact one-sided bound."""
-    row = overall.row(0, named=True)
-    return (
-        f"no failures yet in {row['exposure_node_hours']:,.0f} node-hours: the rate is at most "
-        f"{row['rate_upper_bound']:.3g} per node-hour (95% one-sided upper bound, -ln(0.05) / T = "
-        f"3.0 / T; column rate_upper_bound)"
-    )
