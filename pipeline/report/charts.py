@@ -41,6 +41,30 @@ def downsample(frame: pl.DataFrame, n: int = MAX_CURVE_POINTS) -> pl.DataFrame:
     return frame[idx]
 
 
+def ci_tooltips(low: str, high: str, fmt: str, title: str = "95% CI") -> list[alt.Tooltip]:
+    """The two ends of a 95% interval as a chart's tooltips, in the words every chart uses."""
+    return [
+        alt.Tooltip(f"{low}:Q", format=fmt, title=f"{title} low"),
+        alt.Tooltip(f"{high}:Q", format=fmt, title=f"{title} high"),
+    ]
+
+
+def percent_rate() -> dict[str, pl.Expr]:
+    """A rate table's rate and 95% interval in % per instance-hour (the published figures' unit),
+    as the rate charts plot them: ``pct``, ``low``, ``high`` (:func:`percent_rate_tooltips`)."""
+    return {
+        "pct": pl.col("rate_per_node_hour") * 100,
+        "low": pl.col("rate_ci_low") * 100,
+        "high": pl.col("rate_ci_high") * 100,
+    }
+
+
+def percent_rate_tooltips() -> list[alt.Tooltip]:
+    """The tooltips of a :func:`percent_rate`: the rate and its interval."""
+    rate = alt.Tooltip("pct:Q", format=".3g", title="% per instance-hour")
+    return [rate, *ci_tooltips("low", "high", ".3g")]
+
+
 def cluster_color(cluster_ids: Sequence[str]) -> alt.Scale:
     """One colour per cluster, in the given order (callers pass clusters sorted by size)."""
     ids = list(dict.fromkeys(cluster_ids))
@@ -68,20 +92,7 @@ def rate_by_cluster_chart(analysis: FleetAnalysis) -> alt.Chart:
     data = (
         analysis.rates.cluster_mtbf.select("cluster_id", "instances")
         .join(analysis.rates.by_cluster, on="cluster_id")
-        .with_columns(
-            pct_per_instance_hour=pl.col("rate_per_node_hour") * 100,
-            ci_low_pct=pl.col("rate_ci_low") * 100,
-            ci_high_pct=pl.col("rate_ci_high") * 100,
-        )
-        .select(
-            "cluster_id",
-            "instances",
-            "failures",
-            "exposure_node_hours",
-            "pct_per_instance_hour",
-            "ci_low_pct",
-            "ci_high_pct",
-        )  # fmt: skip
+        .select("cluster_id", "instances", "failures", "exposure_node_hours", **percent_rate())
     )
     color = alt.Color("cluster_id:N", scale=cluster_color(clusters_by_size(analysis)), legend=None)
     base = alt.Chart(data).encode(
@@ -90,35 +101,26 @@ def rate_by_cluster_chart(analysis: FleetAnalysis) -> alt.Chart:
     return (
         base.mark_rule(strokeWidth=2).encode(
             x=alt.X(
-                "ci_low_pct:Q",
+                "low:Q",
                 title=f"failures per 100 instance-hours (% per instance-hour), {rate_ci_words(analysis)}",
             ),
-            x2="ci_high_pct:Q",
+            x2="high:Q",
         )
         + base.mark_point(filled=True, size=70).encode(
-            x="pct_per_instance_hour:Q",
+            x="pct:Q",
             tooltip=[
                 alt.Tooltip("cluster_id:N", title="cluster"),
                 "instances:Q",
                 "failures:Q",
                 alt.Tooltip("exposure_node_hours:Q", format=",.0f", title="instance-hours"),
-                alt.Tooltip("pct_per_instance_hour:Q", format=".3g", title="% per instance-hour"),
-                alt.Tooltip("ci_low_pct:Q", format=".3g", title="95% CI low"),
-                alt.Tooltip("ci_high_pct:Q", format=".3g", title="95% CI high"),
+                *percent_rate_tooltips(),
             ],
         )
     ).properties(width=WIDTH, height=30 * max(data.height, 3))
 
 
 def rate_over_time_chart(analysis: FleetAnalysis) -> alt.Chart:
-    data = analysis.rates.by_month.select(
-        "cluster_id",
-        "period",
-        "failures",
-        pct=pl.col("rate_per_node_hour") * 100,
-        low=pl.col("rate_ci_low") * 100,
-        high=pl.col("rate_ci_high") * 100,
-    )
+    data = analysis.rates.by_month.select("cluster_id", "period", "failures", **percent_rate())
     base = alt.Chart(data).encode(
         x=alt.X("period:T", title="month", axis=alt.Axis(format="%b %Y", tickCount="month")),
         color=alt.Color("cluster_id:N", title="cluster", scale=cluster_color(clusters_by_size(analysis))),
@@ -131,9 +133,7 @@ def rate_over_time_chart(analysis: FleetAnalysis) -> alt.Chart:
                 alt.Tooltip("cluster_id:N", title="cluster"),
                 alt.Tooltip("period:T", title="month", format="%Y-%m"),
                 "failures:Q",
-                alt.Tooltip("pct:Q", format=".3g", title="% per instance-hour"),
-                alt.Tooltip("low:Q", format=".3g", title="95% CI low"),
-                alt.Tooltip("high:Q", format=".3g", title="95% CI high"),
+                *percent_rate_tooltips(),
             ],
         )
     ).properties(width=WIDTH, height=260)
@@ -199,18 +199,16 @@ def survival_function(fit: ParametricTBF, hours: np.ndarray) -> np.ndarray:
     return 1 / (1 + (hours / p["alpha_"]) ** p["beta_"])
 
 
+def banded_curve(fit, **curve) -> pl.DataFrame:
+    """A non-parametric fit's curve (Kaplan–Meier, Nelson–Aalen: one named column of values on its
+    ``timeline_hours_``) with its 95% band (``low``, ``high``), downsampled for the page."""
+    low, high = fit.confidence_interval_
+    return downsample(pl.DataFrame({"hours": fit.timeline_hours_, **curve, "low": low, "high": high}))
+
+
 def survival_chart(fits: ReliabilityFits) -> alt.Chart:
     km = fits.kaplan_meier
-    curve = downsample(
-        pl.DataFrame(
-            {
-                "hours": km.timeline_hours_,
-                "survival": km.survival_,
-                "low": km.confidence_interval_[0],
-                "high": km.confidence_interval_[1],
-            }
-        )
-    )
+    curve = banded_curve(km, survival=km.survival_)
     grid = np.linspace(0, float(km.timeline_hours_.max()), 120)
     fits = pl.concat(
         pl.DataFrame(
@@ -294,8 +292,7 @@ def size_law_layers(analysis: FleetAnalysis, axis_x: alt.X, axis_y: alt.Y) -> al
             alt.Tooltip("law:N", title="fitted law"),
             alt.Tooltip("instances:Q", format=",.0f"),
             alt.Tooltip("mtbf_hours:Q", format=".3g", title="fitted MTBF (h)"),
-            alt.Tooltip("mtbf_ci_low_hours:Q", format=".3g", title="95% CI low"),
-            alt.Tooltip("mtbf_ci_high_hours:Q", format=".3g", title="95% CI high"),
+            *ci_tooltips("mtbf_ci_low_hours", "mtbf_ci_high_hours", ".3g"),
         ],
     )
 
@@ -320,8 +317,7 @@ def scaling_chart(analysis: FleetAnalysis) -> alt.LayerChart:
                 alt.Tooltip("instances:Q", format=".0f"),
                 "failures:Q",
                 alt.Tooltip("mtbf_hours:Q", format=".2f", title="MTBF (h)"),
-                alt.Tooltip("mtbf_ci_low_hours:Q", format=".2f", title="95% CI low"),
-                alt.Tooltip("mtbf_ci_high_hours:Q", format=".2f", title="95% CI high"),
+                *ci_tooltips("mtbf_ci_low_hours", "mtbf_ci_high_hours", ".2f"),
             ],
         )
     )
@@ -341,16 +337,7 @@ def cumulative_hazard_chart(fits: ReliabilityFits) -> alt.LayerChart:
     """Nelson–Aalen cumulative hazard with its band, and the exponential fit's straight line:
     a curve bending below the line is a hazard that falls with time (infant mortality)."""
     na = fits.nelson_aalen
-    curve = downsample(
-        pl.DataFrame(
-            {
-                "hours": na.timeline_hours_,
-                "cumulative_hazard": na.cumulative_hazard_,
-                "low": na.confidence_interval_[0],
-                "high": na.confidence_interval_[1],
-            }
-        )
-    )
+    curve = banded_curve(na, cumulative_hazard=na.cumulative_hazard_)
     grid = np.linspace(0, float(na.timeline_hours_.max()), 60)
     line = pl.DataFrame(
         {"hours": grid, "cumulative_hazard": grid / fits.node_fits["exponential"].params_["lambda_"]}

@@ -12,7 +12,15 @@ import polars as pl
 
 from pipeline import datasets, models
 from pipeline.analysis import FleetAnalysis
-from pipeline.report.charts import PALETTE, WIDTH, cluster_color, clusters_by_size
+from pipeline.report.charts import (
+    PALETTE,
+    WIDTH,
+    ci_tooltips,
+    cluster_color,
+    clusters_by_size,
+    percent_rate,
+    percent_rate_tooltips,
+)
 from pipeline.report.format import interval_name
 
 THIS_FLEET = "this fleet"
@@ -50,8 +58,7 @@ def job_interruption_chart(job_interruptions: pl.DataFrame) -> alt.LayerChart:
                 "interruptions:Q",
                 alt.Tooltip("job_hours:Q", format=",.0f", title="job-hours"),
                 alt.Tooltip("rate_per_job_hour:Q", format=".3g", title="per job-hour"),
-                alt.Tooltip("rate_ci_low:Q", format=".3g", title="95% CI low"),
-                alt.Tooltip("rate_ci_high:Q", format=".3g", title="95% CI high"),
+                *ci_tooltips("rate_ci_low", "rate_ci_high", ".3g"),
                 alt.Tooltip("expected_rate_per_job_hour:Q", format=".3g", title="node rate × nodes"),
                 alt.Tooltip("ratio_to_node_model:Q", format=".2f", title="observed / expected"),
             ],
@@ -154,9 +161,7 @@ def baseline_chart(analysis: FleetAnalysis, table: pl.DataFrame) -> alt.LayerCha
         "failures",
         "exposure_node_hours",
         "mtbf_hours",
-        pct=pl.col("rate_per_node_hour") * 100,
-        low=pl.col("rate_ci_low") * 100,
-        high=pl.col("rate_ci_high") * 100,
+        **percent_rate(),
     )
     y = alt.Y("label:N", sort=data["label"].to_list(), title=None, axis=alt.Axis(labelLimit=260))
     base = alt.Chart(data).encode(y=y, color=alt.Color("series:N", scale=scale, legend=None))
@@ -177,9 +182,7 @@ def baseline_chart(analysis: FleetAnalysis, table: pl.DataFrame) -> alt.LayerCha
                 alt.Tooltip("instances:Q", format=",.0f"),
                 "failures:Q",
                 alt.Tooltip("exposure_node_hours:Q", format=",.0f", title="instance-hours"),
-                alt.Tooltip("pct:Q", format=".3g", title="% per instance-hour"),
-                alt.Tooltip("low:Q", format=".3g", title="95% CI low"),
-                alt.Tooltip("high:Q", format=".3g", title="95% CI high"),
+                *percent_rate_tooltips(),
                 alt.Tooltip("mtbf_hours:Q", format=".3g", title="fleet MTBF (h)"),
             ],
         )

@@ -11,7 +11,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.analysis import FleetAnalysis
-from pipeline.report.charts import WIDTH, cluster_color, clusters_by_size
+from pipeline.report.charts import WIDTH, ci_tooltips, cluster_color, clusters_by_size
 
 TOP_NODES = 20
 # Crow-AMSAA verdicts: beta > 1 rising (failures come faster), < 1 falling (burn-in), else flat.
@@ -53,8 +53,7 @@ def trend_chart(analysis: FleetAnalysis) -> alt.LayerChart:
                 alt.Tooltip("cluster_id:N", title="cluster"),
                 "failures:Q",
                 alt.Tooltip("crow_beta:Q", format=".3f", title="β"),
-                alt.Tooltip("crow_beta_ci_low:Q", format=".3f", title="β 95% CI low"),
-                alt.Tooltip("crow_beta_ci_high:Q", format=".3f", title="β 95% CI high"),
+                *ci_tooltips("crow_beta_ci_low", "crow_beta_ci_high", ".3f", title="β 95% CI"),
                 alt.Tooltip("crow_p_value:Q", format=".3g", title="Crow-AMSAA p"),
                 alt.Tooltip("crow_verdict:N", title="Crow-AMSAA verdict"),
                 alt.Tooltip("laplace_statistic:Q", format=".2f", title="Laplace U"),
@@ -98,8 +97,7 @@ def category_share_chart(analysis: FleetAnalysis) -> alt.Chart:
                 "failures:Q",
                 alt.Tooltip("group_failures:Q", title="cluster failures"),
                 alt.Tooltip("share:Q", format=".1%"),
-                alt.Tooltip("share_ci_low:Q", format=".1%", title="95% CI low"),
-                alt.Tooltip("share_ci_high:Q", format=".1%", title="95% CI high"),
+                *ci_tooltips("share_ci_low", "share_ci_high", ".1%"),
             ],
         )
     ).properties(width=WIDTH, height=alt.Step(7))
@@ -165,8 +163,7 @@ def top_nodes_chart(analysis: FleetAnalysis, n: int = TOP_NODES) -> alt.LayerCha
             alt.Tooltip("expected_failures:Q", format=".2f", title="expected at cluster rate"),
             alt.Tooltip("exposure_node_hours:Q", format=",.0f", title="node-hours"),
             alt.Tooltip("rate_per_node_hour:Q", format=".3g", title="rate per node-hour"),
-            alt.Tooltip("rate_ci_low:Q", format=".3g", title="95% CI low"),
-            alt.Tooltip("rate_ci_high:Q", format=".3g", title="95% CI high"),
+            *ci_tooltips("rate_ci_low", "rate_ci_high", ".3g"),
         ],
     )
     expected = base.mark_tick(color="black", thickness=2).encode(x="expected_failures:Q")

@@ -9,7 +9,7 @@ import polars as pl
 
 from pipeline import transform
 from pipeline.analysis import FleetAnalysis, ReliabilityFits
-from pipeline.report.charts import WIDTH, cluster_color, clusters_by_size
+from pipeline.report.charts import WIDTH, ci_tooltips, cluster_color, clusters_by_size
 from pipeline.report.section import Section
 from pipeline.transform.reliability import MAX_POINTS
 
@@ -57,8 +57,7 @@ def mcf_chart(mcf: pl.DataFrame) -> alt.LayerChart:
             tooltip=[
                 alt.Tooltip("age_days:Q", format=",.1f", title="age (days)"),
                 alt.Tooltip("mcf:Q", format=".3f", title="failures per node"),
-                alt.Tooltip("ci_low:Q", format=".3f", title="95% CI low"),
-                alt.Tooltip("ci_high:Q", format=".3f", title="95% CI high"),
+                *ci_tooltips("ci_low", "ci_high", ".3f"),
                 alt.Tooltip("nodes_at_risk:Q", format=",.0f", title="nodes in service at this age"),
             ],
         )

@@ -261,18 +261,10 @@ def baseline_section(analysis: FleetAnalysis, others: Mapping[str, FleetAnalysis
         "public-baselines",
         "Public baselines: this fleet beside published GPU fleets",
         comparisons.baseline_chart(analysis, table),
-        table.select(
-            "source",
-            "fleet",
-            "instances",
-            "failures",
-            "exposure_node_hours",
-            "rate_per_node_hour",
-            "rate_ci_low",
-            "rate_ci_high",
-            pl.col("interval").replace(INTERVAL_NAMES),
-            "mtbf_hours",
-        ),  # fmt: skip
+        # the baselines' columns (datasets.public_baselines) but the chart's and the MTBF's interval
+        table.drop("series", "label", "mtbf_ci_low_hours", "mtbf_ci_high_hours").with_columns(
+            pl.col("interval").replace(INTERVAL_NAMES)
+        ),
         note="Interruptions per instance-hour (one instance = one node), "
         f"{comparisons.baseline_ci_words(table)}; published counts from OPT-175B, MPT-7B and Llama 3.1 "
         "(docs/public-data.md), whose dispersion is not published. This fleet's rows are its rate "
