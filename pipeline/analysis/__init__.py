@@ -53,6 +53,7 @@ from pipeline.analysis.options import (
 )
 from pipeline.analysis.outlook import (
     SizeRates,
+    configured_jobs,
     failure_model_for,
     measured_recovery_hours,
     rate_model_for,
@@ -88,6 +89,7 @@ __all__ = [
     "TREND_SCHEMA",
     "analyze",
     "cluster_mtbf",
+    "configured_jobs",
     "counted_failures",
     "failure_model_for",
     "job_backtest",

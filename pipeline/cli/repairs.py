@@ -9,7 +9,7 @@ import click
 
 from pipeline import analysis as analysis_mod
 from pipeline.cli.common import echo_json, main, records, safe_lines
-from pipeline.cli.window import open_window, window_command
+from pipeline.cli.window import by_option, open_window, window_command
 from pipeline.report.format import text_table
 
 
@@ -61,14 +61,7 @@ def _verdict(total: dict, left_out: int, before: str | None) -> list[str]:
 
 @main.command()
 @window_command
-@click.option(
-    "--by",
-    "by",
-    multiple=True,
-    default=["cluster_id"],
-    show_default=True,
-    help="Group key (repeatable): cluster_id, node_id, instance_type, category, failure_class, ...",
-)
+@by_option("Group key (repeatable): cluster_id, node_id, instance_type, category, failure_class, ...")
 def repairs(db: Path, by, interruption_window_minutes: float, since, until, as_json: bool) -> None:
     """Outages and repair: downtime, availability, MTTR and repair-time quantiles per group.
 

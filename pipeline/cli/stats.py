@@ -13,6 +13,7 @@ from pipeline import record_checks, transform, warehouse
 from pipeline.analysis.counts import FailureCounts
 from pipeline.cli.common import echo_json, echo_late_records, main, records, safe_lines
 from pipeline.cli.window import (
+    by_option,
     echo_jobs_before_window,
     echo_left_out,
     echo_warning,
@@ -71,14 +72,8 @@ every incident, interrupting or not. Exposure is uptime by default (--exposure);
 
 @main.command(help=RATES_HELP)
 @window_command
-@click.option(
-    "--by",
-    "by",
-    multiple=True,
-    default=["cluster_id"],
-    show_default=True,
-    metavar="KEY",
-    help=f"Group key (repeatable): {', '.join(transform.EXPOSURE_KEYS)}, category (as recorded), class "
+@by_option(
+    f"Group key (repeatable): {', '.join(transform.EXPOSURE_KEYS)}, category (as recorded), class "
     "(failure class), or an extra input column kept as an attribute (e.g. level).",
 )
 @click.option("--period", type=click.Choice(list(transform.PERIODS)))

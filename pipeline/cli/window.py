@@ -43,6 +43,13 @@ exposure_option = click.option(
 )
 
 
+def by_option(keys: str):
+    """``--by KEY`` of rates and repairs: repeatable, cluster_id by default; ``keys`` says which."""
+    return click.option(
+        "--by", "by", multiple=True, default=["cluster_id"], show_default=True, metavar="KEY", help=keys
+    )
+
+
 def window_command(command):
     """The options every command that counts in a window takes, in one place: ``--db``,
     ``--since``/``--until``, ``--interruption-window`` and ``--json``."""
