@@ -107,19 +107,13 @@ def public_baselines(
                 on="cluster_id",
             )
             .sort("instances")
-            .select(
+            .with_columns(
                 source=pl.lit(label),
                 fleet="cluster_id",
                 instances=pl.col("instances").cast(pl.Float64),
                 failures=pl.col("failures").cast(pl.Int64),
-                exposure_node_hours="exposure_node_hours",
-                rate_per_node_hour="rate_per_node_hour",
-                rate_ci_low="rate_ci_low",
-                rate_ci_high="rate_ci_high",
                 interval=pl.lit(analysis.rates.interval_method),
-                mtbf_hours="mtbf_hours",
-                mtbf_ci_low_hours="mtbf_ci_low_hours",
-                mtbf_ci_high_hours="mtbf_ci_high_hours",
             )
+            .select(COLUMNS)
         )
     return pl.concat(frames)

@@ -41,6 +41,17 @@ def downsample(frame: pl.DataFrame, n: int = MAX_CURVE_POINTS) -> pl.DataFrame:
     return frame[idx]
 
 
+CLUSTER_TOOLTIP = alt.Tooltip("cluster_id:N", title="cluster")
+
+
+def rate_on_interval(base: alt.Chart, title: str, tooltip: list, scale=alt.Undefined) -> alt.LayerChart:
+    """A rate as a dot on the rule of its 95% interval, along x (``pct``, ``low``, ``high`` of
+    :func:`percent_rate`): the rate charts of clusters and of the public baselines."""
+    return base.mark_rule(strokeWidth=2).encode(
+        x=alt.X("low:Q", scale=scale, title=title), x2="high:Q"
+    ) + base.mark_point(filled=True, size=70).encode(x="pct:Q", tooltip=tooltip)
+
+
 def ci_tooltips(low: str, high: str, fmt: str, title: str = "95% CI") -> list[alt.Tooltip]:
     """The two ends of a 95% interval as a chart's tooltips, in the words every chart uses."""
     return [
@@ -59,10 +70,12 @@ def percent_rate() -> dict[str, pl.Expr]:
     }
 
 
-def percent_rate_tooltips() -> list[alt.Tooltip]:
-    """The tooltips of a :func:`percent_rate`: the rate and its interval."""
+def percent_rate_tooltips(hours: bool = True) -> list[alt.Tooltip]:
+    """The tooltips of a :func:`percent_rate`: the failures, the instance-hours (``hours``) and the
+    rate with its interval."""
+    exposure = [alt.Tooltip("exposure_node_hours:Q", format=",.0f", title="instance-hours")] if hours else []
     rate = alt.Tooltip("pct:Q", format=".3g", title="% per instance-hour")
-    return [rate, *ci_tooltips("low", "high", ".3g")]
+    return ["failures:Q", *exposure, rate, *ci_tooltips("low", "high", ".3g")]
 
 
 def cluster_color(cluster_ids: Sequence[str]) -> alt.Scale:
@@ -98,24 +111,10 @@ def rate_by_cluster_chart(analysis: FleetAnalysis) -> alt.Chart:
     base = alt.Chart(data).encode(
         y=alt.Y("cluster_id:N", sort=alt.SortField("instances"), title="cluster"), color=color
     )
-    return (
-        base.mark_rule(strokeWidth=2).encode(
-            x=alt.X(
-                "low:Q",
-                title=f"failures per 100 instance-hours (% per instance-hour), {rate_ci_words(analysis)}",
-            ),
-            x2="high:Q",
-        )
-        + base.mark_point(filled=True, size=70).encode(
-            x="pct:Q",
-            tooltip=[
-                alt.Tooltip("cluster_id:N", title="cluster"),
-                "instances:Q",
-                "failures:Q",
-                alt.Tooltip("exposure_node_hours:Q", format=",.0f", title="instance-hours"),
-                *percent_rate_tooltips(),
-            ],
-        )
+    return rate_on_interval(
+        base,
+        f"failures per 100 instance-hours (% per instance-hour), {rate_ci_words(analysis)}",
+        [CLUSTER_TOOLTIP, "instances:Q", *percent_rate_tooltips()],
     ).properties(width=WIDTH, height=30 * max(data.height, 3))
 
 
@@ -130,10 +129,9 @@ def rate_over_time_chart(analysis: FleetAnalysis) -> alt.Chart:
         + base.mark_line(point=True).encode(
             y=alt.Y("pct:Q", title=f"% per instance-hour (band: {rate_ci_words(analysis)})"),
             tooltip=[
-                alt.Tooltip("cluster_id:N", title="cluster"),
+                CLUSTER_TOOLTIP,
                 alt.Tooltip("period:T", title="month", format="%Y-%m"),
-                "failures:Q",
-                *percent_rate_tooltips(),
+                *percent_rate_tooltips(hours=False),
             ],
         )
     ).properties(width=WIDTH, height=260)
@@ -313,7 +311,7 @@ def scaling_chart(analysis: FleetAnalysis) -> alt.LayerChart:
             y=axis_y,
             color=color,
             tooltip=[
-                alt.Tooltip("cluster_id:N", title="cluster"),
+                CLUSTER_TOOLTIP,
                 alt.Tooltip("instances:Q", format=".0f"),
                 "failures:Q",
                 alt.Tooltip("mtbf_hours:Q", format=".2f", title="MTBF (h)"),

@@ -20,6 +20,7 @@ from pipeline.report.charts import (
     clusters_by_size,
     percent_rate,
     percent_rate_tooltips,
+    rate_on_interval,
 )
 from pipeline.report.format import interval_name
 
@@ -165,25 +166,15 @@ def baseline_chart(analysis: FleetAnalysis, table: pl.DataFrame) -> alt.LayerCha
     )
     y = alt.Y("label:N", sort=data["label"].to_list(), title=None, axis=alt.Axis(labelLimit=260))
     base = alt.Chart(data).encode(y=y, color=alt.Color("series:N", scale=scale, legend=None))
-    return (
-        base.mark_rule(strokeWidth=2).encode(
-            x=alt.X(
-                "low:Q",
-                scale=alt.Scale(type="log"),
-                title=f"failures per 100 instance-hours (% per instance-hour), {baseline_ci_words(table)}",
-            ),
-            x2="high:Q",
-        )
-        + base.mark_point(filled=True, size=70).encode(
-            x="pct:Q",
-            tooltip=[
-                alt.Tooltip("label:N", title="fleet"),
-                alt.Tooltip("source:N"),
-                alt.Tooltip("instances:Q", format=",.0f"),
-                "failures:Q",
-                alt.Tooltip("exposure_node_hours:Q", format=",.0f", title="instance-hours"),
-                *percent_rate_tooltips(),
-                alt.Tooltip("mtbf_hours:Q", format=".3g", title="fleet MTBF (h)"),
-            ],
-        )
+    return rate_on_interval(
+        base,
+        f"failures per 100 instance-hours (% per instance-hour), {baseline_ci_words(table)}",
+        [
+            alt.Tooltip("label:N", title="fleet"),
+            alt.Tooltip("source:N"),
+            alt.Tooltip("instances:Q", format=",.0f"),
+            *percent_rate_tooltips(),
+            alt.Tooltip("mtbf_hours:Q", format=".3g", title="fleet MTBF (h)"),
+        ],
+        scale=alt.Scale(type="log"),
     ).properties(width=WIDTH, height=alt.Step(20))

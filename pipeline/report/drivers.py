@@ -11,7 +11,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.analysis import FleetAnalysis
-from pipeline.report.charts import WIDTH, ci_tooltips, cluster_color, clusters_by_size
+from pipeline.report.charts import CLUSTER_TOOLTIP, WIDTH, ci_tooltips, cluster_color, clusters_by_size
 
 TOP_NODES = 20
 # Crow-AMSAA verdicts: beta > 1 rising (failures come faster), < 1 falling (burn-in), else flat.
@@ -50,7 +50,7 @@ def trend_chart(analysis: FleetAnalysis) -> alt.LayerChart:
             x="crow_beta:Q",
             shape=alt.Shape("crow_verdict:N", scale=VERDICT_SHAPES, title="Crow-AMSAA verdict"),
             tooltip=[
-                alt.Tooltip("cluster_id:N", title="cluster"),
+                CLUSTER_TOOLTIP,
                 "failures:Q",
                 alt.Tooltip("crow_beta:Q", format=".3f", title="β"),
                 *ci_tooltips("crow_beta_ci_low", "crow_beta_ci_high", ".3f", title="β 95% CI"),
@@ -92,7 +92,7 @@ def category_share_chart(analysis: FleetAnalysis) -> alt.Chart:
         + base.mark_point(filled=True, size=30).encode(
             x="share:Q",
             tooltip=[
-                alt.Tooltip("cluster_id:N", title="cluster"),
+                CLUSTER_TOOLTIP,
                 alt.Tooltip("failure_class:N", title="root cause"),
                 "failures:Q",
                 alt.Tooltip("group_failures:Q", title="cluster failures"),
@@ -157,7 +157,7 @@ def top_nodes_chart(analysis: FleetAnalysis, n: int = TOP_NODES) -> alt.LayerCha
         x=alt.X("failures:Q", title="interrupting failures (tick: expected at the cluster's rate)"),
         color=color,
         tooltip=[
-            alt.Tooltip("cluster_id:N", title="cluster"),
+            CLUSTER_TOOLTIP,
             alt.Tooltip("node_id:N", title="node"),
             "failures:Q",
             alt.Tooltip("expected_failures:Q", format=".2f", title="expected at cluster rate"),

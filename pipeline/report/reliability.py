@@ -9,7 +9,7 @@ import polars as pl
 
 from pipeline import transform
 from pipeline.analysis import FleetAnalysis, ReliabilityFits
-from pipeline.report.charts import WIDTH, ci_tooltips, cluster_color, clusters_by_size
+from pipeline.report.charts import CLUSTER_TOOLTIP, WIDTH, ci_tooltips, cluster_color, clusters_by_size
 from pipeline.report.section import Section
 from pipeline.transform.reliability import MAX_POINTS
 
@@ -72,7 +72,7 @@ def duane_chart(points: pl.DataFrame, clusters: list[str]) -> alt.LayerChart:
         base.mark_point(filled=True, size=20).encode(
             y=alt.Y("cumulative_failures:Q", scale=alt.Scale(type="log"), title="cumulative failures (log)"),
             tooltip=[
-                alt.Tooltip("cluster_id:N", title="cluster"),
+                CLUSTER_TOOLTIP,
                 alt.Tooltip("operating_node_hours:Q", format=",.0f", title="node-hours"),
                 alt.Tooltip("cumulative_failures:Q", format=",.0f", title="failures"),
             ],
