@@ -230,7 +230,7 @@ def test_the_page_shows_one_count_and_one_rate(faults, page):
 
 
 def test_public_baselines_show_a_one_cluster_fleet_once_with_its_own_interval(faults, page):
-    table = comparisons.baselines(faults)
+    table = comparisons.baselines(faults.rates)
     mine = table.filter(source=comparisons.THIS_FLEET)
     assert mine.height == 1 and mine["fleet"][0] == "pretrain"
     row, rates = mine.row(0, named=True), faults.rates.by_cluster.row(0, named=True)
@@ -248,7 +248,7 @@ def test_public_baselines_show_a_one_cluster_fleet_once_with_its_own_interval(fa
 
 def test_a_fleet_of_several_clusters_shows_each_clusters_rate_table_figures(sample_warehouse):
     fleet = _analyze(sample_warehouse)
-    table = comparisons.baselines(fleet)
+    table = comparisons.baselines(fleet.rates)
     mine = table.filter(
         (pl.col("source") == comparisons.THIS_FLEET) & (pl.col("fleet") != comparisons.ALL_CLUSTERS)
     )

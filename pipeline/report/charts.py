@@ -14,7 +14,7 @@ import altair as alt
 import numpy as np
 import polars as pl
 
-from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, ReliabilityFits
+from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, RateAnalysis, ReliabilityFits
 from pipeline.models import ParametricTBF
 from pipeline.report.format import interval_name
 
@@ -91,29 +91,30 @@ def mode_color(modes: Sequence[str]) -> alt.Scale:
     return alt.Scale(domain=names, range=[MODE_COLORS.get(m) or next(spare) for m in names])
 
 
-def clusters_by_size(analysis: FleetAnalysis) -> list[str]:
-    return analysis.rates.cluster_mtbf.sort("instances", "cluster_id")["cluster_id"].to_list()
+def clusters_by_size(rates: RateAnalysis) -> list[str]:
+    """The clusters smallest first: the order of every chart's cluster colours."""
+    return rates.cluster_mtbf.sort("instances", "cluster_id")["cluster_id"].to_list()
 
 
-def rate_ci_words(analysis: FleetAnalysis) -> str:
+def rate_ci_words(rates: RateAnalysis) -> str:
     """ "95% CI, <method>" of the fleet's rate tables (``interval_method``: every rate of the
     analysis but the per-node ones), for axis titles and notes."""
-    return f"95% CI, {interval_name(analysis.rates.interval_method)}"
+    return f"95% CI, {interval_name(rates.interval_method)}"
 
 
-def rate_by_cluster_chart(analysis: FleetAnalysis) -> alt.Chart:
+def rate_by_cluster_chart(rates: RateAnalysis) -> alt.Chart:
     data = (
-        analysis.rates.cluster_mtbf.select("cluster_id", "instances")
-        .join(analysis.rates.by_cluster, on="cluster_id")
+        rates.cluster_mtbf.select("cluster_id", "instances")
+        .join(rates.by_cluster, on="cluster_id")
         .select("cluster_id", "instances", "failures", "exposure_node_hours", **percent_rate())
     )
-    color = alt.Color("cluster_id:N", scale=cluster_color(clusters_by_size(analysis)), legend=None)
+    color = alt.Color("cluster_id:N", scale=cluster_color(clusters_by_size(rates)), legend=None)
     base = alt.Chart(data).encode(
         y=alt.Y("cluster_id:N", sort=alt.SortField("instances"), title="cluster"), color=color
     )
     return rate_on_interval(
         base,
-        f"failures per 100 instance-hours (% per instance-hour), {rate_ci_words(analysis)}",
+        f"failures per 100 instance-hours (% per instance-hour), {rate_ci_words(rates)}",
         [CLUSTER_TOOLTIP, "instances:Q", *percent_rate_tooltips()],
     ).properties(width=WIDTH, height=30 * max(data.height, 3))
 
@@ -122,12 +123,14 @@ def rate_over_time_chart(analysis: FleetAnalysis) -> alt.Chart:
     data = analysis.rates.by_month.select("cluster_id", "period", "failures", **percent_rate())
     base = alt.Chart(data).encode(
         x=alt.X("period:T", title="month", axis=alt.Axis(format="%b %Y", tickCount="month")),
-        color=alt.Color("cluster_id:N", title="cluster", scale=cluster_color(clusters_by_size(analysis))),
+        color=alt.Color(
+            "cluster_id:N", title="cluster", scale=cluster_color(clusters_by_size(analysis.rates))
+        ),
     )
     return (
         base.mark_area(opacity=0.12).encode(y="low:Q", y2="high:Q")
         + base.mark_line(point=True).encode(
-            y=alt.Y("pct:Q", title=f"% per instance-hour (band: {rate_ci_words(analysis)})"),
+            y=alt.Y("pct:Q", title=f"% per instance-hour (band: {rate_ci_words(analysis.rates)})"),
             tooltip=[
                 CLUSTER_TOOLTIP,
                 alt.Tooltip("period:T", title="month", format="%Y-%m"),
@@ -302,7 +305,7 @@ def scaling_chart(analysis: FleetAnalysis) -> alt.LayerChart:
     )
     axis_x = alt.X("instances:Q", scale=alt.Scale(type="log"), title="instances in the cluster")
     axis_y = alt.Y("mtbf_hours:Q", scale=alt.Scale(type="log"), title="cluster MTBF (hours)")
-    color = alt.Color("cluster_id:N", title="cluster", scale=cluster_color(clusters_by_size(analysis)))
+    color = alt.Color("cluster_id:N", title="cluster", scale=cluster_color(clusters_by_size(analysis.rates)))
     points = (
         alt.Chart(observed)
         .mark_point(filled=True, size=70)

@@ -11,7 +11,7 @@ import altair as alt
 import polars as pl
 
 from pipeline import datasets, models
-from pipeline.analysis import FleetAnalysis
+from pipeline.analysis import RateAnalysis
 from pipeline.report.charts import (
     PALETTE,
     WIDTH,
@@ -67,18 +67,18 @@ def job_interruption_chart(job_interruptions: pl.DataFrame) -> alt.LayerChart:
     ).properties(width=WIDTH, height=260)
 
 
-def baselines(analysis: FleetAnalysis, others: Mapping[str, FleetAnalysis] | None = None) -> pl.DataFrame:
-    """:func:`pipeline.datasets.public_baselines` for this fleet (each cluster, plus all clusters
-    as one row) and ``others``, with ``series`` (the colour) and ``label`` (the row) added.
+def baselines(rates: RateAnalysis, others: Mapping[str, RateAnalysis] | None = None) -> pl.DataFrame:
+    """:func:`pipeline.datasets.public_baselines` for this fleet's rates (each cluster, plus all
+    clusters as one row) and ``others``'s, with ``series`` (the colour) and ``label`` (the row) added.
 
     This fleet's rows are its own figures: each cluster's from its rate table, the whole fleet's
     from ``rates_overall`` (the summary card's), all with the analysis' interval. A fleet of one
     cluster is one row, the whole fleet named by its cluster: two rows of the same failures and
     hours would be one fact shown twice."""
-    table = datasets.public_baselines({THIS_FLEET: analysis, **(others or {})})
-    whole = analysis.rates.overall.row(0, named=True)
-    instances = float(analysis.rates.cluster_mtbf["instances"].sum())
-    clusters = analysis.rates.by_cluster["cluster_id"]
+    table = datasets.public_baselines({THIS_FLEET: rates, **(others or {})})
+    whole = rates.overall.row(0, named=True)
+    instances = float(rates.cluster_mtbf["instances"].sum())
+    clusters = rates.by_cluster["cluster_id"]
     if clusters.len() == 1:
         table = table.filter(~((pl.col("source") == THIS_FLEET) & (pl.col("fleet") == clusters[0])))
     fleet = pl.DataFrame(
@@ -91,7 +91,7 @@ def baselines(analysis: FleetAnalysis, others: Mapping[str, FleetAnalysis] | Non
             "rate_per_node_hour": whole["rate_per_node_hour"],
             "rate_ci_low": whole["rate_ci_low"],
             "rate_ci_high": whole["rate_ci_high"],
-            "interval": analysis.rates.interval_method,
+            "interval": rates.interval_method,
             "mtbf_hours": models.cluster_mtbf_hours(whole["rate_per_node_hour"], instances),
             "mtbf_ci_low_hours": models.cluster_mtbf_hours(whole["rate_ci_high"], instances),
             "mtbf_ci_high_hours": models.cluster_mtbf_hours(whole["rate_ci_low"], instances),
@@ -137,11 +137,11 @@ def baseline_ci_words(table: pl.DataFrame) -> str:
     )
 
 
-def baseline_chart(analysis: FleetAnalysis, table: pl.DataFrame) -> alt.LayerChart:
+def baseline_chart(rates: RateAnalysis, table: pl.DataFrame) -> alt.LayerChart:
     """Rates per instance-hour (%) with their intervals (:func:`baseline_ci_words`), log axis:
     published fleets, this fleet (all clusters, then each cluster in its colour), then other
     fleets, one colour per source."""
-    clusters = clusters_by_size(analysis)
+    clusters = clusters_by_size(rates)
     base_scale = cluster_color(clusters)
     extra = [
         PUBLISHED,

@@ -22,7 +22,7 @@ VERDICT_SHAPES = alt.Scale(
 
 def trend_table(analysis: FleetAnalysis) -> pl.DataFrame:
     """Per cluster (by size): Laplace and Crow-AMSAA statistics, p-values and verdicts."""
-    order = pl.DataFrame({"cluster_id": clusters_by_size(analysis)}).with_row_index("order")
+    order = pl.DataFrame({"cluster_id": clusters_by_size(analysis.rates)}).with_row_index("order")
     return (
         analysis.rates.trend_tests.join(order, on="cluster_id", how="left")
         .sort("order", "cluster_id", nulls_last=True)
@@ -34,7 +34,7 @@ def trend_chart(analysis: FleetAnalysis) -> alt.LayerChart:
     """Crow-AMSAA beta with its 95% interval per cluster against the flat line beta = 1."""
     data = trend_table(analysis).filter(pl.col("crow_beta").is_not_null())
     y = alt.Y("cluster_id:N", sort=data["cluster_id"].to_list(), title="cluster")
-    color = alt.Color("cluster_id:N", scale=cluster_color(clusters_by_size(analysis)), legend=None)
+    color = alt.Color("cluster_id:N", scale=cluster_color(clusters_by_size(analysis.rates)), legend=None)
     x_title = "Crow-AMSAA β (95% CI): < 1 failures slow down, > 1 they speed up"
     base = alt.Chart(data).encode(y=y, color=color)
     flat = (
@@ -67,7 +67,7 @@ def trend_chart(analysis: FleetAnalysis) -> alt.LayerChart:
 def category_share_chart(analysis: FleetAnalysis) -> alt.Chart:
     """Share of each cluster's interruptions by root cause with Clopper–Pearson intervals: one
     row per category, one dot per cluster (offset within the row, coloured per cluster)."""
-    clusters = clusters_by_size(analysis)
+    clusters = clusters_by_size(analysis.rates)
     data = analysis.rates.category_shares.filter(pl.col("share").is_not_null()).select(
         "cluster_id", "failure_class", "failures", "group_failures", "share", "share_ci_low", "share_ci_high"
     )
@@ -116,7 +116,7 @@ def category_share_table(analysis: FleetAnalysis) -> pl.DataFrame:
         .pivot("cluster_id", index="failure_class", values="cell")
     )
     totals = analysis.rates.category_shares.group_by("failure_class").agg(pl.col("failures").sum())
-    columns = [c for c in clusters_by_size(analysis) if c in wide.columns]
+    columns = [c for c in clusters_by_size(analysis.rates) if c in wide.columns]
     return (
         totals.join(wide, on="failure_class", how="left")
         .sort("failures", descending=True)
@@ -151,7 +151,7 @@ def top_nodes(analysis: FleetAnalysis, n: int = TOP_NODES) -> pl.DataFrame:
 def top_nodes_chart(analysis: FleetAnalysis, n: int = TOP_NODES) -> alt.LayerChart:
     data = top_nodes(analysis, n).with_columns(node=pl.format("{} / {}", "cluster_id", "node_id"))
     y = alt.Y("node:N", sort=data["node"].to_list(), title="cluster / node")
-    color = alt.Color("cluster_id:N", title="cluster", scale=cluster_color(clusters_by_size(analysis)))
+    color = alt.Color("cluster_id:N", title="cluster", scale=cluster_color(clusters_by_size(analysis.rates)))
     base = alt.Chart(data).encode(y=y)
     bars = base.mark_bar().encode(
         x=alt.X("failures:Q", title="interrupting failures (tick: expected at the cluster's rate)"),

@@ -119,7 +119,7 @@ def reliability_sections(analysis: FleetAnalysis) -> list:
             Section(
                 "duane-crow-amsaa",
                 "Duane / Crow-AMSAA plot: cumulative failures against operating node-hours",
-                duane_chart(duane, clusters_by_size(analysis)),
+                duane_chart(duane, clusters_by_size(analysis.rates)),
                 note="Points: each cluster's failures on its operating clock (log-log). Dashed: the "
                 "MIL-HDBK-189 power law N(t) = λt^β with the β of the trend tests; slope β = 1 is a "
                 "constant rate, below 1 reliability growth, above 1 deterioration.",
