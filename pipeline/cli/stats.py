@@ -1,5 +1,5 @@
 """failcast rates: failure rates with their intervals (exact or quasi-Poisson, named in the
-output); the options and notes the window's commands share (fit: :mod:`pipeline.cli.fit`)."""
+output). The options and notes every command of the window shares: :mod:`pipeline.cli.window`."""
 
 from __future__ import annotations
 
