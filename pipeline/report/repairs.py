@@ -32,7 +32,9 @@ def repair_curve_chart(repairs: RepairAnalysis) -> alt.Chart:
     """Kaplan–Meier share of outages still unrepaired after t hours, all and per category."""
     frames = []
     known = repairs.outages.filter(pl.col("repair_hours").is_not_null())
-    groups = [("all outages", known), *((c, g) for (c,), g in known.group_by("category"))]
+    # categories in name order: the page's data does not change from run to run with Polars' hashing
+    by_category = known.sort("category").group_by("category", maintain_order=True)
+    groups = [("all outages", known), *((c, g) for (c,), g in by_category)]
     for label, group in groups:
         if not group["resolved"].any():
             continue
