@@ -96,13 +96,11 @@ def mean_cumulative_function(
 
     own = 1 / at_risk[np.searchsorted(ages, age)]
     grid = _spread(ages.size, max_points)
-    variance = np.empty(grid.size)
-    for i, j in enumerate(grid):
-        g = ages[j]
-        mine = np.bincount(unit, weights=np.where(age <= g, own, 0.0), minlength=nodes.height)
-        upper = np.where(g < b, upto(np.full_like(b, g), True), upto(b, False))
-        share = np.clip(upper - upto(a, False), 0.0, None)
-        variance[i] = np.sum((mine - np.bincount(span_unit, weights=share, minlength=nodes.height)) ** 2)
+    failures_by_age = (age, own, unit)
+    spans_by_age = (a, b, upto(a, False), upto(b, False), span_unit)
+    variance = _robust_variance(
+        ages[grid], upto(ages[grid], True), failures_by_age, spans_by_age, nodes.height
+    )
     factor = np.exp(norm.ppf(0.5 + confidence / 2) * np.sqrt(variance) / mcf[grid])
     return pl.DataFrame(
         {
@@ -114,6 +112,47 @@ def mean_cumulative_function(
         },
         schema=schema,
     )
+
+
+def _robust_variance(
+    grid_ages: np.ndarray, c_grid: np.ndarray, failures: tuple, spans: tuple, units: int
+) -> np.ndarray:
+    """Lawless–Nadeau's Var MCF(g) = Σ_i (mine_i(g) − share_i(g))² at each grid age g (``c_grid``:
+    C(g), Σ d/r² over failure ages <= g), in one sweep up the grid. mine_i(g): Σ 1/r over node i's
+    failures at ages <= g; share_i(g): Σ over its spans [a, b) of C(g) − C(a−) while a <= g < b,
+    C(b−) − C(a−) once g >= b, 0 before. Each failure and span end changes its node's sums at one
+    grid point, so the cost is failures + spans + grid x nodes, not grid x (failures + spans): the
+    300 points over every row took 46 of ``failcast report``'s 54 CPU-s at 1 M rows (issue 27)."""
+    age, own, unit = failures
+    a, b, c_a, c_b, span_unit = spans
+    n = grid_ages.size
+
+    def at_grid(first_k: np.ndarray, values: list[np.ndarray]) -> list:
+        """Per grid point k, (units, weights...) of the rows whose first grid index is k."""
+        order = np.argsort(first_k, kind="stable")
+        cuts = np.searchsorted(first_k[order], np.arange(n + 1))
+        ordered = [v[order] for v in values]
+        return [[v[cuts[k] : cuts[k + 1]] for v in ordered] for k in range(n)]
+
+    # a failure counts from the first grid age >= its age, a span is active from the first >= a,
+    # done from the first >= b
+    fails = at_grid(np.searchsorted(grid_ages, age, side="left"), [unit, own])
+    starts = at_grid(np.searchsorted(grid_ages, a, side="left"), [span_unit, c_a])
+    ends = at_grid(np.searchsorted(grid_ages, b, side="left"), [span_unit, c_b])
+    mine, active, base = np.zeros(units), np.zeros(units), np.zeros(units)  # share = C(g) active + base
+    variance = np.empty(n)
+    for k in range(n):
+        (f_unit, f_own), (s_unit, s_c), (e_unit, e_c) = fails[k], starts[k], ends[k]
+        if f_unit.size:
+            mine += np.bincount(f_unit, weights=f_own, minlength=units)
+        if s_unit.size:
+            active += np.bincount(s_unit, minlength=units)
+            base -= np.bincount(s_unit, weights=s_c, minlength=units)
+        if e_unit.size:
+            active -= np.bincount(e_unit, minlength=units)
+            base += np.bincount(e_unit, weights=e_c, minlength=units)
+        variance[k] = np.sum((mine - (c_grid[k] * active + base)) ** 2)
+    return variance
 
 
 def duane_points(
