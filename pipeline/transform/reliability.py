@@ -69,20 +69,23 @@ def mean_cumulative_function(
     at up to ``max_points`` failure ages: ``age_hours``, ``mcf``, ``ci_low``, ``ci_high``,
     ``nodes_at_risk``. Empty without failures in service."""
     schema = {k: pl.Float64 for k in ("age_hours", "mcf", "ci_low", "ci_high", "nodes_at_risk")}
-    first = exposure.group_by("cluster_id", "node_id").agg(first=pl.col("start_utc").min())
-    hours = lambda c: (pl.col(c) - pl.col("first")).dt.total_seconds(fractional=True) / 3600  # noqa: E731
-    spans = exposure.join(first, on=["cluster_id", "node_id"]).select(
-        "cluster_id", "node_id", a=hours("start_utc"), b=hours("end_utc")
+    keys = ["cluster_id", "node_id"]
+    # one row per node (its number: ``unit``); spans and failures carry only the unit and hours
+    first = (
+        exposure.group_by(keys, maintain_order=True)
+        .agg(first=pl.col("start_utc").min())
+        .with_row_index("unit")
     )
-    served = failures_in_service(failures, exposure).join(first, on=["cluster_id", "node_id"])
-    served = served.select("cluster_id", "node_id", age=hours("timestamp_utc"))
+    hours = lambda c: (pl.col(c) - pl.col("first")).dt.total_seconds(fractional=True) / 3600  # noqa: E731
+    spans = exposure.select(*keys, "start_utc", "end_utc").join(first, on=keys)
+    spans = spans.select("unit", a=hours("start_utc"), b=hours("end_utc"))
+    served = failures_in_service(failures.select(*keys, "timestamp_utc"), exposure).join(first, on=keys)
+    served = served.select("unit", age=hours("timestamp_utc"))
     if served.height == 0:
         return pl.DataFrame(schema=schema)
-    nodes = spans.select("cluster_id", "node_id").unique().with_row_index("unit")
-    spans = spans.join(nodes, on=["cluster_id", "node_id"])
-    served = served.join(nodes, on=["cluster_id", "node_id"])
     a, b, span_unit = spans["a"].to_numpy(), spans["b"].to_numpy(), spans["unit"].to_numpy()
     age, unit = served["age"].to_numpy(), served["unit"].to_numpy()
+    del spans, served
 
     ages, d = np.unique(age, return_counts=True)
     at_risk = np.searchsorted(np.sort(a), ages, side="right") - np.searchsorted(
@@ -99,7 +102,7 @@ def mean_cumulative_function(
     failures_by_age = (age, own, unit)
     spans_by_age = (a, b, upto(a, False), upto(b, False), span_unit)
     variance = _robust_variance(
-        ages[grid], upto(ages[grid], True), failures_by_age, spans_by_age, nodes.height
+        ages[grid], upto(ages[grid], True), failures_by_age, spans_by_age, first.height
     )
     factor = np.exp(norm.ppf(0.5 + confidence / 2) * np.sqrt(variance) / mcf[grid])
     return pl.DataFrame(
