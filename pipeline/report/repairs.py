@@ -31,7 +31,8 @@ def _hours(value: float) -> str:
 def repair_curve_chart(repairs: RepairAnalysis) -> alt.Chart:
     """Kaplan–Meier share of outages still unrepaired after t hours, all and per category."""
     frames = []
-    known = repairs.outages.filter(pl.col("repair_hours").is_not_null())
+    # the three columns the curves read, not every outage column in each category's group
+    known = repairs.outages.select("category", "repair_hours", "resolved").drop_nulls("repair_hours")
     groups = [("all outages", known), *((c, g) for (c,), g in known.group_by("category"))]
     for label, group in groups:
         if not group["resolved"].any():
