@@ -29,9 +29,11 @@ OLD_KILLS = """
     QUALIFY row_number() OVER (PARTITION BY k.line, k.node_id
                                ORDER BY abs(epoch(o.ts) - epoch(k.ts)), o.line) = 1
 """
+# the old Kubernetes match but for a tie of two closers at the same time: the old arg_min(c.line, c.ts)
+# took either line, the earliest is the rule now (the tests use both queries as the oracle)
 OLD_CLOSES = """
 CREATE OR REPLACE TEMP TABLE k8s_closes AS
-SELECT e.event_key, min(c.ts) AS resolved, arg_min(c.line, c.ts) AS line
+SELECT e.event_key, min(c.ts) AS resolved, arg_min(c.line, (c.ts, c.line)) AS line
 FROM events e
 JOIN k8s_closers c
   ON c.node_id = e.node_id AND c.ts > e.timestamp_utc

@@ -1,7 +1,8 @@
 """The readers' event-to-event matches are as-of joins (issue 27): a slurmctld kill takes the
 category of its node's nearest outage within PAIR_SECONDS, a stored open Kubernetes outage ends at
-its node's first later closer. Each equals the per-node join-and-filter it replaced (kept here as
-the oracle) on random small logs dense in ties, and the boundaries are pinned by table tests."""
+its node's first later closer. Each equals the per-node join-and-filter it replaced (kept in
+bench/asof_matches.py: the oracle) on random small logs dense in ties; table tests pin the
+boundaries."""
 
 from __future__ import annotations
 
@@ -11,41 +12,11 @@ from datetime import datetime, timedelta
 import duckdb
 import pytest
 
+from bench.asof_matches import OLD_CLOSES, old_events_sql
 from pipeline.ingest import ReaderOptions, ingest_files
 from pipeline.readers import kubernetes, slurmctld
 
-# The replaced matches, verbatim but for the tie of two closers at the same time (the old
-# arg_min(c.line, c.ts) took either line; the earliest is the rule now).
-OLD_KILLS = """
-    SELECT k.line, k.ts, k.node_id, coalesce(o.category, $killed) AS category, k.message,
-           'kill|' || k.job_id AS grp, k.job_id
-    FROM per_node k LEFT JOIN outages o
-      ON o.node_id = k.node_id AND abs(epoch(o.ts) - epoch(k.ts)) <= $pair_seconds
-    WHERE k.kind = 'kill'
-    QUALIFY row_number() OVER (PARTITION BY k.line, k.node_id
-                               ORDER BY abs(epoch(o.ts) - epoch(k.ts)), o.line) = 1
-"""
-OLD_CLOSES = """
-CREATE OR REPLACE TEMP TABLE k8s_closes AS
-SELECT e.event_key, min(c.ts) AS resolved, arg_min(c.line, (c.ts, c.line)) AS line
-FROM events e
-JOIN k8s_closers c
-  ON c.node_id = e.node_id AND c.ts > e.timestamp_utc
- AND c.outage = coalesce('condition:' || json_extract_string(e.attributes, '$.condition'),
-                         'event:' || e.category)
-WHERE e.source_format = $format AND e.cluster_id = $cluster AND e.resolved_at_utc IS NULL
-GROUP BY e.event_key
-"""
-
-
-def _old_events_sql() -> str:
-    """slurmctld's query with the old kills (everything else the module's own text)."""
-    text = slurmctld._EVENTS
-    start = text.index("), kill_rows AS (")
-    end = text.index("), rows AS (")
-    return text[:start] + "), kills AS (" + OLD_KILLS + text[end:]
-
-
+# The replaced matches (the oracle) live beside their bench: bench/asof_matches.py.
 EVENT_PARAMS = {
     "not_responding": slurmctld.NOT_RESPONDING,
     "killed": slurmctld.KILLED_WITHOUT_CAUSE,
@@ -95,7 +66,7 @@ def _events(con, sql: str) -> list[tuple]:
 @pytest.mark.parametrize("seed", range(150))
 def test_slurmctld_kill_match_equals_the_per_node_join(seed):
     con = _staged(_slurmctld_rows(seed))
-    assert _events(con, slurmctld._EVENTS) == _events(con, _old_events_sql())
+    assert _events(con, slurmctld._EVENTS) == _events(con, old_events_sql())
 
 
 LOG_CASES = [
