@@ -63,7 +63,7 @@ def _events(con, sql: str) -> list[tuple]:
     return con.sql("SELECT * FROM slurmctld_events ORDER BY ALL").fetchall()
 
 
-@pytest.mark.parametrize("seed", range(150))
+@pytest.mark.parametrize("seed", range(60))
 def test_slurmctld_kill_match_equals_the_per_node_join(seed):
     con = _staged(_slurmctld_rows(seed))
     assert _events(con, slurmctld._EVENTS) == _events(con, old_events_sql())
@@ -183,7 +183,7 @@ def _closes(con, sql: str) -> list[tuple]:
     return con.sql("SELECT * FROM k8s_closes ORDER BY ALL").fetchall()
 
 
-@pytest.mark.parametrize("seed", range(150))
+@pytest.mark.parametrize("seed", range(60))
 def test_kubernetes_closer_match_equals_the_per_node_join(seed):
     con = _k8s_tables(seed)
     assert _closes(con, kubernetes._CLOSES) == _closes(con, OLD_CLOSES)
