@@ -366,7 +366,7 @@ def test_lanl_hardware_is_the_largest_cause(lanl_warehouse):
 
 def test_lanl_in_public_baselines(lanl_warehouse):
     _, _, fleet = lanl_warehouse
-    table = public_baselines({"LANL": fleet})
+    table = public_baselines({"LANL": fleet.rates})
     lanl_rows = table.filter(pl.col("source") == "LANL")
     assert lanl_rows.height == 22  # every system with metadata
     assert (lanl_rows["rate_ci_low"] <= lanl_rows["rate_per_node_hour"]).all()

@@ -157,3 +157,10 @@ if __name__ == "__main__":
     for circle in circles(import_graph()):
         print(" <-> ".join(circle))
     sys.exit(0)
+
+
+def test_only_the_warehouse_imports_its_schema():
+    """warehouse.py alone opens DuckDB and owns the schema: its DDL lives in a sibling module
+    (pipeline.warehouse_schema) that no other module imports."""
+    importers = {name for name, imported in import_graph().items() if "pipeline.warehouse_schema" in imported}
+    assert importers == {"pipeline.warehouse"}

@@ -531,7 +531,7 @@ def sample_analysis(sample_warehouse) -> analysis.FleetAnalysis:
 
 def test_trend_section_shows_every_clusters_verdicts(pages, rich_analysis):
     table = drivers.trend_table(rich_analysis)
-    assert table["cluster_id"].to_list() == charts.clusters_by_size(rich_analysis)
+    assert table["cluster_id"].to_list() == charts.clusters_by_size(rich_analysis.rates)
     expected = rich_analysis.rates.trend_tests.select(
         "cluster_id", "laplace_verdict", "crow_verdict", "crow_beta"
     )
@@ -553,7 +553,8 @@ def test_root_causes_per_cluster_table_quotes_the_shares(rich_analysis):
     for row in shares.filter(pl.col("failures") > 0).iter_rows(named=True):
         cell = table.filter(failure_class=row["failure_class"])[row["cluster_id"]][0]
         assert cell.startswith(f"{round(row['share'] * 100, 1)}% [{round(row['share_ci_low'] * 100, 1)}–")
-    assert table.columns[2:] == [c for c in charts.clusters_by_size(rich_analysis) if c in table.columns]
+    order = charts.clusters_by_size(rich_analysis.rates)
+    assert table.columns[2:] == [c for c in order if c in table.columns]
 
 
 @pytest.mark.parametrize("n", [1, 5, drivers.TOP_NODES])
@@ -674,7 +675,7 @@ def test_headline_mtbf_is_the_planned_jobs_from_the_model_its_projection_uses(ri
 
 
 def test_public_baselines_put_this_fleet_beside_published_fleets(rich_analysis, sample_analysis):
-    table = comparisons.baselines(rich_analysis, {"LANL": sample_analysis})
+    table = comparisons.baselines(rich_analysis.rates, {"LANL": sample_analysis.rates})
     published = table.filter(series=comparisons.PUBLISHED)
     assert published["fleet"].to_list() == [f.fleet for f in datasets.PUBLISHED_GPU_FLEETS]
     for f, rate in zip(datasets.PUBLISHED_GPU_FLEETS, published["rate_per_node_hour"], strict=True):
@@ -692,7 +693,7 @@ def test_public_baselines_put_this_fleet_beside_published_fleets(rich_analysis, 
     assert lanl.height == sample_analysis.rates.by_cluster.height and set(lanl["series"]) == {"LANL"}
     assert table["label"].n_unique() == table.height
     # published fleets always, other fleets only when passed in
-    alone = comparisons.baselines(rich_analysis)
+    alone = comparisons.baselines(rich_analysis.rates)
     assert set(alone["source"]) == set(table["source"]) - {"LANL"}
 
 

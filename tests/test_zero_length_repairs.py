@@ -61,6 +61,7 @@ def test_mttr_and_median_are_the_tables_own(table, table_db):
     assert total["outages"] == table.incidents.height
     assert total["unresolved"] == truth.unresolved
     assert total["unknown_end"] == truth.unknown_end
+    assert total["zero_length_repairs"] == 14  # counted once, in repair_summary, for text and report
     # the product-limit estimates written out by hand, open repairs censored at the window end
     assert total["mttr_hours"] == pytest.approx(truth.km_mean_hours, rel=1e-9)
     assert total["repair_hours_p50"] == pytest.approx(truth.km_median_hours, rel=1e-9)

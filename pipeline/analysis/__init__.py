@@ -29,8 +29,11 @@ from pipeline.analysis.fits import ReliabilityFits
 from pipeline.analysis.fleet import (
     PROJECTED_SIZES,
     FleetAnalysis,
+    ServiceWindow,
     analyze,
     require_inventory,
+    require_service,
+    service_window,
 )
 from pipeline.analysis.jobs import (
     JobAnalysis,
@@ -50,6 +53,7 @@ from pipeline.analysis.options import (
 )
 from pipeline.analysis.outlook import (
     SizeRates,
+    configured_jobs,
     failure_model_for,
     measured_recovery_hours,
     rate_model_for,
@@ -61,6 +65,7 @@ from pipeline.analysis.outlook import (
 from pipeline.analysis.repairs import (
     REPAIR_SCHEMA,
     RepairAnalysis,
+    repair_count_notes,
     repair_summary,
     repair_times,
 )
@@ -84,6 +89,7 @@ __all__ = [
     "TREND_SCHEMA",
     "analyze",
     "cluster_mtbf",
+    "configured_jobs",
     "counted_failures",
     "failure_model_for",
     "job_backtest",
@@ -104,6 +110,10 @@ __all__ = [
     "read_jobs",
     "repair_curve",
     "require_inventory",
+    "require_service",
+    "ServiceWindow",
+    "service_window",
+    "repair_count_notes",
     "repair_summary",
     "repair_times",
     "size_laws_agreement",

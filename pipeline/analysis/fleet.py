@@ -8,6 +8,7 @@ import functools
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -170,6 +171,54 @@ def require_inventory(inventory: pl.DataFrame) -> None:
         )
 
 
+def require_service(inventory: pl.DataFrame, exposure: pl.DataFrame, options: AnalysisOptions) -> None:
+    """A window in which no node was in service has no hours to divide by: stop with one line that
+    says where the service lies and which end of the window to move, not a rate "at most inf" or a
+    lemon test of 0 nodes. ``exposure``: the service intervals clipped to the resolved window."""
+    if exposure["node_hours"].sum():
+        return
+    first = inventory["in_service_from_utc"].min()
+    ends = inventory["in_service_to_utc"]
+    last = None if ends.null_count() else ends.max()  # None: a node is still in service
+    window = (
+        f"in the window ({options.window_text})"
+        if options.since
+        else f"before the window's end ({options.until:%Y-%m-%d %H:%M} UTC)"
+    )
+    if options.since is None or first >= options.until:
+        where = f"the first one enters service {first:%Y-%m-%d %H:%M}; a later --until"
+    elif last is not None and last <= options.since:
+        where = f"the last one leaves service {last:%Y-%m-%d %H:%M}; an earlier --since"
+    else:
+        where = "the window lies between the service intervals; a wider one"
+    raise ValueError(f"no node was in service {window}: {where} has instance-hours to rate")
+
+
+class ServiceWindow(NamedTuple):
+    """What every command that counts in a window starts from (:func:`service_window`)."""
+
+    inventory: pl.DataFrame
+    options: AnalysisOptions
+    """With ``until`` filled in (:meth:`AnalysisOptions.resolved`)."""
+    exposure: pl.DataFrame
+    """The calendar service intervals in the window (:func:`pipeline.transform.exposure_intervals`)."""
+
+
+def service_window(con, options: AnalysisOptions, *, inventory_required: bool = True) -> ServiceWindow:
+    """The inventory, the options resolved on it and the service intervals in their window, with the
+    two checks every rate, fit, lemon test, backtest and report needs first: an inventory
+    (:func:`require_inventory`; ``inventory_required`` False for repair times, which need none)
+    and some service in the window (:func:`require_service`)."""
+    inventory = warehouse.table(con, "inventory")
+    if inventory_required:
+        require_inventory(inventory)
+    options = options.resolved(con, inventory)
+    exposure = transform.exposure_intervals(inventory, options.until, options.since)
+    if inventory.height:
+        require_service(inventory, exposure, options)
+    return ServiceWindow(inventory, options, exposure)
+
+
 def _duckdb_share(analysis):
     """Run ``analysis`` with DuckDB's cap lowered while it reads (:func:`pipeline.warehouse.reading`):
     its rows live in Polars, and what DuckDB keeps after a read would add to them."""
@@ -204,13 +253,10 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
     :func:`rate_exposure`) or by calendar service time ("calendar").
     """
     incidents = warehouse.scan_incidents(con)
-    inventory = warehouse.table(con, "inventory")
-    require_inventory(inventory)
-    options = options.resolved(con, inventory)
+    inventory, options, exposure = service_window(con, options)
     end, since, first_gap = options.until, options.since, options.first_gap
     estimated = transform.exposure_estimated(inventory)
     failures = read_failures(con, window_minutes=options.interruption_window_minutes)
-    exposure = transform.exposure_intervals(inventory, end, since)
     # outages of every failure: one that began before the window can still hold a node down in it
     at_risk, all_outages = rate_exposure(con, failures, inventory, exposure, end, options.exposure_basis)
     outages = options.in_window(all_outages, "start_utc")

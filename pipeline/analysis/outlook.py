@@ -220,6 +220,25 @@ def spares_for_job(
     }
 
 
+def configured_jobs(
+    analysis: FleetAnalysis, jobs, recovery: dict, recovery_source: str
+) -> tuple[list[projection.JobSpec], dict[str, float] | None]:
+    """The jobs of a run's config (``[[job]]`` entries) as specs on this fleet's failure model
+    (:func:`failure_model_for`, by each job's size), and what ``recovery_source`` "measured" takes
+    from the fleet (:func:`measured_recovery_hours`; empty when nothing was measured; None for
+    "assumed"): what ``failcast run`` and ``failcast metrics`` project."""
+    specs = [
+        projection.job_spec_for_fleet(
+            job, fleet_failure=lambda n: failure_model_for(analysis, n), recovery=recovery
+        )
+        for job in jobs
+    ]
+    measured = (
+        measured_recovery_hours(analysis.repairs, analysis.jobs) if recovery_source == "measured" else None
+    )
+    return specs, measured
+
+
 def measured_recovery_hours(repairs: RepairAnalysis, jobs: JobAnalysis) -> dict[str, float]:
     """What the warehouse measured, as ``projection.measured_recovery`` keywords: the mean repair
     time (MTTR) from outages, the mean detection and restart hours from training-job logs. Means,

@@ -23,6 +23,8 @@ def repair_times(outages: pl.DataFrame) -> models.RepairTimes | None:
 REPAIR_SCHEMA = {
     "interruptions": pl.Int64,
     "outages": pl.Int64,
+    "interruptions_while_down": pl.Int64,
+    "zero_length_repairs": pl.Int64,
     "unresolved": pl.Int64,
     "unknown_end": pl.Int64,
     "downtime_hours": pl.Float64,
@@ -83,7 +85,9 @@ def repair_summary(
 ) -> pl.DataFrame:
     """One row per group of ``by`` (an outage's cluster_id, node_id, category, failure_class ...,
     or the node's instance_type, :data:`NODE_PROPERTIES`):
-    outages, ``unresolved`` (no end by the window end: right-censored), ``unknown_end`` (no end
+    outages, ``interruptions_while_down`` (interruptions that began while their node was already
+    down: part of that outage), ``zero_length_repairs`` (resolved when they began: 0 h),
+    ``unresolved`` (no end by the window end: right-censored), ``unknown_end`` (no end
     recorded but the node failed again: left out of the repair statistics), downtime, the
     Kaplan–Meier median (``repair_hours_p50``) and p90 with intervals, the mean (MTTR, restricted
     when the longest repair is open: :class:`pipeline.models.RepairTimes`) and, when every key
@@ -109,6 +113,8 @@ def repair_summary(
         row |= {
             "interruptions": int(group["interruptions"].sum()),
             "outages": group.height,
+            "interruptions_while_down": int(group["interruptions"].sum()) - group.height,
+            "zero_length_repairs": int((known["repair_hours"] == 0).sum()),
             "unresolved": int((~known["resolved"]).sum()),
             "unknown_end": group.height - known.height,
             "downtime_hours": float(group["downtime_hours"].sum()),
@@ -136,6 +142,20 @@ def repair_summary(
     elif share is not None:
         frame = frame.with_columns(availability=pl.lit(share["availability"].item()))
     return frame.sort(keys) if keys else frame
+
+
+def repair_count_notes(total: dict) -> list[str]:
+    """The counts of a :func:`repair_summary` row that change how its repair times read, in the
+    words ``failcast repairs`` and the report both use: repairs of 0 h, interruptions folded into
+    an outage because their node was already down."""
+    notes = []
+    if zero := total["zero_length_repairs"]:
+        they = "repairs ended when they" if zero != 1 else "repair ended when it"
+        notes.append(f"{zero:,} {they} began (resolved_at = start): counted as 0 h")
+    if during := total["interruptions_while_down"]:
+        began = "interruptions began" if during != 1 else "interruption began"
+        notes.append(f"{during:,} {began} while their node was already down: part of that outage")
+    return notes
 
 
 @dataclass(frozen=True)

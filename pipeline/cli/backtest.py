@@ -12,17 +12,9 @@ from pathlib import Path
 import click
 
 from pipeline import analysis as analysis_mod
-from pipeline import transform, warehouse
-from pipeline.cli.common import (
-    analysis_options,
-    db_option,
-    echo_json,
-    json_option,
-    main,
-    records,
-    window_options,
-)
-from pipeline.cli.stats import echo_jobs_before_window, interruption_window_option
+from pipeline import transform
+from pipeline.cli.common import echo_json, main, records
+from pipeline.cli.window import echo_jobs_before_window, open_window, window_command
 
 _LEFT_OUT = {"no history": "too little failure history before they started", "did not run": "never ran"}
 
@@ -96,8 +88,7 @@ def _echo_text(result: analysis_mod.JobBacktestResult) -> None:
 
 
 @main.command()
-@db_option
-@window_options
+@window_command
 @click.option(
     "--min-history",
     "min_history",
@@ -108,19 +99,13 @@ def _echo_text(result: analysis_mod.JobBacktestResult) -> None:
     help="A job uses its cluster's rate when the cluster had this many failures before it started, "
     "else the fleet's (same minimum), else it is left out.",
 )
-@interruption_window_option
-@json_option
 def backtest(
     db: Path, since, until, min_history: int, interruption_window_minutes: float, as_json: bool
 ) -> None:
     """Predict each past Slurm job's interruptions from the data before it started and compare
     with what happened: verdict, calibration, coverage, Brier score."""
-    con = warehouse.connect(db, read_only=True)
-    inventory = warehouse.table(con, "inventory")
-    analysis_mod.require_inventory(inventory)
-    options = analysis_options(click.get_current_context().params).resolved(con, inventory)
+    con, (_, options, exposure) = open_window(db)
     failures = analysis_mod.read_failures(con, window_minutes=options.interruption_window_minutes)
-    exposure = transform.exposure_intervals(inventory, options.until, options.since)
     failures = options.in_window(failures)  # the history a prediction uses starts at the window's start
     result = analysis_mod.job_backtest(
         con, failures, exposure, min_history_failures=min_history, since=options.since

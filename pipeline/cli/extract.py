@@ -73,18 +73,7 @@ def extract(
 ) -> None:
     if address and engine != "ray":
         fail("--address is for --engine ray")
-    options = reader_options(
-        fmt,
-        mapping,
-        gpu_bus_order,
-        max_decompressed_mb,
-        timezone=timezone,
-        year=year,
-        cluster=cluster,
-        node=node,
-        max_rejected_percent=max_rejected_percent,
-        time_format=time_format,
-    )
+    options = reader_options()
     try:
         results = extract_mod.extract_files(
             sources, out, engine=engine, address=address, options=options, workers=workers

@@ -8,24 +8,8 @@ import click
 
 from pipeline import analysis as analysis_mod
 from pipeline import transform, warehouse
-from pipeline.cli.common import (
-    analysis_options,
-    db_option,
-    echo_json,
-    echo_late_records,
-    json_option,
-    main,
-    records,
-    safe_text,
-    window_options,
-)
-from pipeline.cli.stats import (
-    echo_before,
-    echo_left_out,
-    echo_warning,
-    interruption_window_option,
-    no_failures_line,
-)
+from pipeline.cli.common import analysis_options, echo_json, echo_late_records, main, records, safe_text
+from pipeline.cli.window import echo_before, echo_left_out, echo_warning, no_failures_line, window_command
 from pipeline.report.format import format_value, p_value_text
 
 
@@ -92,8 +76,7 @@ def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
 
 
 @main.command()
-@db_option
-@window_options
+@window_command
 @click.option(
     "--first-gap",
     type=click.Choice(transform.FIRST_GAP_CHOICES),
@@ -102,8 +85,6 @@ def fit_payload(result: analysis_mod.FleetAnalysis) -> dict:
     help="drop: leave out the span from a window's start to its first failure (it is not a full "
     "gap when logs start on a running node); keep: nodes are observed from installation.",
 )
-@interruption_window_option
-@json_option
 def fit(db: Path, since, until, first_gap: str, interruption_window_minutes: float, as_json: bool) -> None:
     """Fit time-between-failures models and the MTBF scaling law."""
     options = analysis_options(click.get_current_context().params)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -58,18 +59,18 @@ stored count as duplicates, so a log that grew adds only its new lines.
 """
 
 
-def reader_options(
-    fmt: str | None, mapping, gpu_bus_order: str, max_decompressed_mb: int, **flags
-) -> ingest_mod.ReaderOptions:
-    """The reader options of ``ingest`` and ``extract`` from their flags: the texts of ``--map`` and
-    ``--gpu-bus-order`` parsed, the size limit in bytes, the other flags (time zone, year, cluster,
-    node, job, reject limit, time format: checked) as they are."""
+def reader_options() -> ingest_mod.ReaderOptions:
+    """The reader options of the running ``ingest`` or ``extract`` from its parameters: the texts of
+    ``--map`` and ``--gpu-bus-order`` parsed, the size limit in bytes, the flags named as the
+    options' fields (time zone, year, cluster, node, job, reject limit, time format: checked) as
+    they are."""
+    params = click.get_current_context().params
+    names = {f.name for f in dataclasses.fields(ingest_mod.ReaderOptions)}
     return ingest_mod.ReaderOptions(
-        fmt=fmt,
-        column_map=ingest_mod.parse_column_map(mapping),
-        bus_order=ingest_mod.parse_bus_order(gpu_bus_order),
-        max_decompressed_bytes=max_decompressed_mb << 20,
-        **flags,
+        column_map=ingest_mod.parse_column_map(params["mapping"]),
+        bus_order=ingest_mod.parse_bus_order(params["gpu_bus_order"]),
+        max_decompressed_bytes=params["max_decompressed_mb"] << 20,
+        **{k: v for k, v in params.items() if k in names},
     )
 
 
@@ -193,19 +194,7 @@ def ingest(
     as_json: bool,
 ) -> None:
     files = _expand(paths)
-    options = reader_options(
-        fmt,
-        mapping,
-        gpu_bus_order,
-        max_decompressed_mb,
-        timezone=timezone,
-        year=year,
-        cluster=cluster,
-        node=node,
-        job=job,
-        max_rejected_percent=max_rejected_percent,
-        time_format=time_format,
-    )
+    options = reader_options()
     categories = ingest_mod.parse_category_map(category_map)
     con = warehouse.connect(db)
     show_bar = not quiet and not as_json and sys.stderr.isatty()

@@ -9,19 +9,10 @@ import click
 import polars as pl
 
 from pipeline import analysis as analysis_mod
-from pipeline import transform, warehouse
+from pipeline import transform
 from pipeline.analysis.counts import FailureCounts
-from pipeline.cli.common import (
-    analysis_options,
-    db_option,
-    echo_json,
-    json_option,
-    main,
-    records,
-    safe_lines,
-    window_options,
-)
-from pipeline.cli.stats import exposure_option, fdr_option, interruption_window_option
+from pipeline.cli.common import echo_json, main, records, safe_lines
+from pipeline.cli.window import exposure_option, fdr_option, open_window, window_command
 from pipeline.readers.hostlist import compress, host_order
 from pipeline.report.format import text_table
 from pipeline.report.lemons import lemon_note, lemon_table
@@ -36,10 +27,8 @@ def hostlists(lemons: pl.DataFrame) -> dict[str, str]:
 
 
 @main.command()
-@db_option
-@window_options
+@window_command
 @fdr_option
-@interruption_window_option
 @exposure_option
 @click.option("--cluster", "clusters", multiple=True, help="Only these clusters (repeatable).")
 @click.option(
@@ -51,7 +40,6 @@ def hostlists(lemons: pl.DataFrame) -> dict[str, str]:
     help="hostlist: one compressed Slurm hostlist of lemon nodes per cluster per line, nothing when "
     "there are none (scontrol update nodename=HOSTLIST state=drain reason=lemon).",
 )
-@json_option
 def lemons(
     db: Path,
     since,
@@ -68,13 +56,8 @@ def lemons(
     nodes (Benjamini–Hochberg), and the cluster rates without them. Hours at risk as in failcast
     rates and the report (uptime by default, --exposure), so the nodes drained are the ones the
     report names."""
-    options = analysis_options(click.get_current_context().params)
-    con = warehouse.connect(db, read_only=True)
-    inventory = warehouse.table(con, "inventory")
-    analysis_mod.require_inventory(inventory)
-    options = options.resolved(con, inventory)
+    con, (inventory, options, exposure) = open_window(db)
     end, since, window_minutes = options.until, options.since, options.interruption_window_minutes
-    exposure = transform.exposure_intervals(inventory, end, since)
     if clusters:
         unknown = sorted(set(clusters) - set(exposure["cluster_id"]))
         if unknown:

@@ -12,9 +12,9 @@ import click
 
 from pipeline import analysis as analysis_mod
 from pipeline import config as config_mod
-from pipeline import projection, warehouse
 from pipeline import report as report_mod
 from pipeline import runs as runs_mod
+from pipeline import warehouse
 from pipeline.cli.common import main
 from pipeline.report import metrics as metrics_mod
 
@@ -34,17 +34,7 @@ def render(db: Path, cfg: config_mod.RunConfig) -> str:
         last = metrics_mod.last_run(runs_mod.list_runs(con, limit=50))
     outlook = None
     if cfg.jobs:
-        specs = [
-            projection.job_spec_for_fleet(
-                job, fleet_failure=lambda n: analysis_mod.failure_model_for(result, n), recovery=cfg.recovery
-            )
-            for job in cfg.jobs
-        ]
-        measured = (
-            analysis_mod.measured_recovery_hours(result.repairs, result.jobs)
-            if cfg.recovery_source == "measured"
-            else None
-        )
+        specs, measured = analysis_mod.configured_jobs(result, cfg.jobs, cfg.recovery, cfg.recovery_source)
         outlook = report_mod.job_outlook(  # the metrics use expected values, as failcast run writes them
             specs[0], monte_carlo_runs=0, measured=measured or None, others=specs[1:]
         )

@@ -8,18 +8,8 @@ from pathlib import Path
 import click
 
 from pipeline import analysis as analysis_mod
-from pipeline import transform, warehouse
-from pipeline.cli.common import (
-    analysis_options,
-    db_option,
-    echo_json,
-    json_option,
-    main,
-    records,
-    safe_lines,
-    window_options,
-)
-from pipeline.cli.stats import interruption_window_option
+from pipeline.cli.common import echo_json, main, records, safe_lines
+from pipeline.cli.window import by_option, open_window, window_command
 from pipeline.report.format import text_table
 
 
@@ -46,8 +36,7 @@ def _quantile(name: str) -> tuple[str, str, str]:
     return column, f"{column}_ci_low", f"{column}_ci_high"
 
 
-def _verdict(total: dict, left_out: int, zero_length: int, before: str | None) -> list[str]:
-    merged = total["interruptions"] - total["outages"]
+def _verdict(total: dict, left_out: int, before: str | None) -> list[str]:
     lines = [
         f"{total['outages']:,} outages, {total['unresolved']:,} unresolved (right-censored at the window "
         f"end), availability {_percent(total['availability'])}, downtime {total['downtime_hours']:,.0f} "
@@ -57,11 +46,7 @@ def _verdict(total: dict, left_out: int, zero_length: int, before: str | None) -
         f"  MTTR (mean)   {_interval(total, 'mttr_hours', 'mttr_ci_low_hours', 'mttr_ci_high_hours')}"
         + (" — restricted to the longest repair seen: a lower bound" if total["mttr_restricted"] else ""),
     ]
-    if zero_length:
-        they = "repairs ended when they" if zero_length != 1 else "repair ended when it"
-        lines.append(f"  {zero_length:,} {they} began (resolved_at = start): counted as 0 h")
-    if merged:
-        lines.append(f"  {merged:,} interruptions began while their node was still down: part of that outage")
+    lines += [f"  {note}" for note in analysis_mod.repair_count_notes(total)]
     if total["unknown_end"]:
         lines.append(
             f"  left out of repair times: {total['unknown_end']:,} outages with no recorded end whose node "
@@ -75,18 +60,8 @@ def _verdict(total: dict, left_out: int, zero_length: int, before: str | None) -
 
 
 @main.command()
-@db_option
-@click.option(
-    "--by",
-    "by",
-    multiple=True,
-    default=["cluster_id"],
-    show_default=True,
-    help="Group key (repeatable): cluster_id, node_id, instance_type, category, failure_class, ...",
-)
-@interruption_window_option
-@window_options
-@json_option
+@window_command
+@by_option("Group key (repeatable): cluster_id, node_id, instance_type, category, failure_class, ...")
 def repairs(db: Path, by, interruption_window_minutes: float, since, until, as_json: bool) -> None:
     """Outages and repair: downtime, availability, MTTR and repair-time quantiles per group.
 
@@ -94,13 +69,9 @@ def repairs(db: Path, by, interruption_window_minutes: float, since, until, as_j
     inventory; a resolved_at equal to the start is a repair of 0 h); unresolved outages are
     right-censored at the window end (Kaplan–Meier). With ``--since``, outages that began before
     it are left out (counted), their downtime still not time at risk."""
-    options = analysis_options(click.get_current_context().params)
-    con = warehouse.connect(db, read_only=True)
-    inventory = warehouse.table(con, "inventory")
-    options = options.resolved(con, inventory)
+    con, (inventory, options, exposure) = open_window(db, inventory_required=False)
     end, since = options.until, options.since
     failures = analysis_mod.read_failures(con, window_minutes=options.interruption_window_minutes)
-    exposure = transform.exposure_intervals(inventory, end, since)
     uptime, every_outage = analysis_mod.rate_exposure(con, failures, inventory, exposure, end)
     outages = options.in_window(every_outage, "start_utc")
     before = int(every_outage.height - outages.height)
@@ -124,8 +95,7 @@ def repairs(db: Path, by, interruption_window_minutes: float, since, until, as_j
         if before_note:
             click.echo(before_note)
         return
-    zero_length = int((outages["repair_hours"] == 0).sum())
-    click.echo("\n".join(_verdict(total, left_out, zero_length, before_note)))
+    click.echo("\n".join(_verdict(total, left_out, before_note)))
     if inventory.height == 0:
         click.echo("  availability needs each node's hours in service: ingest an inventory file")
     columns = [*by, "outages", "unresolved", "downtime_hours", "availability", "mttr_hours"]

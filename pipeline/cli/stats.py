@@ -1,5 +1,5 @@
 """failcast rates: failure rates with their intervals (exact or quasi-Poisson, named in the
-output); the options and notes the window's commands share (fit: :mod:`pipeline.cli.fit`)."""
+output). The options and notes every command of the window shares: :mod:`pipeline.cli.window`."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ import polars as pl
 from pipeline import analysis as analysis_mod
 from pipeline import record_checks, transform, warehouse
 from pipeline.analysis.counts import FailureCounts
-from pipeline.cli.common import (
-    analysis_options,
-    db_option,
-    echo_json,
-    echo_late_records,
-    json_option,
-    main,
-    records,
-    safe_lines,
-    safe_text,
-    window_options,
+from pipeline.cli.common import echo_json, echo_late_records, main, records, safe_lines
+from pipeline.cli.window import (
+    by_option,
+    echo_jobs_before_window,
+    echo_left_out,
+    echo_warning,
+    exposure_option,
+    fdr_option,
+    no_failures_line,
+    open_window,
+    window_command,
 )
 from pipeline.report.format import (
     RATE_INTERVAL_SCOPE,
@@ -34,25 +34,6 @@ from pipeline.report.format import (
 # --- rates ---------------------------------------------------------------------------------------
 RATE_VIEWS = ("rates", "shares", "trend", "jobs")
 
-interruption_window_option = click.option(
-    "--interruption-window",
-    "interruption_window_minutes",
-    type=click.FloatRange(min=0),
-    default=transform.INTERRUPTION_WINDOW_MINUTES,
-    show_default=True,
-    metavar="MINUTES",
-    help="A node's interrupting incidents closer than this are one interruption (root cause = the "
-    "first); 0 counts every incident.",
-)
-
-fdr_option = click.option(
-    "--fdr",
-    "lemon_fdr",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=analysis_mod.LEMON_FDR,
-    show_default=True,
-    help="False-discovery rate of the lemon-node test (Benjamini–Hochberg across nodes).",
-)
 interval_option = click.option(
     "--interval",
     type=click.Choice(transform.INTERVAL_METHODS),
@@ -80,17 +61,6 @@ def interval_line(check: transform.DispersionTest, method: str) -> str:
     return f"95% intervals: exact Poisson (Garwood); {test}"
 
 
-exposure_option = click.option(
-    "--exposure",
-    "exposure_basis",
-    type=click.Choice(transform.EXPOSURE_BASES),
-    default="uptime",
-    show_default=True,
-    help="Hours at risk: uptime (service time minus known repair downtime; MTBF = uptime / "
-    "failures) or calendar (all service time). Identical when no outage has an end.",
-)
-
-
 RATES_HELP = f"""Failure rates per instance-hour and GPU-hour with 95% intervals (see --interval).
 
 Interrupting failures are node interruptions (see --interruption-window); --all-categories counts
@@ -101,15 +71,9 @@ every incident, interrupting or not. Exposure is uptime by default (--exposure);
 
 
 @main.command(help=RATES_HELP)
-@db_option
-@click.option(
-    "--by",
-    "by",
-    multiple=True,
-    default=["cluster_id"],
-    show_default=True,
-    metavar="KEY",
-    help=f"Group key (repeatable): {', '.join(transform.EXPOSURE_KEYS)}, category (as recorded), class "
+@window_command
+@by_option(
+    f"Group key (repeatable): {', '.join(transform.EXPOSURE_KEYS)}, category (as recorded), class "
     "(failure class), or an extra input column kept as an attribute (e.g. level).",
 )
 @click.option("--period", type=click.Choice(list(transform.PERIODS)))
@@ -128,10 +92,7 @@ every incident, interrupting or not. Exposure is uptime by default (--exposure);
     "group; trend: Laplace and MIL-HDBK-189 trend tests per cluster; jobs: Slurm job "
     "interruptions per job-hour by node count against the node rate.",
 )
-@interruption_window_option
 @exposure_option
-@window_options
-@json_option
 def rates(
     db: Path,
     by,
@@ -147,27 +108,11 @@ def rates(
     until,
     as_json: bool,
 ) -> None:
-    options = analysis_options(
-        click.get_current_context().params, interval="overdispersed" if overdispersed else interval
+    con, (inventory, options, exposure) = open_window(
+        db, interval="overdispersed" if overdispersed else interval
     )
-    con = warehouse.connect(db, read_only=True)
     by, attributes = _group_keys(con, by)
-    inventory = warehouse.table(con, "inventory")
-    analysis_mod.require_inventory(inventory)
-    options = options.resolved(con, inventory)
     end, since, window_minutes = options.until, options.since, options.interruption_window_minutes
-    exposure = transform.exposure_intervals(inventory, end, since)
-    if not exposure["node_hours"].sum():
-        first = inventory["in_service_from_utc"].min()
-        window = (
-            f"in the window ({options.window_text})"
-            if since
-            else f"before the window's end ({end:%Y-%m-%d %H:%M} UTC)"
-        )
-        raise ValueError(
-            f"no node was in service {window}: the first one enters "
-            f"service {first:%Y-%m-%d %H:%M}; a later --until has instance-hours to rate"
-        )
     if view == "rates" and not all_categories and window_minutes and not attributes:
         # counted inside DuckDB, no failure rows in Python (pipeline/analysis/counts.py)
         counts = FailureCounts(
@@ -300,41 +245,3 @@ def _group_keys(con, by: tuple[str, ...]) -> tuple[list[str], list[str]]:
         raise ValueError(f"--by {unknown[0]!r}: not a group key; use {', '.join(builtin)}{extra}")
     columns = ["failure_class" if k == "class" else k for k in by]
     return columns, [k for k in by if k not in builtin]
-
-
-def echo_jobs_before_window(since, con) -> None:
-    """Say how many Slurm jobs started before the window start (``--since``) and are left out."""
-    jobs = analysis_mod.read_jobs(con)
-    if since is not None and jobs is not None:
-        note = analysis_mod.before_window_note(since, {"Slurm jobs": int((jobs["start_utc"] < since).sum())})
-        if note:
-            click.echo(f"note: {note}", err=True)
-
-
-def echo_before(result: analysis_mod.FleetAnalysis) -> None:
-    """What the window start (``--since``) left out besides failures, on stderr."""
-    if note := analysis_mod.before_window_note(result.options.since, result.before_window):
-        click.echo(f"note: {note}", err=True)
-
-
-def echo_left_out(left_out: pl.DataFrame) -> None:
-    """The failures no statistic counts, by reason, on stderr (stdout stays the table or JSON)."""
-    if note := analysis_mod.left_out_note(left_out):
-        click.echo(f"note: {note}", err=True)
-
-
-def echo_warning(warning: str | None, as_json: bool) -> None:
-    """A warning that changes what the numbers mean goes before them: the first line of the text
-    output (JSON: stderr, so stdout stays parseable)."""
-    if warning:
-        click.echo(f"{'warning' if as_json else 'Warning'}: {safe_text(warning)}.", err=as_json)
-
-
-def no_failures_line(overall: pl.DataFrame) -> str:
-    """What a fleet with no failure yet can say: its exposure and the exact one-sided bound."""
-    row = overall.row(0, named=True)
-    return (
-        f"no failures yet in {row['exposure_node_hours']:,.0f} node-hours: the rate is at most "
-        f"{row['rate_upper_bound']:.3g} per node-hour (95% one-sided upper bound, -ln(0.05) / T = "
-        f"3.0 / T; column rate_upper_bound)"
-    )

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from pipeline.analysis import FleetAnalysis
+from pipeline.analysis import RateAnalysis
 from pipeline.projection import PRESETS
 from pipeline.transform import poisson_interval
 
@@ -68,10 +68,11 @@ COLUMNS = (
 
 
 def public_baselines(
-    fleets: Mapping[str, FleetAnalysis] | None = None, *, confidence: float = 0.95
+    fleets: Mapping[str, RateAnalysis] | None = None, *, confidence: float = 0.95
 ) -> pl.DataFrame:
-    """Published GPU fleets plus every cluster of each given analysis (e.g. ``{"LANL": ...,
-    "this fleet": ...}``): source, fleet, instances, failures, exposure_node_hours,
+    """Published GPU fleets plus every cluster of each given analysis' rates (its
+    :class:`pipeline.analysis.RateAnalysis`, e.g. ``{"LANL": ..., "this fleet": ...}``): source,
+    fleet, instances, failures, exposure_node_hours,
     rate_per_node_hour with interval, ``interval`` (the method: "exact" for the published counts,
     the analysis' ``interval_method`` for its clusters), and fleet MTBF with interval."""
     published = pl.DataFrame(
@@ -98,28 +99,22 @@ def public_baselines(
         mtbf_ci_high_hours=1 / (pl.col("rate_ci_low") * pl.col("instances")),
     )
     frames = [published.select(COLUMNS)]
-    for label, analysis in (fleets or {}).items():
+    for label, rates in (fleets or {}).items():
         frames.append(
-            analysis.rates.by_cluster.join(
-                analysis.rates.cluster_mtbf.select(
+            rates.by_cluster.join(
+                rates.cluster_mtbf.select(
                     "cluster_id", "instances", "mtbf_hours", "mtbf_ci_low_hours", "mtbf_ci_high_hours"
                 ),
                 on="cluster_id",
             )
             .sort("instances")
-            .select(
+            .with_columns(
                 source=pl.lit(label),
                 fleet="cluster_id",
                 instances=pl.col("instances").cast(pl.Float64),
                 failures=pl.col("failures").cast(pl.Int64),
-                exposure_node_hours="exposure_node_hours",
-                rate_per_node_hour="rate_per_node_hour",
-                rate_ci_low="rate_ci_low",
-                rate_ci_high="rate_ci_high",
-                interval=pl.lit(analysis.rates.interval_method),
-                mtbf_hours="mtbf_hours",
-                mtbf_ci_low_hours="mtbf_ci_low_hours",
-                mtbf_ci_high_hours="mtbf_ci_high_hours",
+                interval=pl.lit(rates.interval_method),
             )
+            .select(COLUMNS)
         )
     return pl.concat(frames)

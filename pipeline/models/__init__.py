@@ -3,8 +3,10 @@
 Every model's ``fit(...)`` returns ``self``; fitted values end in ``_``; models never print or plot.
 One module per family of statistics, re-exported here so callers write ``models.PoissonRate``:
 
-* :mod:`pipeline.models.survival` — rates, parametric and non-parametric survival of times between
-  failures, MTBF scaling with cluster size (formulas and sources in its docstring).
+* :mod:`pipeline.models.survival` — rates, parametric survival of times between failures, MTBF
+  scaling with cluster size (formulas and sources in its docstring).
+* :mod:`pipeline.models.nonparametric` — Kaplan–Meier survival and Nelson–Aalen cumulative hazard
+  of the same times.
 * :mod:`pipeline.models.trends` — Laplace and Crow-AMSAA trend tests of a cluster's failure times.
 * :mod:`pipeline.models.lemons` — lemon nodes: the per-node test against the rest of the
   cluster (beta-binomial allowing for failures that cluster in time, exact binomial when counts
@@ -25,9 +27,9 @@ EXPORTS = {
     "benjamini_hochberg": "lemons",
     "RepairTimes": "repair",
     "FAMILIES": "survival",
-    "KaplanMeier": "survival",
+    "KaplanMeier": "nonparametric",
     "MTBFScaling": "survival",
-    "NelsonAalen": "survival",
+    "NelsonAalen": "nonparametric",
     "NotConverged": "survival",
     "ParametricTBF": "survival",
     "PoissonRate": "survival",

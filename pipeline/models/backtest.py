@@ -37,7 +37,7 @@ import numpy as np
 import polars as pl
 from scipy.stats import norm
 
-from pipeline.models.survival import KaplanMeier
+from pipeline.models.nonparametric import KaplanMeier
 from pipeline.transform import poisson_interval
 
 P10_RESIDUAL = -math.log(0.9)

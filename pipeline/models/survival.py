@@ -29,8 +29,8 @@ Every model's ``fit(...)`` returns ``self``; fitted values end in ``_`` (``rate_
   which a "wear-out" verdict would make, fall from 9% to 3.3-3.7% at 10 gaps (nominal 2.5%).
   The log-normal location ``mu_`` (the mean of log t, any real number) keeps the raw-scale
   interval.
-* :class:`KaplanMeier`, :class:`NelsonAalen` — non-parametric survival and cumulative hazard,
-  also on aggregated data.
+* Kaplan–Meier and Nelson–Aalen, the non-parametric views of the same gaps:
+  :mod:`pipeline.models.nonparametric`.
 * :class:`MTBFScaling` — cluster MTBF against instance count, MTBF(N) = MTBF_1 / N^alpha, fitted as a
   Poisson regression of cluster failure counts with log(exposure hours) as offset:
   log E[k] = log T + log(1/MTBF_1) + alpha log N. alpha = 1 when instances fail independently.
@@ -294,42 +294,6 @@ class ParametricTBF:
             f"{self.family}: {what} is unbounded above (a heavy tail the data never reached, "
             f"parameters {', '.join(f'{k} {v:.3g}' for k, v in self.params_.items())}); read another family"
         )
-
-
-class KaplanMeier:
-    """Kaplan–Meier survival of times between failures (weighted, right-censored)."""
-
-    def fit(self, durations_hours, observed, weights=None) -> KaplanMeier:
-        fitter = lifelines.KaplanMeierFitter()
-        fitter.fit(
-            np.asarray(durations_hours, float),
-            event_observed=np.asarray(observed, bool),
-            weights=None if weights is None else np.asarray(weights, float),
-        )
-        sf = fitter.survival_function_
-        ci = fitter.confidence_interval_survival_function_
-        self.timeline_hours_ = sf.index.to_numpy(float)
-        self.survival_ = sf.iloc[:, 0].to_numpy(float)
-        self.confidence_interval_ = (ci.iloc[:, 0].to_numpy(float), ci.iloc[:, 1].to_numpy(float))
-        self.median_hours_ = float(fitter.median_survival_time_)
-        return self
-
-
-class NelsonAalen:
-    """Nelson–Aalen cumulative hazard of times between failures (weighted, right-censored)."""
-
-    def fit(self, durations_hours, observed, weights=None) -> NelsonAalen:
-        fitter = lifelines.NelsonAalenFitter()
-        fitter.fit(
-            np.asarray(durations_hours, float),
-            event_observed=np.asarray(observed, bool),
-            weights=None if weights is None else np.asarray(weights, float),
-        )
-        ci = fitter.confidence_interval_
-        self.timeline_hours_ = fitter.cumulative_hazard_.index.to_numpy(float)
-        self.cumulative_hazard_ = fitter.cumulative_hazard_.iloc[:, 0].to_numpy(float)
-        self.confidence_interval_ = (ci.iloc[:, 0].to_numpy(float), ci.iloc[:, 1].to_numpy(float))
-        return self
 
 
 def fit_families(durations_hours, observed, weights=None, families=FAMILIES) -> dict[str, ParametricTBF]:

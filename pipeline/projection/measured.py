@@ -19,9 +19,9 @@ TIMES = ("detect_hours", "replace_hours", "restart_hours")
 
 def _measured_times(
     mode: str,
-    repair_hours: float | None,
-    detect_hours: float | None,
-    restart_hours: float | None,
+    repair_hours: float | None = None,
+    detect_hours: float | None = None,
+    restart_hours: float | None = None,
     spare_replace_hours: float | None = None,
 ) -> dict[str, float]:
     times = {"detect_hours": detect_hours, "restart_hours": restart_hours}
@@ -68,33 +68,21 @@ def measured_recovery(
     return out
 
 
-def recovery_sources(
-    recovery: dict[str, RecoveryProfile],
-    *,
-    repair_hours: float | None = None,
-    detect_hours: float | None = None,
-    restart_hours: float | None = None,
-    spare_replace_hours: float | None = None,
-) -> list[dict]:
+def recovery_sources(recovery: dict[str, RecoveryProfile], **measured: float | None) -> list[dict]:
     """Per mode and recovery time (detect, replace, restart): the assumed hours, the hours used with
-    these measurements (:func:`measured_recovery`) and whether the used value is measured."""
-    used = measured_recovery(
-        recovery,
-        repair_hours=repair_hours,
-        detect_hours=detect_hours,
-        restart_hours=restart_hours,
-        spare_replace_hours=spare_replace_hours,
-    )
+    these measurements (:func:`measured_recovery`'s keywords) and whether the used value is
+    measured."""
+    used = measured_recovery(recovery, **measured)
     rows = []
     for mode, profile in recovery.items():
-        measured = _measured_times(mode, repair_hours, detect_hours, restart_hours, spare_replace_hours)
+        times = _measured_times(mode, **measured)
         rows += [
             {
                 "mode": mode,
                 "time": name.removesuffix("_hours"),
                 "assumed_hours": getattr(profile, name),
                 "used_hours": getattr(used[mode], name),
-                "measured": name in measured,
+                "measured": name in times,
             }
             for name in TIMES
         ]

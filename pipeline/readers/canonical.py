@@ -16,7 +16,7 @@ earlier one left open, so the newest row for that key wins.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -39,10 +39,10 @@ from pipeline.readers.canonical_source import (
 from pipeline.readers.contract import Head, ReadContext
 from pipeline.readers.json_array import is_json_document
 from pipeline.readers.lines import (
-    MAX_DECOMPRESSED_BYTES,
     check_decompressed_size,
     read_lines,
 )
+from pipeline.readers.options import ReaderOptions
 from pipeline.store import canonical_events as canonical_store
 from pipeline.store import inventory, taxonomy
 from pipeline.store.files import (
@@ -190,26 +190,28 @@ def _attributes(kind: str, extra: Sequence[str]) -> list[pl.Expr]:
     return [pl.struct(*extra).struct.json_encode().alias("attributes")]
 
 
+DEFAULT_OPTIONS = ReaderOptions()
+
+
 def ingest_canonical(
     con,
     path: Path,
     *,
     sha: str,
     fmt: str,
-    column_map: Mapping[str, str | Sequence[str]],
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
+    options: ReaderOptions = DEFAULT_OPTIONS,
     batch_rows: int = BATCH_ROWS,
     category_map: CategoryMap | None = None,
-    time_format: str | None = None,
-    cluster: str | None = None,
 ) -> FileSummary:
     """One canonical incidents or inventory file; the caller holds the transaction and time zone.
     With a ``category_map`` the new events are stored classified (else
-    :mod:`pipeline.store.taxonomy` does it).
-    ``time_format``: the strptime format of times that are not ISO 8601 (``--time-format``);
-    ``cluster``: the cluster of a file with no cluster_id column (``--cluster``)."""
+    :mod:`pipeline.store.taxonomy` does it). Of the ``options``: ``column_map`` (``--map``), the
+    size limit, ``time_format`` (the strptime format of times that are not ISO 8601,
+    ``--time-format``) and ``cluster`` (of a file with no cluster_id column, ``--cluster``)."""
+    o = options
+    max_decompressed_bytes, time_format = o.max_decompressed_bytes, o.time_format
     check_decompressed_size(path, max_decompressed_bytes)  # Polars decompresses a .gz whole, in memory
-    frame, kind, columns, extra, worded = canonical_frame(path, fmt, column_map, cluster)
+    frame, kind, columns, extra, worded = canonical_frame(path, fmt, o.column_map, o.cluster)
     known = COLUMNS[kind]
     summary = FileSummary(str(path), kind, fmt, ignored_columns=extra)
     if worded:
@@ -277,17 +279,8 @@ def ingest_canonical(
 
 def read(ctx: ReadContext) -> FileSummary:
     """The reader of ``csv``, ``jsonl``, ``json`` and ``parquet`` (:mod:`pipeline.readers`)."""
-    o = ctx.options
     summary = ingest_canonical(
-        ctx.con,
-        ctx.path,
-        sha=ctx.sha,
-        fmt=ctx.fmt,
-        column_map=o.column_map,
-        max_decompressed_bytes=o.max_decompressed_bytes,
-        category_map=ctx.category_map,
-        time_format=o.time_format,
-        cluster=o.cluster,
+        ctx.con, ctx.path, sha=ctx.sha, fmt=ctx.fmt, options=ctx.options, category_map=ctx.category_map
     )
     ctx.report(ctx.path.stat().st_size)
     return summary

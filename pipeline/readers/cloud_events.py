@@ -56,6 +56,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from pipeline.readers.contract import Head, ReadContext
+from pipeline.readers.lines import RAW_CHARS
 from pipeline.store import staging
 from pipeline.store.files import FileSummary, InputError, account_lines, registered, time_sql
 from pipeline.warehouse import UNKNOWN_CLUSTER
@@ -71,7 +72,6 @@ GCE_METHODS = {
     "compute.instances.migrateOnHostMaintenance": (True, False),
 }
 _INSTANCE_NAME = re.compile(r"(?:^|/)instances/([^/]+)$")
-_RAW_CHARS = 2000
 _BETWEEN = " \t\r\n,]"  # skipped between top-level values (a stray "]" after a broken array too)
 _DOCUMENT_START = re.compile(r"^[\[{]", re.M)
 
@@ -146,7 +146,7 @@ def _text(value: object) -> str | None:
 
 
 def _compact(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))[:_RAW_CHARS]
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))[:RAW_CHARS]
 
 
 def _ec2_records(value: object) -> Iterator[tuple[int, int | None, _Record]]:
@@ -252,7 +252,7 @@ def _records(text: str, fmt: str) -> Iterator[tuple[int, _Record]]:
     JSON object starts (an EC2 event's own object), so rejects name its line."""
     for start, end, value, error in json_values(text):
         if error is not None:
-            yield start, _Record(problem=error, raw=str(value)[:_RAW_CHARS])
+            yield start, _Record(problem=error, raw=str(value)[:RAW_CHARS])
         elif fmt == "gce-audit":
             yield start, _gce_record(value)
         else:

@@ -56,6 +56,7 @@ import polars as pl
 
 from pipeline.readers.cloud_events import TRUNCATED, item_starts, json_values
 from pipeline.readers.contract import Head, ReadContext
+from pipeline.readers.lines import RAW_CHARS
 from pipeline.store import staging
 from pipeline.store.files import FileSummary, InputError, account_lines, count, registered, time_sql
 from pipeline.store.taxonomy import category_with_xid
@@ -69,7 +70,6 @@ SNIFF = re.compile(
 """Content that makes a file ``hyperpod-hma`` whatever its name (the first 64 KiB)."""
 TAKES_NODE_OUT = frozenset({"NvidiaErrorReboot", "NvidiaErrorTerminate"})
 """Node conditions on which HyperPod reboots (Reboot) or replaces (Terminate) the node."""
-RAW_CHARS = 2000
 
 _CONDITION = re.compile(r"Node condition (?P<condition>\S+) is now: (?P<status>\w+)")
 _XID = re.compile(XID_LINE)

@@ -48,14 +48,13 @@ import pyarrow.parquet as pq
 from pipeline import xid as xid_catalog
 from pipeline.readers.contract import Head, ReadContext
 from pipeline.readers.kernel_messages import STAGED_ARROW, STAGED_SCHEMA, store_staged
-from pipeline.readers.lines import Block, head_text, read_blocks
+from pipeline.readers.lines import RAW_CHARS, Block, head_text, read_blocks
 from pipeline.store.files import FileSummary, InputError
 
 FORMAT = "journald-json"
 SNIFF = re.compile(r'^\x1e?\{\s*(?:$|.*"(?:__REALTIME_TIMESTAMP|__CURSOR)"\s*:)', re.DOTALL)
 _META = re.compile(r'^\s*"(?:__REALTIME_TIMESTAMP|__CURSOR)"\s*:')
 KERNEL = "kernel"
-RAW_CHARS = 2000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CANDIDATES = (b"Xid", b"NVRM", b":[", b" [")
 """Bytes that make a line worth parsing: the driver's words, or an array value (a MESSAGE of bytes,

@@ -54,7 +54,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.readers.contract import Head, ReadContext
-from pipeline.readers.lines import head_text, is_gzip
+from pipeline.readers.lines import RAW_CHARS, head_text, is_gzip
 from pipeline.store import events, staging
 from pipeline.store.files import FileSummary, InputError, account_lines, count
 from pipeline.store.taxonomy import category_with_xid
@@ -62,7 +62,6 @@ from pipeline.warehouse import UNKNOWN_CLUSTER
 
 MAX_LIST_BYTES = 256 << 20
 """A List larger than this (decompressed) is refused; JSON Lines have no limit."""
-RAW_CHARS = 2000
 PRESSURE_CONDITIONS = frozenset({"MemoryPressure", "DiskPressure", "PIDPressure"})
 NOT_READY, READY = "NodeNotReady", "NodeReady"
 _FLUSH_ITEMS = 50_000

@@ -37,6 +37,9 @@ from pipeline.store.files import InputError
 BLOCK_BYTES = 8 << 20
 MAX_DECOMPRESSED_BYTES = 16 << 30
 """Default limit on what one ``.gz`` input may expand to (16 GiB; ``--max-decompressed-mb``)."""
+RAW_CHARS = 2000
+"""A reject's raw text (a JSON item, a record of a structured export) is cut at this many
+characters: the rejects table names the line, it need not hold a megabyte of it."""
 BOM = "\ufeff"
 BOM_BYTES = BOM.encode()
 

@@ -150,9 +150,9 @@ def ingest(ctx: ReadContext, read: Callable[[], tuple[CanonicalFrames, list[str]
     size = path.stat().st_size
     with tempfile.TemporaryDirectory(prefix="failcast-") as tmp:
         incidents_csv, inventory_csv = frames.write(tmp)
-        parts = [ingest_canonical(con, incidents_csv, sha=sha, fmt="csv", column_map={})]
+        parts = [ingest_canonical(con, incidents_csv, sha=sha, fmt="csv")]
         if frames.inventory.height:
-            parts.append(ingest_canonical(con, inventory_csv, sha=sha, fmt="csv", column_map={}))
+            parts.append(ingest_canonical(con, inventory_csv, sha=sha, fmt="csv"))
     for part in parts:
         con.execute(_FIX_FILE, [str(path), size, fmt, part.file_id])
         con.execute(_FIX_REJECTS, [str(path), part.file_id])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, ReliabilityFits
+from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, NodeAnalysis, RateAnalysis, ReliabilityFits
 from pipeline.report.format import duration_text, format_value, interval_name
 from pipeline.report.outlook import JobOutlook, mode_card, saving_card
 from pipeline.report.planning import spares_card
@@ -17,7 +17,9 @@ MAX_TIED_CAUSES = 3  # tied biggest causes named in the card's value; more are c
 def summary_cards(
     analysis: FleetAnalysis, projection: JobOutlook | None = None
 ) -> list[tuple[str, str, str]]:
-    """(title, value, note) of the headline cards: the numbers people quote."""
+    """(title, value, note) of the headline cards: the numbers people quote. The headline sums up
+    every part (rates, fits, nodes, the projection), so it takes the whole analysis; each card
+    below takes only its part."""
     overall = analysis.rates.overall.row(0, named=True)  # the rate table's figures, its interval
     low, high = (format_value("rate_ci_low", overall[k]) for k in ("rate_ci_low", "rate_ci_high"))
     hours = format_value("exposure_node_hours", overall["exposure_node_hours"])
@@ -49,11 +51,11 @@ def summary_cards(
                 f"{hours} instance-hours; nothing to fit",
             )
         ]
-    cards += _cause_card(analysis)
-    cards += _fleet_action_cards(analysis, projection)
+    cards += _cause_card(analysis.rates)
+    cards += _fleet_action_cards(analysis.nodes, analysis.has_failures, projection)
     at = "" if analysis.has_failures else " at the upper-bound rate"
     cards += _scaling_cards(analysis.fits, projection)
-    cards += _trend_card(analysis)
+    cards += _trend_card(analysis.rates)
     if projection is not None:
         for m in projection.modes.iter_rows(named=True):
             cards.append((f"Projected job{at}, {m['mode']} recovery", *mode_card(m)))
@@ -71,12 +73,15 @@ def summary_cards(
 LEMON_CARD_NODES = 5
 
 
-def _fleet_action_cards(analysis: FleetAnalysis, projection: JobOutlook | None) -> list[tuple[str, str, str]]:
-    """What to act on: the lemon nodes to pull, and the hot spares the projected job needs."""
+def _fleet_action_cards(
+    nodes: NodeAnalysis, has_failures: bool, projection: JobOutlook | None
+) -> list[tuple[str, str, str]]:
+    """What to act on: the lemon nodes to pull (once a failure counts), and the hot spares the
+    projected job needs."""
     cards = []
-    test = analysis.nodes.lemons
+    test = nodes.lemons
     lemons = test.lemons_
-    if analysis.has_failures:
+    if has_failures:
         names = lemons["node_id"].head(LEMON_CARD_NODES).to_list()
         more = f" and {lemons.height - len(names)} more" if lemons.height > len(names) else ""
         cards.append(
@@ -92,10 +97,10 @@ def _fleet_action_cards(analysis: FleetAnalysis, projection: JobOutlook | None) 
     return cards + (spares_card(projection) if projection is not None else [])
 
 
-def _cause_card(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
+def _cause_card(rates: RateAnalysis) -> list[tuple[str, str, str]]:
     """The root cause with the most interruptions, and its share; causes that tie for the most
     are named together (one picked would be a verdict the data do not give)."""
-    causes = analysis.rates.by_category
+    causes = rates.by_category
     total = int(causes["failures"].sum()) if causes.height else 0
     if total == 0:
         return []
@@ -168,8 +173,8 @@ def law_interval_words(law) -> str:
 TREND_CARD_CLUSTERS = 3  # the card names the clusters with the strongest trends; the section has all
 
 
-def _trend_card(analysis: FleetAnalysis) -> list[tuple[str, str, str]]:
-    tested = analysis.rates.trend_tests.filter(pl.col("crow_verdict").is_not_null())
+def _trend_card(rates: RateAnalysis) -> list[tuple[str, str, str]]:
+    tested = rates.trend_tests.filter(pl.col("crow_verdict").is_not_null())
     if tested.height == 0:
         return []
     moving = tested.filter(pl.col("crow_verdict") != "flat").sort("crow_p_value")

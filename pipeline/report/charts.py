@@ -14,7 +14,7 @@ import altair as alt
 import numpy as np
 import polars as pl
 
-from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, ReliabilityFits
+from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, RateAnalysis, ReliabilityFits
 from pipeline.models import ParametricTBF
 from pipeline.report.format import interval_name
 
@@ -41,6 +41,43 @@ def downsample(frame: pl.DataFrame, n: int = MAX_CURVE_POINTS) -> pl.DataFrame:
     return frame[idx]
 
 
+CLUSTER_TOOLTIP = alt.Tooltip("cluster_id:N", title="cluster")
+
+
+def rate_on_interval(base: alt.Chart, title: str, tooltip: list, scale=alt.Undefined) -> alt.LayerChart:
+    """A rate as a dot on the rule of its 95% interval, along x (``pct``, ``low``, ``high`` of
+    :func:`percent_rate`): the rate charts of clusters and of the public baselines."""
+    return base.mark_rule(strokeWidth=2).encode(
+        x=alt.X("low:Q", scale=scale, title=title), x2="high:Q"
+    ) + base.mark_point(filled=True, size=70).encode(x="pct:Q", tooltip=tooltip)
+
+
+def ci_tooltips(low: str, high: str, fmt: str, title: str = "95% CI") -> list[alt.Tooltip]:
+    """The two ends of a 95% interval as a chart's tooltips, in the words every chart uses."""
+    return [
+        alt.Tooltip(f"{low}:Q", format=fmt, title=f"{title} low"),
+        alt.Tooltip(f"{high}:Q", format=fmt, title=f"{title} high"),
+    ]
+
+
+def percent_rate() -> dict[str, pl.Expr]:
+    """A rate table's rate and 95% interval in % per instance-hour (the published figures' unit),
+    as the rate charts plot them: ``pct``, ``low``, ``high`` (:func:`percent_rate_tooltips`)."""
+    return {
+        "pct": pl.col("rate_per_node_hour") * 100,
+        "low": pl.col("rate_ci_low") * 100,
+        "high": pl.col("rate_ci_high") * 100,
+    }
+
+
+def percent_rate_tooltips(hours: bool = True) -> list[alt.Tooltip]:
+    """The tooltips of a :func:`percent_rate`: the failures, the instance-hours (``hours``) and the
+    rate with its interval."""
+    exposure = [alt.Tooltip("exposure_node_hours:Q", format=",.0f", title="instance-hours")] if hours else []
+    rate = alt.Tooltip("pct:Q", format=".3g", title="% per instance-hour")
+    return ["failures:Q", *exposure, rate, *ci_tooltips("low", "high", ".3g")]
+
+
 def cluster_color(cluster_ids: Sequence[str]) -> alt.Scale:
     """One colour per cluster, in the given order (callers pass clusters sorted by size)."""
     ids = list(dict.fromkeys(cluster_ids))
@@ -54,86 +91,50 @@ def mode_color(modes: Sequence[str]) -> alt.Scale:
     return alt.Scale(domain=names, range=[MODE_COLORS.get(m) or next(spare) for m in names])
 
 
-def clusters_by_size(analysis: FleetAnalysis) -> list[str]:
-    return analysis.rates.cluster_mtbf.sort("instances", "cluster_id")["cluster_id"].to_list()
+def clusters_by_size(rates: RateAnalysis) -> list[str]:
+    """The clusters smallest first: the order of every chart's cluster colours."""
+    return rates.cluster_mtbf.sort("instances", "cluster_id")["cluster_id"].to_list()
 
 
-def rate_ci_words(analysis: FleetAnalysis) -> str:
+def rate_ci_words(rates: RateAnalysis) -> str:
     """ "95% CI, <method>" of the fleet's rate tables (``interval_method``: every rate of the
     analysis but the per-node ones), for axis titles and notes."""
-    return f"95% CI, {interval_name(analysis.rates.interval_method)}"
+    return f"95% CI, {interval_name(rates.interval_method)}"
 
 
-def rate_by_cluster_chart(analysis: FleetAnalysis) -> alt.Chart:
+def rate_by_cluster_chart(rates: RateAnalysis) -> alt.Chart:
     data = (
-        analysis.rates.cluster_mtbf.select("cluster_id", "instances")
-        .join(analysis.rates.by_cluster, on="cluster_id")
-        .with_columns(
-            pct_per_instance_hour=pl.col("rate_per_node_hour") * 100,
-            ci_low_pct=pl.col("rate_ci_low") * 100,
-            ci_high_pct=pl.col("rate_ci_high") * 100,
-        )
-        .select(
-            "cluster_id",
-            "instances",
-            "failures",
-            "exposure_node_hours",
-            "pct_per_instance_hour",
-            "ci_low_pct",
-            "ci_high_pct",
-        )  # fmt: skip
+        rates.cluster_mtbf.select("cluster_id", "instances")
+        .join(rates.by_cluster, on="cluster_id")
+        .select("cluster_id", "instances", "failures", "exposure_node_hours", **percent_rate())
     )
-    color = alt.Color("cluster_id:N", scale=cluster_color(clusters_by_size(analysis)), legend=None)
+    color = alt.Color("cluster_id:N", scale=cluster_color(clusters_by_size(rates)), legend=None)
     base = alt.Chart(data).encode(
         y=alt.Y("cluster_id:N", sort=alt.SortField("instances"), title="cluster"), color=color
     )
-    return (
-        base.mark_rule(strokeWidth=2).encode(
-            x=alt.X(
-                "ci_low_pct:Q",
-                title=f"failures per 100 instance-hours (% per instance-hour), {rate_ci_words(analysis)}",
-            ),
-            x2="ci_high_pct:Q",
-        )
-        + base.mark_point(filled=True, size=70).encode(
-            x="pct_per_instance_hour:Q",
-            tooltip=[
-                alt.Tooltip("cluster_id:N", title="cluster"),
-                "instances:Q",
-                "failures:Q",
-                alt.Tooltip("exposure_node_hours:Q", format=",.0f", title="instance-hours"),
-                alt.Tooltip("pct_per_instance_hour:Q", format=".3g", title="% per instance-hour"),
-                alt.Tooltip("ci_low_pct:Q", format=".3g", title="95% CI low"),
-                alt.Tooltip("ci_high_pct:Q", format=".3g", title="95% CI high"),
-            ],
-        )
+    return rate_on_interval(
+        base,
+        f"failures per 100 instance-hours (% per instance-hour), {rate_ci_words(rates)}",
+        [CLUSTER_TOOLTIP, "instances:Q", *percent_rate_tooltips()],
     ).properties(width=WIDTH, height=30 * max(data.height, 3))
 
 
 def rate_over_time_chart(analysis: FleetAnalysis) -> alt.Chart:
-    data = analysis.rates.by_month.select(
-        "cluster_id",
-        "period",
-        "failures",
-        pct=pl.col("rate_per_node_hour") * 100,
-        low=pl.col("rate_ci_low") * 100,
-        high=pl.col("rate_ci_high") * 100,
-    )
+    data = analysis.rates.by_month.select("cluster_id", "period", "failures", **percent_rate())
     base = alt.Chart(data).encode(
         x=alt.X("period:T", title="month", axis=alt.Axis(format="%b %Y", tickCount="month")),
-        color=alt.Color("cluster_id:N", title="cluster", scale=cluster_color(clusters_by_size(analysis))),
+        color=alt.Color(
+            "cluster_id:N", title="cluster", scale=cluster_color(clusters_by_size(analysis.rates))
+        ),
     )
     return (
         base.mark_area(opacity=0.12).encode(y="low:Q", y2="high:Q")
         + base.mark_line(point=True).encode(
-            y=alt.Y("pct:Q", title=f"% per instance-hour (band: {rate_ci_words(analysis)})"),
+            y=alt.Y("pct:Q", title=f"% per instance-hour (band: {rate_ci_words(analysis.rates)})"),
             tooltip=[
-                alt.Tooltip("cluster_id:N", title="cluster"),
+                CLUSTER_TOOLTIP,
                 alt.Tooltip("period:T", title="month", format="%Y-%m"),
-                "failures:Q",
-                alt.Tooltip("pct:Q", format=".3g", title="% per instance-hour"),
-                alt.Tooltip("low:Q", format=".3g", title="95% CI low"),
-                alt.Tooltip("high:Q", format=".3g", title="95% CI high"),
+                *percent_rate_tooltips(hours=False),
             ],
         )
     ).properties(width=WIDTH, height=260)
@@ -199,18 +200,16 @@ def survival_function(fit: ParametricTBF, hours: np.ndarray) -> np.ndarray:
     return 1 / (1 + (hours / p["alpha_"]) ** p["beta_"])
 
 
+def banded_curve(fit, **curve) -> pl.DataFrame:
+    """A non-parametric fit's curve (Kaplan–Meier, Nelson–Aalen: one named column of values on its
+    ``timeline_hours_``) with its 95% band (``low``, ``high``), downsampled for the page."""
+    low, high = fit.confidence_interval_
+    return downsample(pl.DataFrame({"hours": fit.timeline_hours_, **curve, "low": low, "high": high}))
+
+
 def survival_chart(fits: ReliabilityFits) -> alt.Chart:
     km = fits.kaplan_meier
-    curve = downsample(
-        pl.DataFrame(
-            {
-                "hours": km.timeline_hours_,
-                "survival": km.survival_,
-                "low": km.confidence_interval_[0],
-                "high": km.confidence_interval_[1],
-            }
-        )
-    )
+    curve = banded_curve(km, survival=km.survival_)
     grid = np.linspace(0, float(km.timeline_hours_.max()), 120)
     fits = pl.concat(
         pl.DataFrame(
@@ -294,8 +293,7 @@ def size_law_layers(analysis: FleetAnalysis, axis_x: alt.X, axis_y: alt.Y) -> al
             alt.Tooltip("law:N", title="fitted law"),
             alt.Tooltip("instances:Q", format=",.0f"),
             alt.Tooltip("mtbf_hours:Q", format=".3g", title="fitted MTBF (h)"),
-            alt.Tooltip("mtbf_ci_low_hours:Q", format=".3g", title="95% CI low"),
-            alt.Tooltip("mtbf_ci_high_hours:Q", format=".3g", title="95% CI high"),
+            *ci_tooltips("mtbf_ci_low_hours", "mtbf_ci_high_hours", ".3g"),
         ],
     )
 
@@ -307,7 +305,7 @@ def scaling_chart(analysis: FleetAnalysis) -> alt.LayerChart:
     )
     axis_x = alt.X("instances:Q", scale=alt.Scale(type="log"), title="instances in the cluster")
     axis_y = alt.Y("mtbf_hours:Q", scale=alt.Scale(type="log"), title="cluster MTBF (hours)")
-    color = alt.Color("cluster_id:N", title="cluster", scale=cluster_color(clusters_by_size(analysis)))
+    color = alt.Color("cluster_id:N", title="cluster", scale=cluster_color(clusters_by_size(analysis.rates)))
     points = (
         alt.Chart(observed)
         .mark_point(filled=True, size=70)
@@ -316,12 +314,11 @@ def scaling_chart(analysis: FleetAnalysis) -> alt.LayerChart:
             y=axis_y,
             color=color,
             tooltip=[
-                alt.Tooltip("cluster_id:N", title="cluster"),
+                CLUSTER_TOOLTIP,
                 alt.Tooltip("instances:Q", format=".0f"),
                 "failures:Q",
                 alt.Tooltip("mtbf_hours:Q", format=".2f", title="MTBF (h)"),
-                alt.Tooltip("mtbf_ci_low_hours:Q", format=".2f", title="95% CI low"),
-                alt.Tooltip("mtbf_ci_high_hours:Q", format=".2f", title="95% CI high"),
+                *ci_tooltips("mtbf_ci_low_hours", "mtbf_ci_high_hours", ".2f"),
             ],
         )
     )
@@ -341,16 +338,7 @@ def cumulative_hazard_chart(fits: ReliabilityFits) -> alt.LayerChart:
     """Nelson–Aalen cumulative hazard with its band, and the exponential fit's straight line:
     a curve bending below the line is a hazard that falls with time (infant mortality)."""
     na = fits.nelson_aalen
-    curve = downsample(
-        pl.DataFrame(
-            {
-                "hours": na.timeline_hours_,
-                "cumulative_hazard": na.cumulative_hazard_,
-                "low": na.confidence_interval_[0],
-                "high": na.confidence_interval_[1],
-            }
-        )
-    )
+    curve = banded_curve(na, cumulative_hazard=na.cumulative_hazard_)
     grid = np.linspace(0, float(na.timeline_hours_.max()), 60)
     line = pl.DataFrame(
         {"hours": grid, "cumulative_hazard": grid / fits.node_fits["exponential"].params_["lambda_"]}

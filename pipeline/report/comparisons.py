@@ -11,8 +11,17 @@ import altair as alt
 import polars as pl
 
 from pipeline import datasets, models
-from pipeline.analysis import FleetAnalysis
-from pipeline.report.charts import PALETTE, WIDTH, cluster_color, clusters_by_size
+from pipeline.analysis import RateAnalysis
+from pipeline.report.charts import (
+    PALETTE,
+    WIDTH,
+    ci_tooltips,
+    cluster_color,
+    clusters_by_size,
+    percent_rate,
+    percent_rate_tooltips,
+    rate_on_interval,
+)
 from pipeline.report.format import interval_name
 
 THIS_FLEET = "this fleet"
@@ -50,8 +59,7 @@ def job_interruption_chart(job_interruptions: pl.DataFrame) -> alt.LayerChart:
                 "interruptions:Q",
                 alt.Tooltip("job_hours:Q", format=",.0f", title="job-hours"),
                 alt.Tooltip("rate_per_job_hour:Q", format=".3g", title="per job-hour"),
-                alt.Tooltip("rate_ci_low:Q", format=".3g", title="95% CI low"),
-                alt.Tooltip("rate_ci_high:Q", format=".3g", title="95% CI high"),
+                *ci_tooltips("rate_ci_low", "rate_ci_high", ".3g"),
                 alt.Tooltip("expected_rate_per_job_hour:Q", format=".3g", title="node rate × nodes"),
                 alt.Tooltip("ratio_to_node_model:Q", format=".2f", title="observed / expected"),
             ],
@@ -59,18 +67,18 @@ def job_interruption_chart(job_interruptions: pl.DataFrame) -> alt.LayerChart:
     ).properties(width=WIDTH, height=260)
 
 
-def baselines(analysis: FleetAnalysis, others: Mapping[str, FleetAnalysis] | None = None) -> pl.DataFrame:
-    """:func:`pipeline.datasets.public_baselines` for this fleet (each cluster, plus all clusters
-    as one row) and ``others``, with ``series`` (the colour) and ``label`` (the row) added.
+def baselines(rates: RateAnalysis, others: Mapping[str, RateAnalysis] | None = None) -> pl.DataFrame:
+    """:func:`pipeline.datasets.public_baselines` for this fleet's rates (each cluster, plus all
+    clusters as one row) and ``others``'s, with ``series`` (the colour) and ``label`` (the row) added.
 
     This fleet's rows are its own figures: each cluster's from its rate table, the whole fleet's
     from ``rates_overall`` (the summary card's), all with the analysis' interval. A fleet of one
     cluster is one row, the whole fleet named by its cluster: two rows of the same failures and
     hours would be one fact shown twice."""
-    table = datasets.public_baselines({THIS_FLEET: analysis, **(others or {})})
-    whole = analysis.rates.overall.row(0, named=True)
-    instances = float(analysis.rates.cluster_mtbf["instances"].sum())
-    clusters = analysis.rates.by_cluster["cluster_id"]
+    table = datasets.public_baselines({THIS_FLEET: rates, **(others or {})})
+    whole = rates.overall.row(0, named=True)
+    instances = float(rates.cluster_mtbf["instances"].sum())
+    clusters = rates.by_cluster["cluster_id"]
     if clusters.len() == 1:
         table = table.filter(~((pl.col("source") == THIS_FLEET) & (pl.col("fleet") == clusters[0])))
     fleet = pl.DataFrame(
@@ -83,7 +91,7 @@ def baselines(analysis: FleetAnalysis, others: Mapping[str, FleetAnalysis] | Non
             "rate_per_node_hour": whole["rate_per_node_hour"],
             "rate_ci_low": whole["rate_ci_low"],
             "rate_ci_high": whole["rate_ci_high"],
-            "interval": analysis.rates.interval_method,
+            "interval": rates.interval_method,
             "mtbf_hours": models.cluster_mtbf_hours(whole["rate_per_node_hour"], instances),
             "mtbf_ci_low_hours": models.cluster_mtbf_hours(whole["rate_ci_high"], instances),
             "mtbf_ci_high_hours": models.cluster_mtbf_hours(whole["rate_ci_low"], instances),
@@ -129,11 +137,11 @@ def baseline_ci_words(table: pl.DataFrame) -> str:
     )
 
 
-def baseline_chart(analysis: FleetAnalysis, table: pl.DataFrame) -> alt.LayerChart:
+def baseline_chart(rates: RateAnalysis, table: pl.DataFrame) -> alt.LayerChart:
     """Rates per instance-hour (%) with their intervals (:func:`baseline_ci_words`), log axis:
     published fleets, this fleet (all clusters, then each cluster in its colour), then other
     fleets, one colour per source."""
-    clusters = clusters_by_size(analysis)
+    clusters = clusters_by_size(rates)
     base_scale = cluster_color(clusters)
     extra = [
         PUBLISHED,
@@ -154,33 +162,19 @@ def baseline_chart(analysis: FleetAnalysis, table: pl.DataFrame) -> alt.LayerCha
         "failures",
         "exposure_node_hours",
         "mtbf_hours",
-        pct=pl.col("rate_per_node_hour") * 100,
-        low=pl.col("rate_ci_low") * 100,
-        high=pl.col("rate_ci_high") * 100,
+        **percent_rate(),
     )
     y = alt.Y("label:N", sort=data["label"].to_list(), title=None, axis=alt.Axis(labelLimit=260))
     base = alt.Chart(data).encode(y=y, color=alt.Color("series:N", scale=scale, legend=None))
-    return (
-        base.mark_rule(strokeWidth=2).encode(
-            x=alt.X(
-                "low:Q",
-                scale=alt.Scale(type="log"),
-                title=f"failures per 100 instance-hours (% per instance-hour), {baseline_ci_words(table)}",
-            ),
-            x2="high:Q",
-        )
-        + base.mark_point(filled=True, size=70).encode(
-            x="pct:Q",
-            tooltip=[
-                alt.Tooltip("label:N", title="fleet"),
-                alt.Tooltip("source:N"),
-                alt.Tooltip("instances:Q", format=",.0f"),
-                "failures:Q",
-                alt.Tooltip("exposure_node_hours:Q", format=",.0f", title="instance-hours"),
-                alt.Tooltip("pct:Q", format=".3g", title="% per instance-hour"),
-                alt.Tooltip("low:Q", format=".3g", title="95% CI low"),
-                alt.Tooltip("high:Q", format=".3g", title="95% CI high"),
-                alt.Tooltip("mtbf_hours:Q", format=".3g", title="fleet MTBF (h)"),
-            ],
-        )
+    return rate_on_interval(
+        base,
+        f"failures per 100 instance-hours (% per instance-hour), {baseline_ci_words(table)}",
+        [
+            alt.Tooltip("label:N", title="fleet"),
+            alt.Tooltip("source:N"),
+            alt.Tooltip("instances:Q", format=",.0f"),
+            *percent_rate_tooltips(),
+            alt.Tooltip("mtbf_hours:Q", format=".3g", title="fleet MTBF (h)"),
+        ],
+        scale=alt.Scale(type="log"),
     ).properties(width=WIDTH, height=alt.Step(20))

@@ -11,7 +11,7 @@ import altair as alt
 import polars as pl
 
 from pipeline.analysis import FleetAnalysis
-from pipeline.report.charts import WIDTH, cluster_color, clusters_by_size
+from pipeline.report.charts import CLUSTER_TOOLTIP, WIDTH, ci_tooltips, cluster_color, clusters_by_size
 
 TOP_NODES = 20
 # Crow-AMSAA verdicts: beta > 1 rising (failures come faster), < 1 falling (burn-in), else flat.
@@ -22,7 +22,7 @@ VERDICT_SHAPES = alt.Scale(
 
 def trend_table(analysis: FleetAnalysis) -> pl.DataFrame:
     """Per cluster (by size): Laplace and Crow-AMSAA statistics, p-values and verdicts."""
-    order = pl.DataFrame({"cluster_id": clusters_by_size(analysis)}).with_row_index("order")
+    order = pl.DataFrame({"cluster_id": clusters_by_size(analysis.rates)}).with_row_index("order")
     return (
         analysis.rates.trend_tests.join(order, on="cluster_id", how="left")
         .sort("order", "cluster_id", nulls_last=True)
@@ -34,7 +34,7 @@ def trend_chart(analysis: FleetAnalysis) -> alt.LayerChart:
     """Crow-AMSAA beta with its 95% interval per cluster against the flat line beta = 1."""
     data = trend_table(analysis).filter(pl.col("crow_beta").is_not_null())
     y = alt.Y("cluster_id:N", sort=data["cluster_id"].to_list(), title="cluster")
-    color = alt.Color("cluster_id:N", scale=cluster_color(clusters_by_size(analysis)), legend=None)
+    color = alt.Color("cluster_id:N", scale=cluster_color(clusters_by_size(analysis.rates)), legend=None)
     x_title = "Crow-AMSAA β (95% CI): < 1 failures slow down, > 1 they speed up"
     base = alt.Chart(data).encode(y=y, color=color)
     flat = (
@@ -50,11 +50,10 @@ def trend_chart(analysis: FleetAnalysis) -> alt.LayerChart:
             x="crow_beta:Q",
             shape=alt.Shape("crow_verdict:N", scale=VERDICT_SHAPES, title="Crow-AMSAA verdict"),
             tooltip=[
-                alt.Tooltip("cluster_id:N", title="cluster"),
+                CLUSTER_TOOLTIP,
                 "failures:Q",
                 alt.Tooltip("crow_beta:Q", format=".3f", title="β"),
-                alt.Tooltip("crow_beta_ci_low:Q", format=".3f", title="β 95% CI low"),
-                alt.Tooltip("crow_beta_ci_high:Q", format=".3f", title="β 95% CI high"),
+                *ci_tooltips("crow_beta_ci_low", "crow_beta_ci_high", ".3f", title="β 95% CI"),
                 alt.Tooltip("crow_p_value:Q", format=".3g", title="Crow-AMSAA p"),
                 alt.Tooltip("crow_verdict:N", title="Crow-AMSAA verdict"),
                 alt.Tooltip("laplace_statistic:Q", format=".2f", title="Laplace U"),
@@ -68,7 +67,7 @@ def trend_chart(analysis: FleetAnalysis) -> alt.LayerChart:
 def category_share_chart(analysis: FleetAnalysis) -> alt.Chart:
     """Share of each cluster's interruptions by root cause with Clopper–Pearson intervals: one
     row per category, one dot per cluster (offset within the row, coloured per cluster)."""
-    clusters = clusters_by_size(analysis)
+    clusters = clusters_by_size(analysis.rates)
     data = analysis.rates.category_shares.filter(pl.col("share").is_not_null()).select(
         "cluster_id", "failure_class", "failures", "group_failures", "share", "share_ci_low", "share_ci_high"
     )
@@ -93,13 +92,12 @@ def category_share_chart(analysis: FleetAnalysis) -> alt.Chart:
         + base.mark_point(filled=True, size=30).encode(
             x="share:Q",
             tooltip=[
-                alt.Tooltip("cluster_id:N", title="cluster"),
+                CLUSTER_TOOLTIP,
                 alt.Tooltip("failure_class:N", title="root cause"),
                 "failures:Q",
                 alt.Tooltip("group_failures:Q", title="cluster failures"),
                 alt.Tooltip("share:Q", format=".1%"),
-                alt.Tooltip("share_ci_low:Q", format=".1%", title="95% CI low"),
-                alt.Tooltip("share_ci_high:Q", format=".1%", title="95% CI high"),
+                *ci_tooltips("share_ci_low", "share_ci_high", ".1%"),
             ],
         )
     ).properties(width=WIDTH, height=alt.Step(7))
@@ -118,7 +116,7 @@ def category_share_table(analysis: FleetAnalysis) -> pl.DataFrame:
         .pivot("cluster_id", index="failure_class", values="cell")
     )
     totals = analysis.rates.category_shares.group_by("failure_class").agg(pl.col("failures").sum())
-    columns = [c for c in clusters_by_size(analysis) if c in wide.columns]
+    columns = [c for c in clusters_by_size(analysis.rates) if c in wide.columns]
     return (
         totals.join(wide, on="failure_class", how="left")
         .sort("failures", descending=True)
@@ -153,20 +151,19 @@ def top_nodes(analysis: FleetAnalysis, n: int = TOP_NODES) -> pl.DataFrame:
 def top_nodes_chart(analysis: FleetAnalysis, n: int = TOP_NODES) -> alt.LayerChart:
     data = top_nodes(analysis, n).with_columns(node=pl.format("{} / {}", "cluster_id", "node_id"))
     y = alt.Y("node:N", sort=data["node"].to_list(), title="cluster / node")
-    color = alt.Color("cluster_id:N", title="cluster", scale=cluster_color(clusters_by_size(analysis)))
+    color = alt.Color("cluster_id:N", title="cluster", scale=cluster_color(clusters_by_size(analysis.rates)))
     base = alt.Chart(data).encode(y=y)
     bars = base.mark_bar().encode(
         x=alt.X("failures:Q", title="interrupting failures (tick: expected at the cluster's rate)"),
         color=color,
         tooltip=[
-            alt.Tooltip("cluster_id:N", title="cluster"),
+            CLUSTER_TOOLTIP,
             alt.Tooltip("node_id:N", title="node"),
             "failures:Q",
             alt.Tooltip("expected_failures:Q", format=".2f", title="expected at cluster rate"),
             alt.Tooltip("exposure_node_hours:Q", format=",.0f", title="node-hours"),
             alt.Tooltip("rate_per_node_hour:Q", format=".3g", title="rate per node-hour"),
-            alt.Tooltip("rate_ci_low:Q", format=".3g", title="95% CI low"),
-            alt.Tooltip("rate_ci_high:Q", format=".3g", title="95% CI high"),
+            *ci_tooltips("rate_ci_low", "rate_ci_high", ".3g"),
         ],
     )
     expected = base.mark_tick(color="black", thickness=2).encode(x="expected_failures:Q")

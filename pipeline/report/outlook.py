@@ -369,6 +369,15 @@ def monte_carlo_chart(days_histogram: pl.DataFrame, modes: pl.DataFrame) -> alt.
     return (bars + rules).properties(width=WIDTH, height=240)
 
 
+def _checkpoint_tooltip(interval: str, days: str) -> list:
+    """A point of the checkpoint chart: its mode, interval and expected days, titled as it is."""
+    return [
+        "mode:N",
+        alt.Tooltip("checkpoint_interval_hours:Q", format=",.2f", title=interval),
+        alt.Tooltip("expected_days:Q", format=",.2f", title=days),
+    ]
+
+
 def checkpoint_chart(checkpoint_curve: pl.DataFrame, modes: pl.DataFrame) -> alt.LayerChart:
     """Expected days against the checkpoint interval per mode; the optimum and the configured value."""
     names = modes["mode"].to_list()
@@ -389,45 +398,34 @@ def checkpoint_chart(checkpoint_curve: pl.DataFrame, modes: pl.DataFrame) -> alt
             x=x,
             y=alt.Y("expected_days:Q", title="expected training days", scale=alt.Scale(zero=False)),
             color=color,
-            tooltip=[
-                "mode:N",
-                alt.Tooltip("checkpoint_interval_hours:Q", format=",.2f", title="interval (h)"),
-                alt.Tooltip("expected_days:Q", format=",.2f", title="expected days"),
-            ],
+            tooltip=_checkpoint_tooltip("interval (h)", "expected days"),
         )
     )
-    optimum = (
-        alt.Chart(
-            modes.select(
-                "mode",
-                checkpoint_interval_hours=pl.col("optimal_interval_hours"),
-                expected_days=pl.col("optimal_expected_days"),
-            )
+
+    def points(frame: pl.DataFrame, tooltip: list, **mark) -> alt.Chart:
+        return (
+            alt.Chart(frame)
+            .mark_point(**mark)
+            .encode(x="checkpoint_interval_hours:Q", y="expected_days:Q", color=color, tooltip=tooltip)
         )
-        .mark_point(shape="diamond", size=120, filled=True)
-        .encode(
-            x="checkpoint_interval_hours:Q",
-            y="expected_days:Q",
-            color=color,
-            tooltip=[
-                "mode:N",
-                alt.Tooltip("checkpoint_interval_hours:Q", format=",.2f", title="optimal interval (h)"),
-                alt.Tooltip("expected_days:Q", format=",.2f", title="expected days at optimum"),
-            ],
-        )
+
+    optimum = points(
+        modes.select(
+            "mode",
+            checkpoint_interval_hours=pl.col("optimal_interval_hours"),
+            expected_days=pl.col("optimal_expected_days"),
+        ),
+        _checkpoint_tooltip("optimal interval (h)", "expected days at optimum"),
+        shape="diamond",
+        size=120,
+        filled=True,
     )
-    configured = (
-        alt.Chart(modes.select("mode", "checkpoint_interval_hours", "expected_days"))
-        .mark_point(shape="circle", size=80, filled=False, strokeWidth=2)
-        .encode(
-            x="checkpoint_interval_hours:Q",
-            y="expected_days:Q",
-            color=color,
-            tooltip=[
-                "mode:N",
-                alt.Tooltip("checkpoint_interval_hours:Q", format=",.2f", title="configured interval (h)"),
-                alt.Tooltip("expected_days:Q", format=",.2f", title="expected days"),
-            ],
-        )
+    configured = points(
+        modes.select("mode", "checkpoint_interval_hours", "expected_days"),
+        _checkpoint_tooltip("configured interval (h)", "expected days"),
+        shape="circle",
+        size=80,
+        filled=False,
+        strokeWidth=2,
     )
     return (curve + optimum + configured).properties(width=WIDTH, height=260)

@@ -9,7 +9,7 @@ import polars as pl
 
 from pipeline import transform
 from pipeline.analysis import FleetAnalysis, ReliabilityFits
-from pipeline.report.charts import WIDTH, cluster_color, clusters_by_size
+from pipeline.report.charts import CLUSTER_TOOLTIP, WIDTH, ci_tooltips, cluster_color, clusters_by_size
 from pipeline.report.section import Section
 from pipeline.transform.reliability import MAX_POINTS
 
@@ -57,8 +57,7 @@ def mcf_chart(mcf: pl.DataFrame) -> alt.LayerChart:
             tooltip=[
                 alt.Tooltip("age_days:Q", format=",.1f", title="age (days)"),
                 alt.Tooltip("mcf:Q", format=".3f", title="failures per node"),
-                alt.Tooltip("ci_low:Q", format=".3f", title="95% CI low"),
-                alt.Tooltip("ci_high:Q", format=".3f", title="95% CI high"),
+                *ci_tooltips("ci_low", "ci_high", ".3f"),
                 alt.Tooltip("nodes_at_risk:Q", format=",.0f", title="nodes in service at this age"),
             ],
         )
@@ -73,7 +72,7 @@ def duane_chart(points: pl.DataFrame, clusters: list[str]) -> alt.LayerChart:
         base.mark_point(filled=True, size=20).encode(
             y=alt.Y("cumulative_failures:Q", scale=alt.Scale(type="log"), title="cumulative failures (log)"),
             tooltip=[
-                alt.Tooltip("cluster_id:N", title="cluster"),
+                CLUSTER_TOOLTIP,
                 alt.Tooltip("operating_node_hours:Q", format=",.0f", title="node-hours"),
                 alt.Tooltip("cumulative_failures:Q", format=",.0f", title="failures"),
             ],
@@ -120,7 +119,7 @@ def reliability_sections(analysis: FleetAnalysis) -> list:
             Section(
                 "duane-crow-amsaa",
                 "Duane / Crow-AMSAA plot: cumulative failures against operating node-hours",
-                duane_chart(duane, clusters_by_size(analysis)),
+                duane_chart(duane, clusters_by_size(analysis.rates)),
                 note="Points: each cluster's failures on its operating clock (log-log). Dashed: the "
                 "MIL-HDBK-189 power law N(t) = λt^β with the β of the trend tests; slope β = 1 is a "
                 "constant rate, below 1 reliability growth, above 1 deterioration.",

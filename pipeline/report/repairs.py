@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 
 from pipeline import models
-from pipeline.analysis import RepairAnalysis
+from pipeline.analysis import RepairAnalysis, repair_count_notes
 from pipeline.report.charts import MAX_CURVE_POINTS, WIDTH, downsample
 from pipeline.report.format import duration_text
 
@@ -33,7 +33,9 @@ def repair_curve_chart(repairs: RepairAnalysis) -> alt.Chart:
     frames = []
     # the three columns the curves read, not every outage column in each category's group
     known = repairs.outages.select("category", "repair_hours", "resolved").drop_nulls("repair_hours")
-    groups = [("all outages", known), *((c, g) for (c,), g in known.group_by("category"))]
+    # categories in name order: the page's data does not change from run to run with Polars' hashing
+    by_category = known.sort("category").group_by("category", maintain_order=True)
+    groups = [("all outages", known), *((c, g) for (c,), g in by_category)]
     for label, group in groups:
         if not group["resolved"].any():
             continue
@@ -104,14 +106,8 @@ def repair_note(repairs: RepairAnalysis) -> str:
     a recorded end whose node failed again are left out of both and named on their own."""
     total = repairs.summary().row(0, named=True)
     low, high = total["repair_hours_p50_ci_low"], total["repair_hours_p50_ci_high"]
-    during = total["interruptions"] - total["outages"]  # failures while the node was already down
-    held = (
-        f" ({total['interruptions']:,} interruptions, {during:,} of them while the node was already down)"
-        if during
-        else ""
-    )
     note = (
-        f"{total['outages']:,} outages{held}; "
+        f"{total['outages']:,} outages; "
         f"{total['unresolved']:,} not repaired by the window end are right-censored there. Median repair "
         f"{_hours(total['repair_hours_p50'])} (95% CI {_hours(low)} to {_hours(high)}), MTTR "
         f"{_hours(total['mttr_hours'])}"
@@ -123,10 +119,4 @@ def repair_note(repairs: RepairAnalysis) -> str:
         note += (
             f" {total['unknown_end']:,} outages without a recorded end whose node failed again are left out."
         )
-    zero = int((repairs.outages["repair_hours"] == 0).sum())
-    if zero:
-        note += (
-            f" {zero:,} repair{'s' if zero != 1 else ''} ended when {'they' if zero != 1 else 'it'} began "
-            "(resolved_at = start): counted as 0 h."
-        )
-    return note
+    return " ".join([note, *(f"{line}." for line in repair_count_notes(total))])

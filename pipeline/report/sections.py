@@ -14,6 +14,8 @@ import polars as pl
 from pipeline.analysis import (
     FleetAnalysis,
     JobAnalysis,
+    NodeAnalysis,
+    RateAnalysis,
     ReliabilityFits,
     RepairAnalysis,
     left_out_note,
@@ -67,24 +69,26 @@ def _scaling_note(analysis: FleetAnalysis) -> str:
     return f"{note} {agreement}" if agreement else note
 
 
-def _rates_section(analysis: FleetAnalysis) -> Section:
-    """Rates per cluster; without failures the exposure and the one-sided upper bound are the news."""
+def _rates_section(rates: RateAnalysis, nodes: NodeAnalysis, failures_left_out: pl.DataFrame) -> Section:
+    """Rates per cluster; without failures the exposure and the one-sided upper bound are the news.
+    ``nodes``: the dispersion test behind the interval; ``failures_left_out``: what the rates do
+    not count, by reason."""
     note = (
-        f"{lemons.interval_note(analysis.nodes, analysis.rates.interval_method)} {RATE_INTERVAL_SCOPE} "
+        f"{lemons.interval_note(nodes, rates.interval_method)} {RATE_INTERVAL_SCOPE} "
         "Failures count while their node is in service (closed intervals)."
     )
-    if not analysis.has_failures:
+    if not rates.overall["failures"].sum():
         note = (
             "No failures yet: each cluster's rate_upper_bound is the exact 95% one-sided UPPER BOUND "
             "(-ln 0.05 / T = 3.0 / T for T instance-hours), not a measured rate."
         )
-    if left_out := left_out_note(analysis.failures_left_out):
+    if left_out := left_out_note(failures_left_out):
         note += f" {left_out}."
     return Section(
         "failure-rate-by-cluster",
         "Failure rate by cluster",
-        charts.rate_by_cluster_chart(analysis),
-        analysis.rates.by_cluster.select(
+        charts.rate_by_cluster_chart(rates),
+        rates.by_cluster.select(
             "cluster_id",
             "failures",
             "exposure_node_hours",
@@ -100,12 +104,13 @@ def _rates_section(analysis: FleetAnalysis) -> Section:
 
 
 def fleet_sections(analysis: FleetAnalysis) -> list[Section]:
+    rate_parts = (analysis.rates, analysis.nodes, analysis.failures_left_out)
     if not analysis.has_fits:  # no failure or too few gaps to fit: exposure, rates and bounds only
-        return [_rates_section(analysis), _job_section(analysis.jobs), badput_section(analysis.jobs)]
+        return [_rates_section(*rate_parts), _job_section(analysis.jobs), badput_section(analysis.jobs)]
     trends = drivers.trend_table(analysis)
     flat = (trends["crow_verdict"] == "flat").sum()
     return [
-        _rates_section(analysis),
+        _rates_section(*rate_parts),
         Section(
             "failure-rate-over-time",
             "Failure rate over time",
@@ -255,24 +260,16 @@ def _job_section(jobs: JobAnalysis) -> Section:
     )
 
 
-def baseline_section(analysis: FleetAnalysis, others: Mapping[str, FleetAnalysis] | None = None) -> Section:
-    table = comparisons.baselines(analysis, others)
+def baseline_section(rates: RateAnalysis, others: Mapping[str, RateAnalysis] | None = None) -> Section:
+    table = comparisons.baselines(rates, others)
     return Section(
         "public-baselines",
         "Public baselines: this fleet beside published GPU fleets",
-        comparisons.baseline_chart(analysis, table),
-        table.select(
-            "source",
-            "fleet",
-            "instances",
-            "failures",
-            "exposure_node_hours",
-            "rate_per_node_hour",
-            "rate_ci_low",
-            "rate_ci_high",
-            pl.col("interval").replace(INTERVAL_NAMES),
-            "mtbf_hours",
-        ),  # fmt: skip
+        comparisons.baseline_chart(rates, table),
+        # the baselines' columns (datasets.public_baselines) but the chart's and the MTBF's interval
+        table.drop("series", "label", "mtbf_ci_low_hours", "mtbf_ci_high_hours").with_columns(
+            pl.col("interval").replace(INTERVAL_NAMES)
+        ),
         note="Interruptions per instance-hour (one instance = one node), "
         f"{comparisons.baseline_ci_words(table)}; published counts from OPT-175B, MPT-7B and Llama 3.1 "
         "(docs/public-data.md), whose dispersion is not published. This fleet's rows are its rate "
@@ -347,6 +344,10 @@ def sections(
     left out while the fleet has no failure: a rate of 0 has no place on its log axis)."""
     return (
         fleet_sections(analysis)
-        + ([baseline_section(analysis, baselines)] if analysis.has_failures else [])  # no rate to place
+        + (  # no rate to place without a failure
+            [baseline_section(analysis.rates, {k: v.rates for k, v in (baselines or {}).items()})]
+            if analysis.has_failures
+            else []
+        )
         + (_projection_parts(analysis, projection) if projection else [])
     )

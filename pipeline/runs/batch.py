@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from pipeline import analysis, ingest, projection, report, warehouse
+from pipeline import analysis, ingest, report, warehouse
 from pipeline.config import RunConfig
 from pipeline.report import metrics
 from pipeline.runs.lock import open_warehouse, warehouse_lock
@@ -167,17 +167,7 @@ def _job_outlook(cfg: RunConfig, result: analysis.FleetAnalysis) -> report.JobOu
     spare tables) side by side."""
     if not cfg.jobs:
         return None
-    specs = [
-        projection.job_spec_for_fleet(
-            job, fleet_failure=lambda n: analysis.failure_model_for(result, n), recovery=cfg.recovery
-        )
-        for job in cfg.jobs
-    ]
-    measured = (
-        analysis.measured_recovery_hours(result.repairs, result.jobs)
-        if cfg.recovery_source == "measured"
-        else None
-    )
+    specs, measured = analysis.configured_jobs(result, cfg.jobs, cfg.recovery, cfg.recovery_source)
     if measured == {}:
         log(
             "project",

@@ -54,9 +54,7 @@ def test_a_later_export_closes_the_open_ticket_it_repeats(
         path = tmp_path / f"export{i}.csv"
         path.write_text(TICKETS + rows)
         with warehouse.transaction(con):
-            s = ingest_canonical(
-                con, path, sha=path.name, fmt="csv", column_map={}, batch_rows=batch_rows, category_map=MAP
-            )
+            s = ingest_canonical(con, path, sha=path.name, fmt="csv", batch_rows=batch_rows, category_map=MAP)
             rebuild.rebuild_incidents(con)
         assert (s.rows_read, s.rows_ingested, s.rows_duplicate) == counts[i]
         assert s.rows_read == s.rows_ingested + s.rows_duplicate + s.rows_rejected

@@ -420,7 +420,7 @@ def _warehouse_after(db: Path, files: list[Path], batch_rows: int) -> dict[str, 
     for path in files:
         with warehouse.transaction(con):
             fmt = path.suffix.removeprefix(".")
-            ingest_canonical(con, path, sha=path.name, fmt=fmt, column_map={}, batch_rows=batch_rows)
+            ingest_canonical(con, path, sha=path.name, fmt=fmt, batch_rows=batch_rows)
     tables = {
         "events": "SELECT * FROM events",
         "rejects": "SELECT file_id, path, line, raw, reason FROM rejects",
@@ -454,9 +454,7 @@ def test_rows_are_stored_classified_as_the_taxonomy_would_with_a_map_and_left_to
     path = write("incidents.csv", HEADER + rows)
     cmap = parse_category_map(["Maintenance=other:noninterrupting"])
     with warehouse.transaction(con):
-        summary = ingest_canonical(
-            con, path, sha="a", fmt="csv", column_map={}, batch_rows=3, category_map=cmap
-        )
+        summary = ingest_canonical(con, path, sha="a", fmt="csv", batch_rows=3, category_map=cmap)
     stored = sql("SELECT DISTINCT category, failure_class, interrupting, source_interrupting FROM events")
     expected = {
         (
@@ -475,7 +473,7 @@ def test_rows_are_stored_classified_as_the_taxonomy_would_with_a_map_and_left_to
     assert len(summary.notes) == 1 and "'Cosmic Rays' 2" in summary.notes[0]
     other = write("later.csv", HEADER + rows.replace("2026-03-0", "2026-04-0"))
     with warehouse.transaction(con):
-        summary = ingest_canonical(con, other, sha="b", fmt="csv", column_map={})
+        summary = ingest_canonical(con, other, sha="b", fmt="csv")
     assert sql("SELECT count(*) FROM events WHERE failure_class IS NULL") == [(8,)] and summary.notes == []
 
 
@@ -486,7 +484,7 @@ from pipeline import warehouse
 from pipeline.readers.canonical import ingest_canonical
 con = warehouse.connect(Path(sys.argv[1]))
 with warehouse.transaction(con):
-    ingest_canonical(con, Path(sys.argv[2]), sha="x", fmt="csv", column_map={})
+    ingest_canonical(con, Path(sys.argv[2]), sha="x", fmt="csv")
 print(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")))
 """
 

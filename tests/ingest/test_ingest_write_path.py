@@ -61,7 +61,7 @@ def test_batches_are_appended_on_one_thread_into_whole_row_groups(tmp_path, monk
 
     monkeypatch.setattr(canonical_store, "insert_new_events", noting_threads)
     with warehouse.transaction(con):
-        summary = canonical.ingest_canonical(con, path, sha="a", fmt="csv", column_map={}, batch_rows=100_000)
+        summary = canonical.ingest_canonical(con, path, sha="a", fmt="csv", batch_rows=100_000)
     assert summary.rows_ingested == 2 * ROW_GROUP + 7 and threads == [1, 1, 1]
     assert _row_groups(con, "events") == [ROW_GROUP, ROW_GROUP, 7]
     assert con.sql("SELECT current_setting('threads')").fetchall() == [(2,)]
