@@ -96,11 +96,10 @@ def test_duane_points_follow_the_crow_amsaa_fit_and_are_bounded():
         assert last["fitted_failures"] == pytest.approx(n * (last["operating_node_hours"] / total) ** beta)
 
 
-def _mcf_variance_per_grid_point(
-    failures: pl.DataFrame, exposure: pl.DataFrame, max_points: int
-) -> np.ndarray:
-    """The robust variance as computed before issue 27's sweep: every node's sums recomputed from
-    every failure and span at each grid age (the oracle)."""
+def _mcf_by_brute_force(failures: pl.DataFrame, exposure: pl.DataFrame, max_points: int):
+    """MCF and robust variance at the grid ages from the definitions (the oracle): a node x age
+    matrix of "some span of the node holds the age" (closed spans), every node's sums recomputed
+    at each grid age."""
     from pipeline.transform.reliability import _spread
 
     first = exposure.group_by("cluster_id", "node_id").agg(first=pl.col("start_utc").min())
@@ -112,37 +111,29 @@ def _mcf_variance_per_grid_point(
     served = served.select("cluster_id", "node_id", age=hours("timestamp_utc"))
     nodes = spans.select("cluster_id", "node_id").unique().with_row_index("unit")
     spans, served = (f.join(nodes, on=["cluster_id", "node_id"]) for f in (spans, served))
-    a, b, span_unit = spans["a"].to_numpy(), spans["b"].to_numpy(), spans["unit"].to_numpy()
     age, unit = served["age"].to_numpy(), served["unit"].to_numpy()
     ages, d = np.unique(age, return_counts=True)
-    at_risk = np.searchsorted(np.sort(a), ages, side="right") - np.searchsorted(
-        np.sort(b), ages, side="right"
-    )
-    c = np.concatenate([[0.0], np.cumsum(d / at_risk**2)])
-
-    def upto(t, inclusive):
-        return c[np.searchsorted(ages, t, side="right" if inclusive else "left")]
-
-    own = 1 / at_risk[np.searchsorted(ages, age)]
+    held = np.zeros((nodes.height, ages.size), bool)
+    for u, a, b in spans.select("unit", "a", "b").iter_rows():
+        held[u] |= (a <= ages) & (ages <= b)
+    r = held.sum(axis=0)
+    assert (r > 0).all()  # every counted failure's node is at risk at its age
     grid = _spread(ages.size, max_points)
+    own = 1 / r[np.searchsorted(ages, age)]
     variance = np.empty(grid.size)
     for i, j in enumerate(grid):
-        g = ages[j]
-        mine = np.bincount(unit, weights=np.where(age <= g, own, 0.0), minlength=nodes.height)
-        upper = np.where(g < b, upto(np.full_like(b, g), True), upto(b, False))
-        share = np.clip(upper - upto(a, False), 0.0, None)
-        variance[i] = np.sum((mine - np.bincount(span_unit, weights=share, minlength=nodes.height)) ** 2)
-    return variance
+        mine = np.bincount(unit, weights=np.where(age <= ages[j], own, 0.0), minlength=nodes.height)
+        share = (held[:, : j + 1] * (d / r**2)[: j + 1]).sum(axis=1)
+        variance[i] = np.sum((mine - share) ** 2)
+    return np.cumsum(d / r)[grid], variance
 
 
-# A failure at the end of its node's last span (counted by the closed-interval rule) meets no node
-# at risk there: MCF and band are inf/nan from that age on, with numpy's warnings, before and after.
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("seed", range(40))
-def test_mcf_band_equals_the_per_grid_point_sums(seed):
-    """The sweep (failures + spans + grid x nodes) gives the variance of the per-grid-point sums it
-    replaced, on fleets with many spans per node, touching spans, failures on span starts and ends
-    and on grid ages, ties of ages across nodes, and fewer or more ages than grid points."""
+def test_mcf_and_band_equal_their_definitions(seed):
+    """The sweep (failures + spans + grid x nodes) gives the MCF and variance of the definitions,
+    on fleets with many spans per node, touching spans, failures on span starts and ends (a node
+    failing as its last span ends is at risk then: no inf) and on grid ages, ties of ages across
+    nodes, and fewer or more ages than grid points."""
     rng = np.random.default_rng(seed)
     rows, fails = [], []
     for i in range(int(rng.integers(1, 8))):
@@ -161,8 +152,22 @@ def test_mcf_band_equals_the_per_grid_point_sums(seed):
     mcf = transform.mean_cumulative_function(failures, exposure, max_points=max_points)
     if mcf.is_empty():
         return
-    expected = _mcf_variance_per_grid_point(failures, exposure, max_points)
-    with np.errstate(invalid="ignore"):  # a failure at the last span's end: no node at risk, MCF inf
-        factor = np.exp(1.959963984540054 * np.sqrt(expected) / mcf["mcf"].to_numpy())
-    np.testing.assert_allclose(mcf["ci_high"].to_numpy(), mcf["mcf"].to_numpy() * factor, rtol=1e-9)
-    np.testing.assert_allclose(mcf["ci_low"].to_numpy(), mcf["mcf"].to_numpy() / factor, rtol=1e-9)
+    expected_mcf, expected = _mcf_by_brute_force(failures, exposure, max_points)
+    np.testing.assert_allclose(mcf["mcf"].to_numpy(), expected_mcf, rtol=1e-12)
+    factor = np.exp(1.959963984540054 * np.sqrt(expected) / expected_mcf)
+    np.testing.assert_allclose(mcf["ci_high"].to_numpy(), expected_mcf * factor, rtol=1e-9)
+    np.testing.assert_allclose(mcf["ci_low"].to_numpy(), expected_mcf / factor, rtol=1e-9)
+
+
+def test_mcf_of_one_node_failing_as_its_service_ends_is_one():
+    """One node, one failure at the very end of its only service interval: it counts (closed
+    interval) and the node is at risk then, so MCF = 1 failure per node, finite."""
+    exposure = pl.DataFrame(
+        {"cluster_id": ["c"], "node_id": ["n0"], "start_utc": [T0], "end_utc": [T0 + timedelta(hours=10)]}
+    ).with_columns(instance_type=pl.lit("p5"), size_bucket=pl.lit(8))
+    failures = pl.DataFrame(
+        {"cluster_id": ["c"], "node_id": ["n0"], "timestamp_utc": [T0 + timedelta(hours=10)]},
+        schema={"cluster_id": pl.String, "node_id": pl.String, "timestamp_utc": pl.Datetime("us")},
+    )
+    mcf = transform.mean_cumulative_function(failures, exposure)
+    assert mcf.select("age_hours", "mcf", "nodes_at_risk").rows() == [(10.0, 1.0, 1.0)]

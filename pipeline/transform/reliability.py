@@ -9,7 +9,8 @@ bounded number of rows (``max_points``) whatever the fleet's size.
   y = k (ln t − ln λ): the slope is the shape.
 * Mean cumulative function (Nelson 2003, *Recurrent Events Data Analysis for Product Repairs,
   Disease Recurrences, and Other Applications*, ch. 4): nodes are the units, age is the time since
-  a node's first service start, and a node is at risk at age t while in service (a node out for
+  a node's first service start, and a node is at risk at age t while in service, as the
+  closed-interval rule says: at its span's end too, where a failure of it counts (a node out for
   repair is not). MCF(t) = Σ_{u ≤ t} d(u) / r(u), d failures and r nodes at risk at age u. Its
   variance is the robust (Lawless & Nadeau 1995, Technometrics 37:158) estimator, valid without
   assuming Poisson failures: Var MCF(t) = Σ_i (Σ_{u ≤ t} δ_i(u) (d_i(u) − d(u)/r(u)) / r(u))²,
@@ -78,7 +79,7 @@ def mean_cumulative_function(
     )
     hours = lambda c: (pl.col(c) - pl.col("first")).dt.total_seconds(fractional=True) / 3600  # noqa: E731
     spans = exposure.select(*keys, "start_utc", "end_utc").join(first, on=keys)
-    spans = spans.select("unit", a=hours("start_utc"), b=hours("end_utc"))
+    spans = _merged_spans(spans.select("unit", a=hours("start_utc"), b=hours("end_utc")))
     served = failures_in_service(failures.select(*keys, "timestamp_utc"), exposure).join(first, on=keys)
     served = served.select("unit", age=hours("timestamp_utc"))
     if served.height == 0:
@@ -88,9 +89,9 @@ def mean_cumulative_function(
     del spans, served
 
     ages, d = np.unique(age, return_counts=True)
-    at_risk = np.searchsorted(np.sort(a), ages, side="right") - np.searchsorted(
-        np.sort(b), ages, side="right"
-    )
+    # closed spans, a node's never touching (merged): the nodes whose span holds the age, the
+    # failing node included when it fails as its span ends (the closed-interval rule)
+    at_risk = np.searchsorted(np.sort(a), ages, side="right") - np.searchsorted(np.sort(b), ages, side="left")
     mcf = np.cumsum(d / at_risk)
     c = np.concatenate([[0.0], np.cumsum(d / at_risk**2)])  # c[j]: sum over the first j ages
 
@@ -100,7 +101,7 @@ def mean_cumulative_function(
     own = 1 / at_risk[np.searchsorted(ages, age)]
     grid = _spread(ages.size, max_points)
     failures_by_age = (age, own, unit)
-    spans_by_age = (a, b, upto(a, False), upto(b, False), span_unit)
+    spans_by_age = (a, b, upto(a, False), upto(b, True), span_unit)
     variance = _robust_variance(
         ages[grid], upto(ages[grid], True), failures_by_age, spans_by_age, first.height
     )
@@ -117,15 +118,31 @@ def mean_cumulative_function(
     )
 
 
+def _merged_spans(spans: pl.DataFrame) -> pl.DataFrame:
+    """A node's service spans (``unit``, ``a``, ``b`` in hours of age) with those that touch or
+    overlap merged into one: as closed intervals a node's spans then share no instant, so counting
+    the spans that hold an age counts each node once (a node is at risk as its span ends, when a
+    failure there counts, and not twice where one span ends as the next begins)."""
+    spans = spans.sort("unit", "a")
+    new = (pl.col("a") > pl.col("b").cum_max().shift(1).over("unit")).fill_null(True)
+    return (
+        spans.with_columns(_span=new.cum_sum())
+        .group_by("_span", maintain_order=True)
+        .agg(pl.col("unit").first(), pl.col("a").min(), pl.col("b").max())
+        .drop("_span")
+    )
+
+
 def _robust_variance(
     grid_ages: np.ndarray, c_grid: np.ndarray, failures: tuple, spans: tuple, units: int
 ) -> np.ndarray:
     """Lawless–Nadeau's Var MCF(g) = Σ_i (mine_i(g) − share_i(g))² at each grid age g (``c_grid``:
     C(g), Σ d/r² over failure ages <= g), in one sweep up the grid. mine_i(g): Σ 1/r over node i's
-    failures at ages <= g; share_i(g): Σ over its spans [a, b) of C(g) − C(a−) while a <= g < b,
-    C(b−) − C(a−) once g >= b, 0 before. Each failure and span end changes its node's sums at one
-    grid point, so the cost is failures + spans + grid x nodes, not grid x (failures + spans): the
-    300 points over every row took 46 of ``failcast report``'s 54 CPU-s at 1 M rows (issue 27)."""
+    failures at ages <= g; share_i(g): Σ over its spans [a, b] (closed, never touching:
+    :func:`_merged_spans`) of C(g) − C(a−) while a <= g <= b, C(b) − C(a−) once g > b, 0 before.
+    Each failure and span end changes its node's sums at one grid point, so the cost is
+    failures + spans + grid x nodes, not grid x (failures + spans): the 300 points over every row
+    took 46 of ``failcast report``'s 54 CPU-s at 1 M rows (issue 27)."""
     age, own, unit = failures
     a, b, c_a, c_b, span_unit = spans
     n = grid_ages.size
@@ -138,10 +155,10 @@ def _robust_variance(
         return [[v[cuts[k] : cuts[k + 1]] for v in ordered] for k in range(n)]
 
     # a failure counts from the first grid age >= its age, a span is active from the first >= a,
-    # done from the first >= b
+    # done from the first > b
     fails = at_grid(np.searchsorted(grid_ages, age, side="left"), [unit, own])
     starts = at_grid(np.searchsorted(grid_ages, a, side="left"), [span_unit, c_a])
-    ends = at_grid(np.searchsorted(grid_ages, b, side="left"), [span_unit, c_b])
+    ends = at_grid(np.searchsorted(grid_ages, b, side="right"), [span_unit, c_b])
     mine, active, base = np.zeros(units), np.zeros(units), np.zeros(units)  # share = C(g) active + base
     variance = np.empty(n)
     for k in range(n):
