@@ -94,3 +94,80 @@ def test_duane_points_follow_the_crow_amsaa_fit_and_are_bounded():
         beta, total, n = row["crow_beta"], row["observed_node_hours"], row["failures"]
         last = mine.row(-1, named=True)
         assert last["fitted_failures"] == pytest.approx(n * (last["operating_node_hours"] / total) ** beta)
+
+
+def _mcf_by_brute_force(failures: pl.DataFrame, exposure: pl.DataFrame, max_points: int):
+    """MCF and robust variance at the grid ages from the definitions (the oracle): a node x age
+    matrix of "some span of the node holds the age" (closed spans), every node's sums recomputed
+    at each grid age."""
+    from pipeline.transform.reliability import _spread
+
+    first = exposure.group_by("cluster_id", "node_id").agg(first=pl.col("start_utc").min())
+    hours = lambda c: (pl.col(c) - pl.col("first")).dt.total_seconds(fractional=True) / 3600  # noqa: E731
+    spans = exposure.join(first, on=["cluster_id", "node_id"]).select(
+        "cluster_id", "node_id", a=hours("start_utc"), b=hours("end_utc")
+    )
+    served = transform.failures_in_service(failures, exposure).join(first, on=["cluster_id", "node_id"])
+    served = served.select("cluster_id", "node_id", age=hours("timestamp_utc"))
+    nodes = spans.select("cluster_id", "node_id").unique().with_row_index("unit")
+    spans, served = (f.join(nodes, on=["cluster_id", "node_id"]) for f in (spans, served))
+    age, unit = served["age"].to_numpy(), served["unit"].to_numpy()
+    ages, d = np.unique(age, return_counts=True)
+    held = np.zeros((nodes.height, ages.size), bool)
+    for u, a, b in spans.select("unit", "a", "b").iter_rows():
+        held[u] |= (a <= ages) & (ages <= b)
+    r = held.sum(axis=0)
+    assert (r > 0).all()  # every counted failure's node is at risk at its age
+    grid = _spread(ages.size, max_points)
+    own = 1 / r[np.searchsorted(ages, age)]
+    variance = np.empty(grid.size)
+    for i, j in enumerate(grid):
+        mine = np.bincount(unit, weights=np.where(age <= ages[j], own, 0.0), minlength=nodes.height)
+        share = (held[:, : j + 1] * (d / r**2)[: j + 1]).sum(axis=1)
+        variance[i] = np.sum((mine - share) ** 2)
+    return np.cumsum(d / r)[grid], variance
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_mcf_and_band_equal_their_definitions(seed):
+    """The sweep (failures + spans + grid x nodes) gives the MCF and variance of the definitions,
+    on fleets with many spans per node, touching spans, failures on span starts and ends (a node
+    failing as its last span ends is at risk then: no inf) and on grid ages, ties of ages across
+    nodes, and fewer or more ages than grid points."""
+    rng = np.random.default_rng(seed)
+    rows, fails = [], []
+    for i in range(int(rng.integers(1, 8))):
+        t = float(rng.integers(0, 5))
+        for _ in range(int(rng.integers(1, 12))):
+            a, t = t, t + float(rng.integers(1, 6))
+            rows.append(("c", f"n{i}", T0 + timedelta(hours=a), T0 + timedelta(hours=t)))
+            for hour in rng.choice([a, t, a + 0.5, a + 1, t - 1], int(rng.integers(0, 4))):
+                fails.append(("c", f"n{i}", T0 + timedelta(hours=float(hour))))
+            t += float(rng.choice([0, 0, 1, 2.5]))  # touching spans, or a repair gap
+    exposure = pl.DataFrame(rows, schema=["cluster_id", "node_id", "start_utc", "end_utc"], orient="row")
+    exposure = exposure.with_columns(instance_type=pl.lit("p5"), size_bucket=pl.lit(8))
+    schema = {"cluster_id": pl.String, "node_id": pl.String, "timestamp_utc": pl.Datetime("us")}
+    failures = pl.DataFrame(fails, schema=schema, orient="row")
+    max_points = int(rng.choice([3, 10, 300]))
+    mcf = transform.mean_cumulative_function(failures, exposure, max_points=max_points)
+    if mcf.is_empty():
+        return
+    expected_mcf, expected = _mcf_by_brute_force(failures, exposure, max_points)
+    np.testing.assert_allclose(mcf["mcf"].to_numpy(), expected_mcf, rtol=1e-12)
+    factor = np.exp(1.959963984540054 * np.sqrt(expected) / expected_mcf)
+    np.testing.assert_allclose(mcf["ci_high"].to_numpy(), expected_mcf * factor, rtol=1e-9)
+    np.testing.assert_allclose(mcf["ci_low"].to_numpy(), expected_mcf / factor, rtol=1e-9)
+
+
+def test_mcf_of_one_node_failing_as_its_service_ends_is_one():
+    """One node, one failure at the very end of its only service interval: it counts (closed
+    interval) and the node is at risk then, so MCF = 1 failure per node, finite."""
+    exposure = pl.DataFrame(
+        {"cluster_id": ["c"], "node_id": ["n0"], "start_utc": [T0], "end_utc": [T0 + timedelta(hours=10)]}
+    ).with_columns(instance_type=pl.lit("p5"), size_bucket=pl.lit(8))
+    failures = pl.DataFrame(
+        {"cluster_id": ["c"], "node_id": ["n0"], "timestamp_utc": [T0 + timedelta(hours=10)]},
+        schema={"cluster_id": pl.String, "node_id": pl.String, "timestamp_utc": pl.Datetime("us")},
+    )
+    mcf = transform.mean_cumulative_function(failures, exposure)
+    assert mcf.select("age_hours", "mcf", "nodes_at_risk").rows() == [(10.0, 1.0, 1.0)]

@@ -276,17 +276,24 @@ QUALIFY row_number() OVER (PARTITION BY event_key ORDER BY line, ts) = 1
 """
 
 # Each stored open outage of this cluster ends at the first later time its node shows the
-# condition healthy (or a newer problem of it), or at the node's first later NodeReady event.
+# condition healthy (or a newer problem of it), or at the node's first later NodeReady event: an
+# as-of match per node and outage kind, whose cost is a sort of both sides, not open outages x
+# closers per node. Closers of one node, kind and time are reduced to their first line first, so
+# the match has no ties to break (the line counted as the closer is the earliest one).
 _CLOSES = """
 CREATE OR REPLACE TEMP TABLE k8s_closes AS
-SELECT e.event_key, min(c.ts) AS resolved, arg_min(c.line, c.ts) AS line
-FROM events e
-JOIN k8s_closers c
-  ON c.node_id = e.node_id AND c.ts > e.timestamp_utc
- AND c.outage = coalesce('condition:' || json_extract_string(e.attributes, '$.condition'),
-                         'event:' || e.category)
-WHERE e.source_format = $format AND e.cluster_id = $cluster AND e.resolved_at_utc IS NULL
-GROUP BY e.event_key
+WITH open AS (
+    SELECT event_key, node_id, timestamp_utc,
+           coalesce('condition:' || json_extract_string(attributes, '$.condition'),
+                    'event:' || category) AS outage
+    FROM events
+    WHERE source_format = $format AND cluster_id = $cluster AND resolved_at_utc IS NULL
+), closers AS (
+    SELECT node_id, outage, ts, min(line) AS line FROM k8s_closers GROUP BY node_id, outage, ts
+)
+SELECT e.event_key, c.ts AS resolved, c.line
+FROM open e ASOF JOIN closers c
+  ON c.node_id = e.node_id AND c.outage = e.outage AND c.ts > e.timestamp_utc
 """
 
 

@@ -140,7 +140,11 @@ FROM timed
 """  # noqa: S608 - LINE_REASONS is a constant
 
 # One row per node and event: update_node lines of one node within one second are one event
-# (category: the reason, else the state); kills take the category of the node's nearest outage.
+# (category: the reason, else the state); kills take the category of the node's nearest outage
+# within $pair_seconds, the earlier line on equal distance. The nearest outage is the nearer of two
+# as-of matches (the node's last outage at or before the kill, its first at or after), so the
+# match costs a sort of kills and outages, not kills x outages per node; outages of one node and
+# second are reduced to their first line before, so an as-of match has no ties to break.
 _EVENTS = """
 CREATE OR REPLACE TEMP TABLE slurmctld_events AS
 WITH per_node AS (
@@ -156,14 +160,26 @@ WITH per_node AS (
            'update_node|' || CAST(date_trunc('second', ts) AS VARCHAR)
     FROM per_node WHERE kind IN ('reason', 'state')
     GROUP BY node_id, date_trunc('second', ts)
+), outage_times AS (
+    SELECT node_id, ts, min(line) AS line, arg_min_null(category, line) AS category
+    FROM outages GROUP BY node_id, ts
+), kill_rows AS (
+    SELECT DISTINCT line, ts, node_id, message, job_id FROM per_node WHERE kind = 'kill'
+), before AS (
+    SELECT k.line, k.node_id, o.line AS o_line, o.category, epoch(k.ts) - epoch(o.ts) AS distance
+    FROM kill_rows k ASOF JOIN outage_times o ON o.node_id = k.node_id AND o.ts <= k.ts
+), after AS (
+    SELECT k.line, k.node_id, o.line AS o_line, o.category, epoch(o.ts) - epoch(k.ts) AS distance
+    FROM kill_rows k ASOF JOIN outage_times o ON o.node_id = k.node_id AND o.ts >= k.ts
+), nearest AS (
+    SELECT line, node_id, arg_min_null(category, (distance, o_line)) AS category
+    FROM (SELECT * FROM before UNION ALL SELECT * FROM after)
+    WHERE abs(distance) <= $pair_seconds
+    GROUP BY line, node_id
 ), kills AS (
-    SELECT k.line, k.ts, k.node_id, coalesce(o.category, $killed) AS category, k.message,
+    SELECT k.line, k.ts, k.node_id, coalesce(n.category, $killed) AS category, k.message,
            'kill|' || k.job_id AS grp, k.job_id
-    FROM per_node k LEFT JOIN outages o
-      ON o.node_id = k.node_id AND abs(epoch(o.ts) - epoch(k.ts)) <= $pair_seconds
-    WHERE k.kind = 'kill'
-    QUALIFY row_number() OVER (PARTITION BY k.line, k.node_id
-                               ORDER BY abs(epoch(o.ts) - epoch(k.ts)), o.line) = 1
+    FROM kill_rows k LEFT JOIN nearest n USING (line, node_id)
 ), rows AS (
     SELECT *, NULL AS job_id FROM outages
     UNION ALL
