@@ -152,9 +152,8 @@ FROM _fc_matched m JOIN _fc_exposure x USING (_interval){join}{group}
 """
 _INCIDENT_COLUMNS = " JOIN _fc_interruptions i USING (_node, _n)"
 _VALUES = "SELECT DISTINCT {columns} FROM _fc_interruptions"
-# a failure that ends its interval at a period boundary counts in the period it ends
-_FAILURE_PERIOD = """date_trunc($unit, CASE WHEN m.timestamp_utc = m.end_utc
-    THEN m.timestamp_utc - INTERVAL 1 MICROSECOND ELSE m.timestamp_utc END) AS period, """
+# the match's period_at: the rule of which period a failure counts in (pipeline.transform.matching)
+_FAILURE_PERIOD = "date_trunc($unit, m.period_at) AS period, "
 _PIECES = "SELECT _interval, start_utc, end_utc FROM _fc_pieces ORDER BY _interval, start_utc"
 _DROP = "DROP TABLE IF EXISTS {name}"
 _TEMP_TABLES = (

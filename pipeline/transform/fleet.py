@@ -38,7 +38,7 @@ Published per-instance-hour rates (Llama 3.1, OPT-175B, MPT-7B) are the same qua
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import numpy as np
 import polars as pl
@@ -219,14 +219,17 @@ def in_service_rows(
     incidents: pl.DataFrame, exposure: pl.DataFrame, matched: pl.DataFrame, *, with_interval: bool = False
 ) -> pl.DataFrame:
     """:func:`failures_in_service` from the match (``_n``: a row of ``incidents``, ``_interval``: a
-    row of ``exposure``, in the incidents' order; :meth:`pipeline.transform.matching.Match.matched`)."""
+    row of ``exposure``, in the incidents' order; :meth:`pipeline.transform.matching.Match.matched`);
+    ``with_interval`` adds the interval's ``start_utc``, ``end_utc`` and the match's ``period_at``
+    (the instant whose calendar period the failure counts in)."""
     attributes = exposure.select(
         *EXPOSURE_KEYS[2:],
         *(c for c in ("gpus_per_node",) if c in exposure.columns),
         *(("start_utc", "end_utc") if with_interval else ()),
     )
     rows = incidents.select(incidents.columns).gather(matched["_n"])
-    return pl.concat([rows, attributes.gather(matched["_interval"])], how="horizontal")
+    period_at = matched.select("period_at") if with_interval else pl.DataFrame()
+    return pl.concat([rows, attributes.gather(matched["_interval"]), period_at], how="horizontal")
 
 
 def failures_left_out(
@@ -292,12 +295,9 @@ def failure_rates(
         events = failures_in_service(counted, exposure, with_interval=bool(period))
     else:
         events = in_service.filter(pl.col("interrupting")) if interrupting_only else in_service
-        events = events if period else events.drop("start_utc", "end_utc")
-    if period:
-        # a failure that ends its interval at a period boundary counts in the period it ends
-        t = pl.col("timestamp_utc")
-        at = pl.when(t == pl.col("end_utc")).then(t - timedelta(microseconds=1)).otherwise(t)
-        events = events.with_columns(period=at.dt.truncate(PERIODS[period]))
+        events = events if period else events.drop("start_utc", "end_utc", "period_at")
+    if period:  # the match's rule of which period a failure counts in (pipeline.transform.matching)
+        events = events.with_columns(period=pl.col("period_at").dt.truncate(PERIODS[period]))
 
     on_gpus = (pl.col("gpus_per_node") > 0).sum() if "gpus_per_node" in events.columns else pl.len()
     counts = events.group_by(keys or pl.lit(0).alias("_all")).agg(

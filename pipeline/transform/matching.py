@@ -92,7 +92,11 @@ WITH records AS (
         FROM _fc_pieces
     ) WHERE _before IS NULL OR end_utc > _before
 )
-SELECT i._node, i._n, i.timestamp_utc, r._interval, r.start_utc, r.end_utc
+SELECT i._node, i._n, i.timestamp_utc, r._interval, r.start_utc, r.end_utc,
+    -- the instant whose calendar period the failure counts in (--period, rates by month): one
+    -- that ends its piece at a period boundary counts in the period it ends
+    CASE WHEN i.timestamp_utc = r.end_utc THEN i.timestamp_utc - INTERVAL 1 MICROSECOND
+         ELSE i.timestamp_utc END AS period_at
 FROM _fc_interruptions i ASOF JOIN records r ON r._node = i._node AND r.end_utc >= i.timestamp_utc
 WHERE r.start_utc <= i.timestamp_utc
 """
@@ -193,9 +197,10 @@ class Match:
         ).pl()
 
     def matched(self) -> pl.DataFrame:
-        """``_n`` (the failure's row) and ``_interval`` (its interval's row) of every failure that
-        counts, in the failures' order."""
-        return self.con.sql("SELECT _n, _interval FROM _fc_matched ORDER BY _n").pl()
+        """``_n`` (the failure's row), ``_interval`` (its interval's row) and ``period_at`` (the
+        instant whose calendar period it counts in) of every failure that counts, in the failures'
+        order."""
+        return self.con.sql("SELECT _n, _interval, period_at FROM _fc_matched ORDER BY _n").pl()
 
     def left_out(self, observed_until: datetime, observed_since: datetime | None = None) -> pl.DataFrame:
         """:func:`left_out_table` of the failures."""

@@ -65,7 +65,14 @@ def reference_failures_in_service(incidents, exposure, *, with_interval=False):
         .unique("_incident", keep="first", maintain_order=True)
         .drop("_incident", "_interval")
     )
-    return (matched if with_interval else matched.drop("start_utc", "end_utc")).collect()
+    if not with_interval:
+        return matched.drop("start_utc", "end_utc").collect()
+    # the instant whose calendar period a failure counts in: its own, or one microsecond before
+    # when it ends its interval (a period boundary there counts in the period it ends)
+    t = pl.col("timestamp_utc")
+    return matched.with_columns(
+        period_at=pl.when(t == pl.col("end_utc")).then(t - timedelta(microseconds=1)).otherwise(t)
+    ).collect()
 
 
 def reference_inventory_ends(starts, inventory, gap_tolerance):
@@ -567,7 +574,9 @@ def test_overlapping_intervals_by_hand(intervals, hour, expected):
     incidents = _incident_frame([("a", "n1", 4 * hour, None, True)])
     matched = transform.failures_in_service(incidents, exposure, with_interval=True)
     got = (
-        None if matched.is_empty() else tuple(int((t - T0) / timedelta(hours=1)) for t in matched.row(0)[-2:])
+        None
+        if matched.is_empty()
+        else tuple(int((t - T0) / timedelta(hours=1)) for t in matched.select("start_utc", "end_utc").row(0))
     )
     assert got == expected
     assert matched.height == (expected is not None)
