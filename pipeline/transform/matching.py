@@ -19,7 +19,9 @@ Rules (the closed-interval rule in :mod:`pipeline.transform.fleet`'s docstring):
    clipped to one segment it meets. A piece may be one instant (an interval that starts when an
    outage starts, or ends when one ends): a failure at that instant is in service and counts
    (its node was up then), with 0 h behind it;
-2. the match (:data:`MATCHED`): a failure counts in the earliest piece of its node (in the order
+2. the match (:data:`MATCHED`), with ``period_at``, the instant whose calendar period a failure
+   counts in (its own, or one microsecond before when it ends its piece: at a period boundary it
+   counts in the period it ends): a failure counts in the earliest piece of its node (in the order
    start, interval number) whose closed span holds it;
 3. left out (:data:`LEFT_OUT`), in this order: before the window start, after its end, node with
    no piece, node out of service.
