@@ -38,6 +38,7 @@ from pipeline.report.format import (
     interval_name,
     timestamp_text,
 )
+from pipeline.transform.reliability import MAX_POINTS
 
 START = datetime(2025, 3, 1)
 
@@ -196,15 +197,17 @@ def test_the_fault_table_has_failures_during_repairs_and_clustered_counts(faults
 def test_every_table_counts_the_rate_tables_failures(faults):
     counted = faults.rates.overall["failures"][0]
     cluster = faults.rates.by_cluster["failures"][0]
-    duane = transform.duane_points(faults.failure_operating_times, faults.rates.trend_tests)
-    assert cluster == counted == faults.failures_counted.height
+    duane = faults.counted.duane_points
+    mcf = faults.counted.mcf  # every failure age kept (fewer than MAX_POINTS): its steps add up
+    assert mcf.height < MAX_POINTS and mcf["age_hours"].is_unique().all()
+    steps = mcf["mcf"].diff().fill_null(mcf["mcf"][0]) * mcf["nodes_at_risk"]  # d(u) = ΔMCF r(u)
+    assert cluster == counted == round(steps.sum())
     assert drivers.trend_table(faults)["failures"][0] == counted  # was the calendar count
     assert faults.rates.cluster_mtbf["failures"][0] == counted
     assert charts.category_table(faults)["failures"].sum() == counted
     assert drivers.category_share_table(faults)["failures"].sum() == counted
     assert faults.nodes.rates["failures"].sum() == counted
     assert duane["cumulative_failures"].max() == counted
-    assert faults.failure_operating_times.height == counted
 
 
 def test_the_page_shows_one_count_and_one_rate(faults, page):

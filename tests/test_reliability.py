@@ -171,3 +171,60 @@ def test_mcf_of_one_node_failing_as_its_service_ends_is_one():
     )
     mcf = transform.mean_cumulative_function(failures, exposure)
     assert mcf.select("age_hours", "mcf", "nodes_at_risk").rows() == [(10.0, 1.0, 1.0)]
+
+
+def test_mcf_refuses_failures_out_of_service():
+    """The MCF takes failures already matched to the exposure: one of a node without service is
+    not dropped, and one at an age when no node serves does not make the MCF infinite."""
+    exposure = pl.DataFrame(
+        {"cluster_id": ["c"], "node_id": ["n0"], "start_utc": [T0], "end_utc": [T0 + timedelta(hours=10)]}
+    )
+    schema = {"cluster_id": pl.String, "node_id": pl.String, "timestamp_utc": pl.Datetime("us")}
+    in_service = ("n0", T0 + timedelta(hours=5))
+    for stray in (("n9", T0 + timedelta(hours=5)), ("n0", T0 + timedelta(hours=11))):
+        failures = pl.DataFrame([("c", *in_service), ("c", *stray)], schema=schema, orient="row")
+        with pytest.raises(ValueError, match="1 failure.* not in service on the exposure"):
+            transform.mean_cumulative_function(failures, exposure)
+
+
+@pytest.mark.parametrize("basis", ["uptime", "calendar"])
+def test_analysis_carries_the_counted_failures_as_bounded_aggregates(sample_warehouse, basis):
+    """``analyze`` hands the report the MCF, the Duane points and the renamed categories, each at
+    most MAX_POINTS rows, equal to what the report computed from every counted failure before
+    (issue 27): the MCF bit for bit that of the failures matched to the rate exposure and then
+    matched again to the calendar intervals; the categories their counts."""
+    from pipeline import analysis, warehouse
+    from pipeline.transform.reliability import MAX_POINTS
+
+    con = warehouse.connect(sample_warehouse, read_only=True)
+    options = analysis.AnalysisOptions(exposure_basis=basis)
+    result = analysis.analyze(con, options)
+    counted = result.counted
+    assert 0 < counted.mcf.height <= MAX_POINTS and 0 < counted.duane_points.height <= MAX_POINTS
+    # the report's route before: every counted failure, matched again
+    inventory, resolved, exposure = analysis.service_window(con, options)
+    failures = analysis.read_failures(con, window_minutes=resolved.interruption_window_minutes)
+    at_risk, _ = analysis.rate_exposure(con, failures, inventory, exposure, resolved.until, basis)
+    rows = transform.failures_in_service(failures, at_risk)
+    con.close()
+    keys = rows.select("cluster_id", "node_id", "timestamp_utc")
+    expected = transform.mean_cumulative_function(transform.failures_in_service(keys, exposure), exposure)
+    assert counted.mcf.equals(expected)
+    assert (
+        counted.duane_points.group_by("cluster_id")
+        .agg(pl.col("cumulative_failures").max())
+        .sort("cluster_id")
+        .rows()
+        == result.rates.trend_tests.filter(pl.col("crow_beta").is_not_null())
+        .select("cluster_id", pl.col("failures").cast(pl.Float64))
+        .sort("cluster_id")
+        .rows()
+    )
+    renamed = rows.filter(pl.col("category") != pl.col("failure_class"))
+    assert renamed.height > 0
+    assert counted.renamed_categories.rows() == (
+        renamed.group_by("category", "failure_class")
+        .agg(failures=pl.len())
+        .sort("failures", "category", "failure_class", descending=[True, False, False])
+        .rows()
+    )

@@ -100,7 +100,9 @@ def test_analyze_counts_a_failure_at_the_start_with_its_repair(db):
     result = analysis.analyze(con, analysis.AnalysisOptions(since=SINCE))
     assert result.rates.overall["failures"].item() == 3
     assert result.rates.overall["exposure_node_hours"].item() == pytest.approx(UPTIME_HOURS)
-    assert result.failures_counted["timestamp_utc"].min() == SINCE
+    # n1's failure at the start counts in the MCF at age 0, its 2 others after: 3 on the Duane plot
+    assert result.counted.mcf["age_hours"][0] == 0.0
+    assert result.counted.duane_points["cumulative_failures"].max() == 3
     left = dict(result.failures_left_out.iter_rows())
     assert left == {transform.BEFORE_WINDOW_REASON: 2, **dict.fromkeys(transform.LEFT_OUT_REASONS, 0)}
     # the window's own exclusions are said, not warned of
@@ -205,7 +207,7 @@ def test_analyze_counts_what_the_start_leaves_out(db):
     assert result.rates.overall["exposure_node_hours"].item() == pytest.approx(CALENDAR_HOURS)
     left = dict(result.failures_left_out.iter_rows())
     assert left == {transform.BEFORE_WINDOW_REASON: 2, **dict.fromkeys(transform.LEFT_OUT_REASONS, 0)}
-    assert result.failures_counted["timestamp_utc"].min() == SINCE
+    assert result.counted.mcf["age_hours"][0] == 0.0  # n1's failure at the start counts, at age 0
     assert result.exposure["start_utc"].min() == SINCE
     assert result.repairs.outages["start_utc"].min() == SINCE  # the straddling outage is before the window
     assert result.before_window == {"outages": 2, "Slurm jobs": 1, "training-job interruptions": 0}

@@ -9,6 +9,7 @@ failure model of a projected job; counts.py counts the failures of ``failcast ra
 :class:`AnalysisOptions`, the window and choices every analysis takes.
 """
 
+from pipeline.analysis.counted import CountedFailures
 from pipeline.analysis.failures import (
     FAILURE_COLUMNS,
     TREND_SCHEMA,
@@ -72,6 +73,7 @@ from pipeline.analysis.repairs import (
 
 __all__ = [
     "AnalysisOptions",
+    "CountedFailures",
     "DEFAULT_OPTIONS",
     "before_window_note",
     "FAILURE_COLUMNS",

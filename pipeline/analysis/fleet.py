@@ -14,11 +14,11 @@ import numpy as np
 import polars as pl
 
 from pipeline import models, record_checks, transform, warehouse
+from pipeline.analysis.counted import CountedFailures, counted_failure_views
 from pipeline.analysis.failures import (
     NodeAnalysis,
     RateAnalysis,
     cluster_mtbf,
-    counted_failures,
     left_out_warning,
     node_evidence,
     rate_exposure,
@@ -73,10 +73,11 @@ class FleetAnalysis:
     they are. ``incidents`` is the warehouse's whole table, one row per fault, as a lazy frame
     (:func:`pipeline.warehouse.scan_incidents`: collect what you need while the connection is
     open); nothing in the analysis loads it.
-    ``failures_counted`` holds the interruptions the rates count (in service on the rate exposure:
-    :func:`counted_failures`), so every table and plot that shows a count of failures (rates, trend
-    tests, the mean cumulative function) shows the same ones; ``failure_operating_times`` places
-    them on each cluster's calendar service clock (the trend tests' and the Duane plot's input).
+    Every table and plot that shows a count of failures (rates, trend tests, and ``counted``:
+    :class:`CountedFailures`, the mean cumulative function, the Duane points and the recorded
+    categories behind each class, as aggregates) counts the same ones: the interruptions in
+    service on the rate exposure; trend tests and Duane points place them on each cluster's
+    calendar service clock (:func:`pipeline.transform.failure_operating_times`).
     Times between failures alone keep the failures during a node's known repair: the fits estimate
     the failure process on the calendar clock, which does not stop for repairs.
     ``failures_left_out`` counts the failures no statistic counts, by reason
@@ -113,8 +114,7 @@ class FleetAnalysis:
     failures_left_out: pl.DataFrame
     rate_exposure: pl.DataFrame
     exposure_basis: str
-    failures_counted: pl.DataFrame
-    failure_operating_times: pl.DataFrame
+    counted: CountedFailures
     rates: RateAnalysis
     fits: ReliabilityFits
     nodes: NodeAnalysis
@@ -284,7 +284,9 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
     # trend tests count the failures the rates count (one during a known repair of its node is
     # part of that outage, not a new failure), on the calendar clock
     operating_times = transform.failure_operating_times(failures, exposure, in_service=in_service)
-    counted = counted_failures(failures, in_service)
+    trends = trend_tests(operating_times, exposure)
+    counted = counted_failure_views(failures, in_service, exposure, operating_times, trends)
+    del operating_times
 
     # the same match on the calendar intervals, for gaps (failures keep coming on the calendar
     # clock while a node is in repair: the renewal process the fits estimate)
@@ -348,8 +350,7 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
         incidents=incidents,
         files=warehouse.table(con, "ingested_files"),
         rejects=warehouse.table(con, "rejects"),
-        failure_operating_times=operating_times,
-        failures_counted=counted,
+        counted=counted,
         exposure_estimated=estimated,
         interruptions=failures,
         interruption_window_minutes=options.interruption_window_minutes,
@@ -360,7 +361,7 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
             by_month=by_month,
             by_size_bucket=by_size_bucket,
             category_shares=shares,
-            trend_tests=trend_tests(operating_times, exposure),
+            trend_tests=trends,
             cluster_mtbf=per_cluster,
             interval_method=dispersion_check.method(options.interval),
         ),

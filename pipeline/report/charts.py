@@ -153,14 +153,9 @@ def recorded_categories_note(analysis: FleetAnalysis, limit: int = 12) -> str:
     """Root causes are grouped by failure class (a short list, comparable across fleets and with
     published tables); this names the fleet's own categories behind each class, most frequent
     first, with their interruptions, so a mapping can be checked (and fixed with [categories]).
-    It counts the failures the table beside it counts (``failures_counted``), so a class's
-    categories add up to its row."""
-    renamed = (
-        analysis.failures_counted.filter(pl.col("category") != pl.col("failure_class"))
-        .group_by("category", "failure_class")
-        .len()
-        .sort("len", "category", descending=[True, False])
-    )
+    It counts the failures the table beside it counts (``counted.renamed_categories``, computed
+    in ``analyze``), so a class's categories add up to its row."""
+    renamed = analysis.counted.renamed_categories
     if renamed.is_empty():
         return "Grouped by failure class; every category was recorded under its class name."
     listed = "; ".join(f"{c} → {k} ({n:,})" for c, k, n in renamed.head(limit).iter_rows())

@@ -1,6 +1,7 @@
 """Report sections: the reliability plots people expect — Weibull probability plot of node gaps,
 mean cumulative function of failures per node over node age, Duane / Crow-AMSAA plot per
-cluster. The points come from :mod:`pipeline.transform.reliability`; this module only draws."""
+cluster. The points come from :mod:`pipeline.transform.reliability` (the MCF and Duane points
+computed once in ``analyze``: :class:`pipeline.analysis.CountedFailures`); this module only draws."""
 
 from __future__ import annotations
 
@@ -82,9 +83,10 @@ def duane_chart(points: pl.DataFrame, clusters: list[str]) -> alt.LayerChart:
 
 
 def reliability_sections(analysis: FleetAnalysis) -> list:
-    """The three plots, each left out when its data are missing (too few gaps or failures). They
-    count the failures the rates count (``failures_counted``; the Duane plot the trend tests'
-    operating times), so their totals are the rate and trend tables'."""
+    """The three plots, each left out when its data are missing (too few gaps or failures). The
+    MCF and the Duane plot draw the points ``analyze`` computed of the failures the rates count
+    (``analysis.counted``: :class:`pipeline.analysis.CountedFailures`), so their totals are the
+    rate and trend tables'."""
     out = []
     weibull = weibull_chart(analysis.fits)
     if weibull is not None:
@@ -100,7 +102,7 @@ def reliability_sections(analysis: FleetAnalysis) -> list:
                 "Weibull fits; a slope below 1 is infant mortality, above 1 wear-out.",
             )
         )
-    mcf = transform.mean_cumulative_function(analysis.failures_counted, analysis.exposure)
+    mcf = analysis.counted.mcf
     if mcf.height:
         out.append(
             Section(
@@ -113,7 +115,7 @@ def reliability_sections(analysis: FleetAnalysis) -> list:
                 "burn in.",
             )
         )
-    duane = transform.duane_points(analysis.failure_operating_times, analysis.rates.trend_tests)
+    duane = analysis.counted.duane_points
     if duane.height:
         out.append(
             Section(
