@@ -98,7 +98,19 @@ parts = {
         "cluster_kaplan_meier", "first_gap", "count_dispersion", "scaling", "scaling_projection",
         "size_regression", "size_regression_projection")},
 }
-fields = {}
+# the counted failures as the report draws them (issue 27, h27a): the aggregates of a tree of either
+# shape (CountedFailures, or computed from the rows failures_counted, failure_operating_times)
+skip |= {"counted", "failures_counted", "failure_operating_times"}
+if hasattr(result, "counted"):
+    mcf, duane, renamed = result.counted.mcf, result.counted.duane_points, result.counted.renamed_categories
+else:
+    from pipeline import transform
+    mcf = transform.mean_cumulative_function(result.failures_counted, result.exposure)
+    duane = transform.duane_points(result.failure_operating_times, result.rates.trend_tests)
+    renamed = (result.failures_counted.filter(pl.col("category") != pl.col("failure_class"))
+               .group_by("category", "failure_class").agg(failures=pl.len())
+               .sort("failures", "category", "failure_class", descending=[True, False, False]))
+fields = {"mcf": show(mcf), "duane_points": show(duane), "renamed_categories": show(renamed)}
 for f in dataclasses.fields(result):
     value = getattr(result, f.name)
     if f.name in parts:
