@@ -11,9 +11,6 @@ from dataclasses import dataclass
 import polars as pl
 
 from pipeline import transform
-from pipeline.analysis.failures import counted_failures
-
-CATEGORY_KEYS = ("cluster_id", "node_id", "timestamp_utc", "category", "failure_class")
 
 
 @dataclass(frozen=True)
@@ -36,27 +33,24 @@ class CountedFailures:
 
 
 def counted_failure_views(
-    failures: pl.DataFrame,
-    in_service: pl.DataFrame,
+    counted: pl.DataFrame,
     exposure: pl.DataFrame,
     operating_times: pl.DataFrame,
     trend_tests: pl.DataFrame,
 ) -> CountedFailures:
-    """The aggregates of :class:`CountedFailures` from ``analyze``'s own rows: ``in_service``, the
-    failures the rates count matched to the rate exposure (each once, in the failures' order; the
-    uptime pieces lie inside the calendar intervals ``exposure``, so the MCF takes them without a
-    second match); ``failures``, for the category names ``in_service`` does not carry (only the
-    renamed ones are looked up); ``operating_times`` and ``trend_tests`` (per cluster, on the
-    calendar service clock) for the Duane points."""
-    renamed = failures.select(CATEGORY_KEYS).filter(pl.col("category") != pl.col("failure_class"))
+    """The aggregates of :class:`CountedFailures` from ``analyze``'s own rows: ``counted``, the
+    failures the rates count as its match to the rate exposure gave them (each once, in order,
+    with their ``category`` and ``failure_class``; the uptime pieces lie inside the calendar
+    intervals ``exposure``, so the MCF takes them without a second match); ``operating_times``
+    and ``trend_tests`` (per cluster, on the calendar service clock) for the Duane points."""
     categories = (
-        counted_failures(renamed, in_service)
+        counted.filter(pl.col("category") != pl.col("failure_class"))
         .group_by("category", "failure_class")
         .agg(failures=pl.len())
         .sort("failures", "category", "failure_class", descending=[True, False, False])
     )
     return CountedFailures(
-        mcf=transform.mean_cumulative_function(in_service, exposure),
+        mcf=transform.mean_cumulative_function(counted, exposure),
         duane_points=transform.duane_points(operating_times, trend_tests),
         renamed_categories=categories,
     )

@@ -75,9 +75,9 @@ class FleetAnalysis:
     open); nothing in the analysis loads it.
     Every table and plot that shows a count of failures (rates, trend tests, and ``counted``:
     :class:`CountedFailures`, the mean cumulative function, the Duane points and the recorded
-    categories behind each class, as aggregates) counts the same ones: the interruptions in
-    service on the rate exposure; trend tests and Duane points place them on each cluster's
-    calendar service clock (:func:`pipeline.transform.failure_operating_times`).
+    categories behind each class, as aggregates of the matched rows) counts the same ones: the
+    interruptions in service on the rate exposure; trend tests and Duane points place them on each
+    cluster's calendar service clock (:func:`pipeline.transform.failure_operating_times`).
     Times between failures alone keep the failures during a node's known repair: the fits estimate
     the failure process on the calendar clock, which does not stop for repairs.
     ``failures_left_out`` counts the failures no statistic counts, by reason
@@ -265,9 +265,13 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
     # intervals, so each is built from the columns its statistics use, and dropped once they ran.
     # Which failures count, matched to their interval once for every rate:
     with transform.Match(at_risk, failures=failures) as match:
-        rows = failures.select(RATE_COLUMNS)
-        in_service = transform.in_service_rows(rows, at_risk, match.matched(), with_interval=True)
+        matched = match.matched()
         left_out = match.left_out(end, since)
+    in_service = transform.in_service_rows(
+        failures.select(RATE_COLUMNS), at_risk, matched, with_interval=True
+    )
+    counted = failures.gather(matched["_n"])  # the failures the rates count, each once, in order
+    del matched
     by_node, lemons, dispersion_check = node_evidence(
         failures, at_risk, lemon_fdr=options.lemon_fdr, in_service=in_service
     )
@@ -285,12 +289,12 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
     # part of that outage, not a new failure), on the calendar clock
     operating_times = transform.failure_operating_times(failures, exposure, in_service=in_service)
     trends = trend_tests(operating_times, exposure)
-    counted = counted_failure_views(failures, in_service, exposure, operating_times, trends)
-    del operating_times
+    shown = counted_failure_views(counted, exposure, operating_times, trends)
+    del counted, operating_times
 
     # the same match on the calendar intervals, for gaps (failures keep coming on the calendar
     # clock while a node is in repair: the renewal process the fits estimate)
-    calendar = in_service.select(*GAP_COLUMNS, "start_utc", "end_utc") if at_risk is exposure else None
+    calendar = in_service.select(*GAP_COLUMNS, "_interval") if at_risk is exposure else None
     del in_service
     if calendar is None:
         calendar = transform.failures_in_service(failures.select(GAP_COLUMNS), exposure, with_interval=True)
@@ -350,7 +354,7 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
         incidents=incidents,
         files=warehouse.table(con, "ingested_files"),
         rejects=warehouse.table(con, "rejects"),
-        counted=counted,
+        counted=shown,
         exposure_estimated=estimated,
         interruptions=failures,
         interruption_window_minutes=options.interruption_window_minutes,
