@@ -240,6 +240,7 @@ def test_rates_count_interruptions_by_root_cause(tmp_path):
         con, analysis.AnalysisOptions(interruption_window_minutes=None, exposure_basis="calendar")
     )
     counts = [result.incidents.select(pl.len()).collect().item() for result in (default, raw)]
+    interruptions = analysis.read_failures(con)  # with their categories and faults
     con.close()
 
     incidents, inventory, _ = warehouse_frames(fleet)  # the truth: no echoes
@@ -256,7 +257,7 @@ def test_rates_count_interruptions_by_root_cause(tmp_path):
     assert default.interruption_window_minutes == 30 and raw.interruption_window_minutes is None
     assert counts == [fleet.incidents.height + echoes.height] * 2  # the whole table, lazily
     assert (
-        default.interruptions.filter(pl.col("faults") == 2)["categories"].to_list()
+        interruptions.filter(pl.col("faults") == 2)["categories"].to_list()
         == [["gpu_fell_off_bus", "nccl_timeout"]] * xid79.height
     )
 
