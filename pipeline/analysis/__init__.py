@@ -52,22 +52,26 @@ from pipeline.analysis.options import (
     before_window_note,
 )
 from pipeline.analysis.outlook import (
+    InstanceTypeRates,
     SizeRates,
     configured_jobs,
     failure_model_for,
     measured_recovery_hours,
     rate_model_for,
+    rates_by_instance_type,
     repair_curve,
     size_laws_agreement,
     size_rates,
     spares_for_job,
 )
 from pipeline.analysis.repairs import (
+    ALL_OUTAGES,
     REPAIR_SCHEMA,
     RepairAnalysis,
+    repair_analysis,
     repair_count_notes,
+    repair_curves,
     repair_summary,
-    repair_times,
 )
 
 __all__ = [
@@ -115,7 +119,11 @@ __all__ = [
     "service_window",
     "repair_count_notes",
     "repair_summary",
-    "repair_times",
+    "repair_analysis",
+    "repair_curves",
+    "rates_by_instance_type",
+    "InstanceTypeRates",
+    "ALL_OUTAGES",
     "size_laws_agreement",
     "spares_for_job",
     "trend_tests",

@@ -36,7 +36,8 @@ from pipeline.analysis.jobs import (
     read_jobs,
 )
 from pipeline.analysis.options import DEFAULT_OPTIONS, AnalysisOptions, before_window
-from pipeline.analysis.repairs import RepairAnalysis, repair_times
+from pipeline.analysis.outlook import InstanceTypeRates, rates_by_instance_type
+from pipeline.analysis.repairs import RepairAnalysis, repair_analysis
 
 PROJECTED_SIZES = (256, 512, 2048, 16384)
 RATE_COLUMNS = ("cluster_id", "node_id", "timestamp_utc", "failure_class", "interrupting")
@@ -108,14 +109,13 @@ class FleetAnalysis:
     files: pl.DataFrame
     rejects: pl.DataFrame
     exposure_estimated: bool
-    interruptions: pl.DataFrame
     interruption_window_minutes: float | None
     failures_left_out: pl.DataFrame
-    rate_exposure: pl.DataFrame
     exposure_basis: str
     failures_counted: pl.DataFrame
     failure_operating_times: pl.DataFrame
     rates: RateAnalysis
+    instance_type_rates: dict[str, InstanceTypeRates]
     fits: ReliabilityFits
     nodes: NodeAnalysis
     repairs: RepairAnalysis
@@ -261,6 +261,7 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
     at_risk, all_outages = rate_exposure(con, failures, inventory, exposure, end, options.exposure_basis)
     outages = options.in_window(all_outages, "start_utc")
     del inventory  # as many rows as the exposure: an availability trace has one per up-interval
+    repairs = repair_analysis(outages, exposure, at_risk, options.exposure_basis)  # aggregates only
     # Memory (bench/RESULTS.md, issue 27): every row frame below is as long as the failures or the
     # intervals, so each is built from the columns its statistics use, and dropped once they ran.
     # Which failures count, matched to their interval once for every rate:
@@ -280,6 +281,7 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
         for by, period in RATE_TABLES
     )
     shares = transform.category_shares(failures, at_risk, by=["cluster_id"], in_service=in_service)
+    type_rates = rates_by_instance_type(failures, at_risk, exposure, in_service, phi)  # size_rates by type
     failures = options.in_window(failures)  # those before it are counted in left_out
     # trend tests count the failures the rates count (one during a known repair of its node is
     # part of that outage, not a new failure), on the calendar clock
@@ -351,7 +353,6 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
         failure_operating_times=operating_times,
         failures_counted=counted,
         exposure_estimated=estimated,
-        interruptions=failures,
         interruption_window_minutes=options.interruption_window_minutes,
         rates=RateAnalysis(
             overall=overall,
@@ -383,11 +384,11 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
             size_regression=regression,
             size_regression_projection=regression_projection,
         ),
+        instance_type_rates=type_rates,
         nodes=NodeAnalysis(by_node, lemons, dispersion_check),
         failures_left_out=left_out,
-        rate_exposure=at_risk,
         exposure_basis=options.exposure_basis,
-        repairs=RepairAnalysis(outages, repair_times(outages), exposure, at_risk, options.exposure_basis),
+        repairs=repairs,
         jobs=JobAnalysis(jobs, backtest, recoveries, job_badput(con, failures, recoveries, since=since)),
         late_records=record_checks.late_records(con),
         left_out_warning=left_out_warning(con, left_out, int(overall["failures"].sum())),

@@ -98,35 +98,66 @@ class SizeRates:
         return _rate_model(total, f"{self.label}: rate ({self.interval})")
 
 
+@dataclass(frozen=True)
+class InstanceTypeRates:
+    """The rate tables of one instance type's nodes that :func:`size_rates` reads, as
+    :class:`pipeline.analysis.RateAnalysis` has them for the whole fleet: ``overall`` (one row),
+    ``by_size_bucket`` and ``cluster_mtbf`` (:func:`pipeline.analysis.cluster_mtbf`: the clusters
+    with nodes of the type, at their whole size)."""
+
+    overall: pl.DataFrame
+    by_size_bucket: pl.DataFrame
+    cluster_mtbf: pl.DataFrame
+
+
+def rates_by_instance_type(
+    failures: pl.DataFrame,
+    at_risk: pl.DataFrame,
+    exposure: pl.DataFrame,
+    in_service: pl.DataFrame,
+    dispersion: float,
+) -> dict[str, InstanceTypeRates]:
+    """Per instance type of the nodes at risk, the :class:`InstanceTypeRates` of its nodes: each
+    table one :func:`pipeline.transform.failure_rates` grouped by ``instance_type`` too, on the
+    analysis' match of the failures to the rate exposure (``in_service``: a failure counts for
+    the type of the interval it counts in) and its ``dispersion``, then split (a fleet has few
+    types). Why here: a job's rate by instance type then needs no failure or interval rows
+    (issue 27). ``exposure``: the calendar service intervals, for the clusters' sizes."""
+    overall, by_bucket, by_cluster = (
+        transform.failure_rates(
+            failures, at_risk, by=["instance_type", *by], dispersion=dispersion, in_service=in_service
+        )
+        for by in ([], ["size_bucket"], ["cluster_id"])
+    )
+    of_type = lambda frame, kind: frame.filter(pl.col("instance_type") == kind).drop("instance_type")  # noqa: E731
+    return {
+        kind: InstanceTypeRates(
+            overall=of_type(overall, kind),
+            by_size_bucket=of_type(by_bucket, kind),
+            cluster_mtbf=cluster_mtbf(of_type(by_cluster, kind), exposure),
+        )
+        for kind in sorted(overall["instance_type"])
+    }
+
+
 def size_rates(analysis: FleetAnalysis, instance_type: str | None = None) -> SizeRates:
     """The fleet's :class:`SizeRates`. ``instance_type`` restricts all of it to nodes of that
     type: the same computation on their failures and hours (the fleet's interval method and
-    dispersion, the law refitted on their clusters)."""
-    exposure, at_risk, label = analysis.exposure, analysis.rate_exposure, "fleet"
+    dispersion, the law refitted on their clusters), from the tables :func:`analyze` made for each
+    type (:func:`rates_by_instance_type`)."""
+    tables, label = analysis.rates, "fleet"
     if instance_type is not None:
-        of_type = pl.col("instance_type") == instance_type
-        exposure, at_risk, label = exposure.filter(of_type), at_risk.filter(of_type), f"{instance_type} nodes"
-        if exposure.is_empty():
-            known = ", ".join(sorted(analysis.exposure["instance_type"].unique()))
+        tables, label = analysis.instance_type_rates.get(instance_type), f"{instance_type} nodes"
+        if tables is None:
+            known = ", ".join(analysis.instance_type_rates)
             raise ValueError(f"no nodes of instance type {instance_type!r} in the fleet; it has {known}")
     if analysis.exposure_estimated:
         label += " (exposure estimated)"
-    if instance_type is None:
-        by_bucket, by_cluster, total = (
-            analysis.rates.by_size_bucket,
-            analysis.rates.by_cluster,
-            analysis.rates.overall,
-        )
-    else:
-        phi = analysis.nodes.dispersion_test.dispersion(analysis.rates.interval_method)
-        by_bucket, by_cluster, total = (
-            transform.failure_rates(analysis.interruptions, at_risk, by=by, dispersion=phi)
-            for by in (["size_bucket"], ["cluster_id"], [])
-        )
     measured = {
-        int(r["size_bucket"]): r for r in by_bucket.filter(pl.col("failures") > 0).iter_rows(named=True)
+        int(r["size_bucket"]): r
+        for r in tables.by_size_bucket.filter(pl.col("failures") > 0).iter_rows(named=True)
     }
-    per_cluster = cluster_mtbf(by_cluster, exposure)
+    per_cluster = tables.cluster_mtbf
     law = None
     if sizes_that_failed(per_cluster) >= 2:
         law = (
@@ -139,9 +170,8 @@ def size_rates(analysis: FleetAnalysis, instance_type: str | None = None) -> Siz
                 dispersion=analysis.fits.count_dispersion,
             )
         )
-    return SizeRates(
-        label, f"{analysis.rates.interval_method} 95% interval", measured, law, total.row(0, named=True)
-    )
+    interval = f"{analysis.rates.interval_method} 95% interval"
+    return SizeRates(label, interval, measured, law, tables.overall.row(0, named=True))
 
 
 def _rate_model(row: dict, source: str) -> projection.FailureModel:
