@@ -456,7 +456,8 @@ def test_titan_through_the_warehouse(titan, tmp_path):
     assert fleet.rates.overall["failures"][0] <= unique  # bursts collapse into one incident
     # failures end their GPU's period: they must still count as failures in service
     incidents = fleet.incidents.collect()
-    assert transform.failures_in_service(incidents, fleet.exposure).height > 0.99 * incidents.height
+    exposure = analysis.service_window(con, fleet.options).exposure
+    assert transform.failures_in_service(incidents, exposure).height > 0.99 * incidents.height
     # at `remove` itself (no 1-second shift): only failures of slots out of service are left out
     after, no_interval, _ = transform.LEFT_OUT_REASONS
     left_out = dict(fleet.failures_left_out.iter_rows())

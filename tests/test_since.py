@@ -206,9 +206,9 @@ def test_analyze_counts_what_the_start_leaves_out(db):
     left = dict(result.failures_left_out.iter_rows())
     assert left == {transform.BEFORE_WINDOW_REASON: 2, **dict.fromkeys(transform.LEFT_OUT_REASONS, 0)}
     assert result.failures_counted["timestamp_utc"].min() == SINCE
-    assert result.exposure["start_utc"].min() == SINCE
-    options = analysis.AnalysisOptions(since=SINCE, exposure_basis="calendar")
-    outages = analysis_rows(con, options).outages
+    rows = analysis_rows(con, analysis.AnalysisOptions(since=SINCE, exposure_basis="calendar"))
+    assert rows.exposure["start_utc"].min() == SINCE
+    outages = rows.outages
     assert outages["start_utc"].min() == SINCE  # the straddling outage is before the window
     assert result.repairs.outages == outages.height
     assert result.before_window == {"outages": 2, "Slurm jobs": 1, "training-job interruptions": 0}

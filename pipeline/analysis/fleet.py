@@ -63,12 +63,12 @@ class FleetAnalysis:
     ``fits`` (:class:`ReliabilityFits`: times between failures, fitted families, Kaplan–Meier,
     the laws of MTBF against cluster size), ``nodes`` (:class:`NodeAnalysis`: rates by node, the
     lemon test, the dispersion test of the rate intervals), ``repairs`` (:class:`RepairAnalysis`:
-    outages, repair-time fit, availability's exposure) and ``jobs`` (:class:`JobAnalysis`: Slurm
+    repair summaries, the repair-time fit and curves) and ``jobs`` (:class:`JobAnalysis`: Slurm
     job rates, backtest, training-job recoveries, badput).
 
     ``exposure_estimated`` is True when the inventory was inferred from the logs (every rate and
     MTBF then rests on guessed service intervals). Rates, fits, shares and trend tests count
-    ``interruptions`` (:func:`pipeline.analysis.counts.node_interruptions`: a node's faults within
+    node interruptions (:func:`pipeline.analysis.counts.node_interruptions`: a node's faults within
     ``interruption_window_minutes`` are one failure, by its root cause; the columns of
     ``FAILURE_COLUMNS`` only); with a window of None the interrupting incidents are counted as
     they are. ``incidents`` is the warehouse's whole table, one row per fault, as a lazy frame
@@ -94,10 +94,16 @@ class FleetAnalysis:
     The rate tables carry ``rates.interval_method`` intervals: "overdispersed" (quasi-Poisson widened by
     ``nodes.dispersion_test.dispersion()``) or "exact"; by default "overdispersed" exactly when
     the Pearson test of the non-lemon nodes' counts rejects Poisson at 5% (:func:`node_evidence`).
-    ``exposure`` holds the calendar service intervals; rates divide by ``rate_exposure``, which is
-    the uptime exposure (the outages' downtime removed, :func:`pipeline.transform.uptime_intervals`)
-    when ``exposure_basis`` is "uptime", else the calendar one. Gaps and trend tests run on the
-    calendar intervals.
+    Rates divide by the uptime exposure (the outages' downtime removed from the calendar service
+    intervals, :func:`pipeline.transform.uptime_intervals`) when ``exposure_basis`` is "uptime",
+    else by the calendar one. Gaps and trend tests run on the calendar intervals.
+    The result holds aggregates, not rows as long as the history (issue 27): the interruptions,
+    the uptime pieces and the outages stay in :func:`analyze` (``exposure``, the calendar service
+    intervals, is left for the report's mean cumulative function);
+    ``instance_type_rates`` holds the rate tables of each instance type's nodes
+    (:func:`pipeline.analysis.rates_by_instance_type`, what :func:`pipeline.analysis.size_rates`
+    reads for a job on one type). What needs rows reads them again (:func:`service_window`,
+    :func:`read_failures`, :func:`rate_exposure`).
     ``options`` are the :class:`AnalysisOptions` it ran with, ``until`` filled in;
     ``before_window`` counts what the window start left out besides failures
     (:func:`pipeline.analysis.options.before_window`).
