@@ -35,6 +35,7 @@ from pipeline.analysis.fleet import (
     require_service,
     service_window,
 )
+from pipeline.analysis.instance_types import InstanceTypeRates, rates_by_instance_type
 from pipeline.analysis.jobs import (
     JobAnalysis,
     JobBacktestResult,
@@ -52,13 +53,11 @@ from pipeline.analysis.options import (
     before_window_note,
 )
 from pipeline.analysis.outlook import (
-    InstanceTypeRates,
     SizeRates,
     configured_jobs,
     failure_model_for,
     measured_recovery_hours,
     rate_model_for,
-    rates_by_instance_type,
     repair_curve,
     size_laws_agreement,
     size_rates,

@@ -27,6 +27,7 @@ from pipeline.analysis.failures import (
     trend_tests,
 )
 from pipeline.analysis.fits import ReliabilityFits
+from pipeline.analysis.instance_types import InstanceTypeRates, rates_by_instance_type
 from pipeline.analysis.jobs import (
     JobAnalysis,
     job_backtest,
@@ -36,7 +37,6 @@ from pipeline.analysis.jobs import (
     read_jobs,
 )
 from pipeline.analysis.options import DEFAULT_OPTIONS, AnalysisOptions, before_window
-from pipeline.analysis.outlook import InstanceTypeRates, rates_by_instance_type
 from pipeline.analysis.repairs import RepairAnalysis, repair_analysis
 
 PROJECTED_SIZES = (256, 512, 2048, 16384)

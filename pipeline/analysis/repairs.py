@@ -1,5 +1,7 @@
-"""Outages and repair: repair-time fits and the per-cluster repair summary (measured recovery and
-hot spares: :mod:`pipeline.analysis.outlook`, which reads a whole analysis)."""
+"""Outages and repair: the repair summary by any key (``failcast repairs``), and what an analysis
+keeps of its outages (:class:`RepairAnalysis`: the summaries, fit and curves the report and the
+metrics show, made once; issue 27). Measured recovery and hot spares:
+:mod:`pipeline.analysis.outlook`, which reads a whole analysis."""
 
 from __future__ import annotations
 
