@@ -268,6 +268,8 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
     outages = options.in_window(all_outages, "start_utc")
     del inventory  # as many rows as the exposure: an availability trace has one per up-interval
     repairs = repair_analysis(outages, exposure, at_risk, options.exposure_basis)  # aggregates only
+    del outages  # as many rows as the failures: of all outages, before_window counts the starts
+    all_outages = all_outages.select("start_utc")
     # Memory (bench/RESULTS.md, issue 27): every row frame below is as long as the failures or the
     # intervals, so each is built from the columns its statistics use, and dropped once they ran.
     # Which failures count, matched to their interval once for every rate:
