@@ -6,7 +6,6 @@ recomputing them."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -210,23 +209,3 @@ def test_one_type_fleet_has_the_fleets_tables_for_its_type(sample_pair):
     assert list(fleet.instance_type_rates) == [SAMPLE_SPEC.instance_type]
     assert_frame_equal(tables.overall, fleet.rates.overall, **EXACT)
     assert_frame_equal(tables.cluster_mtbf, fleet.rates.cluster_mtbf, **EXACT)
-
-
-def test_a_fleet_without_failures_has_type_tables_with_zero_failures(tmp_path):
-    """GPU and CPU nodes, no failure yet: each type's job rate is its own upper bound."""
-    inventory = tmp_path / "inventory.csv"
-    inventory.write_text(
-        "cluster_id,node_id,instance_type,gpus_per_node,in_service_from,in_service_to\n"
-        "c1,n1,p5.48xlarge,8,2026-01-01T00:00:00Z,\nc1,n2,p5.48xlarge,8,2026-01-01T00:00:00Z,\n"
-        "login,l1,m7i.large,0,2026-01-01T00:00:00Z,2026-03-01T00:00:00Z\n"
-    )
-    con = warehouse.connect(tmp_path / "w.duckdb")
-    ingest.ingest_files(con, [inventory])
-    result = analysis.analyze(con, analysis.AnalysisOptions(until=datetime(2026, 4, 1)))
-    con.close()
-    assert sorted(result.instance_type_rates) == ["m7i.large", "p5.48xlarge"]
-    p5 = result.instance_type_rates["p5.48xlarge"].overall.row(0, named=True)
-    assert p5["failures"] == 0 and p5["exposure_node_hours"] == 2 * 90 * 24
-    model = analysis.failure_model_for(result, 64, instance_type="p5.48xlarge")
-    assert "UPPER BOUND" in model.source and model.rate_per_instance_hour == p5["rate_upper_bound"]
-    assert result.repairs.outages == 0 and result.repairs.times is None and result.repairs.curves.is_empty()
