@@ -213,7 +213,7 @@ def node_interruptions(con, *, window_minutes: float = transform.INTERRUPTION_WI
     (:class:`FailureCounts`), ``analyze`` and the other views read them from here."""
     _interruption_tables(con, window_minutes, detail=True)
     try:
-        return con.sql(_INTERRUPTION_ROWS).pl()
+        return warehouse.frame(con.sql(_INTERRUPTION_ROWS))
     finally:
         for name in ("_fc_interruptions", "_fc_nodes"):
             con.execute(_DROP.format(name=name))
@@ -252,6 +252,8 @@ class FailureCounts:
             con.execute(_DOWNTIME, downtime.query_parameters(observed_until))
             con.execute(matching.UPTIME_PIECES)
             con.execute("DROP TABLE _fc_downtime")
+            if con.execute(matching.PIECES_ARE_INTERVALS).fetchall()[0][0]:
+                self._pieces = exposure  # no downtime inside service: no copy of the exposure
         else:
             con.execute(matching.CALENDAR_PIECES)
         con.execute(matching.MATCHED)

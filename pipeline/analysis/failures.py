@@ -93,23 +93,7 @@ def rate_exposure(
     outages = downtime.outages(con, failures, inventory, observed_until)
     if basis == "calendar":
         return exposure, outages
-    uptime = transform.uptime_intervals(exposure, outages)
-    if uptime.height == exposure.height and uptime.equals(exposure):
-        return exposure, outages
-    return uptime, outages
-
-
-def counted_failures(failures: pl.DataFrame, in_service: pl.DataFrame) -> pl.DataFrame:
-    """The rows of ``failures`` that count, given their match to the rate exposure
-    (``in_service``, :func:`pipeline.transform.failures_in_service`): one row per failure, in
-    order, with the columns of ``failures`` only. Why: trend tests and plots on the calendar
-    intervals would count a failure during a known repair of its node, which the rates leave out
-    as part of that outage ("node out of service"), and show more failures than the rate table."""
-    # in_service may hold only the columns its statistics read (fleet.RATE_COLUMNS): the rows
-    # are found in failures by node and time
-    keys = ["cluster_id", "node_id", "timestamp_utc"]
-    # a semi join keeps each left row once whatever its matches: no unique() copy of 3 M keys
-    return failures.join(in_service.select(keys), on=keys, how="semi", maintain_order="left")
+    return transform.uptime_intervals(exposure, outages), outages
 
 
 def left_out_note(left_out: pl.DataFrame) -> str | None:

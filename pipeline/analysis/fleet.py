@@ -18,7 +18,6 @@ from pipeline.analysis.failures import (
     NodeAnalysis,
     RateAnalysis,
     cluster_mtbf,
-    counted_failures,
     left_out_warning,
     node_evidence,
     rate_exposure,
@@ -75,8 +74,8 @@ class FleetAnalysis:
     (:func:`pipeline.warehouse.scan_incidents`: collect what you need while the connection is
     open); nothing in the analysis loads it.
     ``failures_counted`` holds the interruptions the rates count (in service on the rate exposure:
-    :func:`counted_failures`), so every table and plot that shows a count of failures (rates, trend
-    tests, the mean cumulative function) shows the same ones; ``failure_operating_times`` places
+    the matched rows of its failures), so every table and plot that shows a count of failures
+    (rates, trend tests, the mean cumulative function) shows the same ones; ``failure_operating_times`` places
     them on each cluster's calendar service clock (the trend tests' and the Duane plot's input).
     Times between failures alone keep the failures during a node's known repair: the fits estimate
     the failure process on the calendar clock, which does not stop for repairs.
@@ -274,9 +273,13 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
     # intervals, so each is built from the columns its statistics use, and dropped once they ran.
     # Which failures count, matched to their interval once for every rate:
     with transform.Match(at_risk, failures=failures) as match:
-        rows = failures.select(RATE_COLUMNS)
-        in_service = transform.in_service_rows(rows, at_risk, match.matched(), with_interval=True)
+        matched = match.matched()
         left_out = match.left_out(end, since)
+    in_service = transform.in_service_rows(
+        failures.select(RATE_COLUMNS), at_risk, matched, with_interval=True
+    )
+    counted = failures.gather(matched["_n"])  # the failures the rates count, each once, in order
+    del matched
     by_node, lemons, dispersion_check = node_evidence(
         failures, at_risk, lemon_fdr=options.lemon_fdr, in_service=in_service
     )
@@ -294,11 +297,10 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
     # trend tests count the failures the rates count (one during a known repair of its node is
     # part of that outage, not a new failure), on the calendar clock
     operating_times = transform.failure_operating_times(failures, exposure, in_service=in_service)
-    counted = counted_failures(failures, in_service)
 
     # the same match on the calendar intervals, for gaps (failures keep coming on the calendar
     # clock while a node is in repair: the renewal process the fits estimate)
-    calendar = in_service.select(*GAP_COLUMNS, "start_utc", "end_utc") if at_risk is exposure else None
+    calendar = in_service.select(*GAP_COLUMNS, "_interval") if at_risk is exposure else None
     del in_service
     if calendar is None:
         calendar = transform.failures_in_service(failures.select(GAP_COLUMNS), exposure, with_interval=True)

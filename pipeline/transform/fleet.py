@@ -220,15 +220,16 @@ def in_service_rows(
 ) -> pl.DataFrame:
     """:func:`failures_in_service` from the match (``_n``: a row of ``incidents``, ``_interval``: a
     row of ``exposure``, in the incidents' order; :meth:`pipeline.transform.matching.Match.matched`);
-    ``with_interval`` adds the interval's ``start_utc``, ``end_utc`` and the match's ``period_at``
-    (the instant whose calendar period the failure counts in)."""
+    ``with_interval`` adds the interval's ``start_utc``, ``end_utc``, its row in ``exposure``
+    (``_interval``: gaps take their window by number, :func:`times_between_failures`) and the
+    match's ``period_at`` (the instant whose calendar period the failure counts in)."""
     attributes = exposure.select(
         *EXPOSURE_KEYS[2:],
         *(c for c in ("gpus_per_node",) if c in exposure.columns),
         *(("start_utc", "end_utc") if with_interval else ()),
     )
     rows = incidents.select(incidents.columns).gather(matched["_n"])
-    period_at = matched.select("period_at") if with_interval else pl.DataFrame()
+    period_at = matched.select("_interval", "period_at") if with_interval else pl.DataFrame()
     return pl.concat([rows, attributes.gather(matched["_interval"]), period_at], how="horizontal")
 
 

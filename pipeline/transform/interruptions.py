@@ -107,30 +107,35 @@ def times_between_failures(
         raise ValueError(f"level must be 'node' or 'cluster', not {level!r}")
     if first_gap not in FIRST_GAP_CHOICES:
         raise ValueError(f"first_gap must be one of {', '.join(FIRST_GAP_CHOICES)}, not {first_gap!r}")
+    if in_service is None:
+        in_service = failures_in_service(incidents, exposure, with_interval=True)
+    hits = in_service.filter(pl.col("interrupting"))
+    # each failure and each window's end as (window number, time): numbers, not the node's names,
+    # are sorted and compared (issue 27: at 5 M failures a join on names held GBs)
     if level == "node":
-        windows = exposure.select("cluster_id", "node_id", "instances", "start_utc", "end_utc")
         keys = ["cluster_id", "node_id"]
+        windows = exposure.select(*keys, "instances", "start_utc", "end_utc")
+        window_of = hits["_interval"]  # the window is the matched interval itself
     else:
+        keys = ["cluster_id"]
         windows = exposure.group_by("cluster_id").agg(
             pl.col("instances").first(), pl.col("start_utc").min(), pl.col("end_utc").max()
         )
-        keys = ["cluster_id"]
-    windows = windows.with_row_index("window")
-    join_on = [*keys, "start_utc"] if level == "node" else keys
-    if in_service is None:
-        in_service = failures_in_service(incidents, exposure, with_interval=True)
-    failures = (
-        in_service.filter(pl.col("interrupting"))
-        .lazy()
-        .join(windows.lazy().select("window", *join_on), on=join_on, how="inner")
-        .select("window", time_utc=pl.col("timestamp_utc"), observed=pl.lit(True))
-    )
-    ends = windows.lazy().select("window", time_utc=pl.col("end_utc"), observed=pl.lit(False))
+        number = windows.select("cluster_id").with_row_index("window")
+        window_of = hits.select("cluster_id").join(number, on="cluster_id", maintain_order="left")["window"]
+    events = pl.concat(
+        [
+            pl.DataFrame(
+                {"window": window_of.cast(pl.UInt32), "time_utc": hits["timestamp_utc"]}
+            ).with_columns(observed=pl.lit(True)),
+            windows.select(time_utc="end_utc").with_row_index("window").with_columns(observed=pl.lit(False)),
+        ],
+        how="vertical_relaxed",
+    ).sort("window", "time_utc", "observed", descending=[False, False, True])
+    events = events.with_columns(start_utc=windows["start_utc"].gather(events["window"]))
+    same_window = pl.col("window") == pl.col("window").shift(1)
     durations = (
-        pl.concat([failures, ends])
-        .join(windows.lazy(), on="window")
-        .sort("window", "time_utc", "observed", descending=[False, False, True])
-        .with_columns(previous_utc=pl.col("time_utc").shift(1).over("window"))
+        events.with_columns(previous_utc=pl.when(same_window).then(pl.col("time_utc").shift(1)))
         .with_columns(
             first_gap=pl.col("previous_utc").is_null(),
             duration_hours=(
@@ -140,9 +145,11 @@ def times_between_failures(
         )
         .filter(pl.col("observed") | (pl.col("duration_hours") > 0))
     )
+    del events
     if first_gap == "drop":
         durations = durations.filter(~pl.col("first_gap"))
-    return durations.select(*keys, "instances", "duration_hours", "observed", "first_gap").collect()
+    named = windows.select(*keys, "instances").gather(durations["window"])
+    return pl.concat([named, durations.select("duration_hours", "observed", "first_gap")], how="horizontal")
 
 
 def _cumulative_exposure(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -169,11 +176,15 @@ def failure_operating_times(
     schema = {"cluster_id": pl.String, "operating_node_hours": pl.Float64, "observed_node_hours": pl.Float64}
     if in_service is None:
         in_service = failures_in_service(incidents, exposure)
-    failures = in_service.filter(pl.col("interrupting")).with_columns(
-        t=pl.col("timestamp_utc").dt.epoch("us") / 3.6e9
+    # only the columns used: these frames are as long as the failures and the intervals
+    failures = (
+        in_service.lazy()
+        .filter("interrupting")
+        .select("cluster_id", t=pl.col("timestamp_utc").dt.epoch("us") / 3.6e9)
+        .collect()
     )
-    windows = exposure.with_columns(
-        a=pl.col("start_utc").dt.epoch("us") / 3.6e9, b=pl.col("end_utc").dt.epoch("us") / 3.6e9
+    windows = exposure.select(
+        "cluster_id", a=pl.col("start_utc").dt.epoch("us") / 3.6e9, b=pl.col("end_utc").dt.epoch("us") / 3.6e9
     )
     frames = [pl.DataFrame(schema=schema)]
     for (cluster,), nodes in windows.group_by("cluster_id"):

@@ -32,11 +32,12 @@ range filter, which grows as failures x intervals per node (issue 27).
 
 from __future__ import annotations
 
-from contextlib import suppress
+from contextlib import ExitStack
 from datetime import datetime
 
-import duckdb
 import polars as pl
+
+from pipeline import warehouse
 
 # the gaps between a node's downtime windows (of positive length, merged where they overlap or
 # touch: a running maximum of their ends) are its up segments, numbered in (node, time) order;
@@ -71,6 +72,16 @@ SELECT b._interval, b._node, greatest(b.start_utc, g.seg_from), least(b.end_utc,
 FROM (SELECT *, unnest(range(_first, _last + 1)) AS _g FROM bounds WHERE _last >= _first) b
 JOIN numbered g USING (_g)
 WHERE least(b.end_utc, g.seg_to) >= greatest(b.start_utc, g.seg_from)
+"""
+
+# True when the rule changed nothing: every interval is its own one piece (no downtime inside any
+# service interval, as in an availability trace, where a node is out of service while it is down).
+# Callers then keep the intervals themselves: no copy of the exposure, and one match, not two
+PIECES_ARE_INTERVALS = """
+SELECT (SELECT count(*) FROM _fc_pieces) = (SELECT count(*) FROM _fc_intervals) AND NOT EXISTS (
+    SELECT 1 FROM _fc_pieces p JOIN _fc_intervals x USING (_interval)
+    WHERE p.start_utc <> x.start_utc OR p.end_utc <> x.end_utc
+)
 """
 
 CALENDAR_PIECES = """
@@ -172,10 +183,8 @@ class Match:
         failures: pl.DataFrame | None = None,
         downtime: pl.DataFrame | None = None,
     ) -> None:
-        # no progress bar on stdout (a query over 2 s would draw one into --json output)
-        self.con = con = duckdb.connect(":memory:")
-        with suppress(duckdb.InvalidInputException):  # refused in Jupyter without ipywidgets
-            con.execute("SET enable_progress_bar = false")
+        self._space = ExitStack()  # the warehouse's cap, spilling past it; no progress bar
+        self.con = con = self._space.enter_context(warehouse.computing())
         frames = {"_fc_intervals": intervals.select(*NODE, "start_utc", "end_utc")}
         frames["_fc_intervals"] = frames["_fc_intervals"].with_row_index("_interval")
         if failures is not None:
@@ -198,6 +207,10 @@ class Match:
             "SELECT _interval, start_utc, end_utc FROM _fc_pieces ORDER BY _interval, start_utc"
         ).pl()
 
+    def pieces_are_intervals(self) -> bool:
+        """True when every interval is its own one piece (:data:`PIECES_ARE_INTERVALS`)."""
+        return bool(self.con.execute(PIECES_ARE_INTERVALS).fetchall()[0][0])
+
     def matched(self) -> pl.DataFrame:
         """``_n`` (the failure's row), ``_interval`` (its interval's row) and ``period_at`` (the
         instant whose calendar period it counts in) of every failure that counts, in the failures'
@@ -209,7 +222,7 @@ class Match:
         return left_out_table(self.con, observed_until, observed_since)
 
     def close(self) -> None:
-        self.con.close()
+        self._space.close()
 
     def __enter__(self) -> Match:
         return self

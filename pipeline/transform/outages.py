@@ -31,19 +31,21 @@ def _hours(end: pl.Expr, start: pl.Expr) -> pl.Expr:
 
 def uptime_intervals(exposure: pl.DataFrame, outages: pl.DataFrame) -> pl.DataFrame:
     """``exposure`` (:func:`pipeline.transform.exposure_intervals`) with the outage windows of
-    recorded ends removed: an interval that holds a window [start, min(end, interval end)) is split
-    around it, ``node_hours`` and ``gpu_hours`` recomputed per piece. ``instances`` and
-    ``size_bucket`` stay the calendar ones (a cluster's size does not shrink while a node is being
-    repaired). Intervals, never hourly rows; with no recorded ends the result equals ``exposure``.
-    Windows that overlap (not from :func:`pipeline.analysis.downtime.outages`, whose outages of a
-    node never do) are removed as their union. An interval that starts as an outage starts (or
-    ends as one ends) keeps that instant as a piece of 0 h: a failure then was in service.
+        recorded ends removed: an interval that holds a window [start, min(end, interval end)) is split
+        around it, ``node_hours`` and ``gpu_hours`` recomputed per piece. ``instances`` and
+        ``size_bucket`` stay the calendar ones (a cluster's size does not shrink while a node is being
+        repaired). Intervals, never hourly rows; with no recorded ends the result equals ``exposure``.
+        Windows that overlap (not from :func:`pipeline.analysis.downtime.outages`, whose outages of a
+        node never do) are removed as their union. An interval that starts as an outage starts (or
+        ends as one ends) keeps that instant as a piece of 0 h: a failure then was in service. When no
+    window falls inside an interval, the result *is* ``exposure`` (the same frame, not a copy: callers
+    test ``is`` and match failures once).
 
-    The rule is :data:`pipeline.transform.matching.UPTIME_PIECES` (one implementation, in DuckDB,
-    time linear in the output)."""
+        The rule is :data:`pipeline.transform.matching.UPTIME_PIECES` (one implementation, in DuckDB,
+        time linear in the output)."""
     windows = outages.select(*NODE, out_from="start_utc", out_to="end_utc")
     with Match(exposure, downtime=windows) as match:
-        return uptime_rows(exposure, match.pieces())
+        return exposure if match.pieces_are_intervals() else uptime_rows(exposure, match.pieces())
 
 
 def uptime_rows(exposure: pl.DataFrame, pieces: pl.DataFrame) -> pl.DataFrame:

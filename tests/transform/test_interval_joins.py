@@ -63,16 +63,20 @@ def reference_failures_in_service(incidents, exposure, *, with_interval=False):
         .filter(pl.col("timestamp_utc").is_between(pl.col("start_utc"), pl.col("end_utc"), closed="both"))
         .sort("_incident", "start_utc", "_interval")
         .unique("_incident", keep="first", maintain_order=True)
-        .drop("_incident", "_interval")
+        .drop("_incident")
     )
     if not with_interval:
-        return matched.drop("start_utc", "end_utc").collect()
+        return matched.drop("start_utc", "end_utc", "_interval").collect()
     # the instant whose calendar period a failure counts in: its own, or one microsecond before
     # when it ends its interval (a period boundary there counts in the period it ends)
     t = pl.col("timestamp_utc")
-    return matched.with_columns(
-        period_at=pl.when(t == pl.col("end_utc")).then(t - timedelta(microseconds=1)).otherwise(t)
-    ).collect()
+    return (
+        matched.select(pl.exclude("_interval"), "_interval")
+        .with_columns(  # the row after the columns
+            period_at=pl.when(t == pl.col("end_utc")).then(t - timedelta(microseconds=1)).otherwise(t)
+        )
+        .collect()
+    )
 
 
 def reference_inventory_ends(starts, inventory, gap_tolerance):
