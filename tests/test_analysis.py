@@ -194,7 +194,7 @@ def test_read_failures_loads_the_interrupting_rows_the_rates_need(db, result):
         assert transform.observation_end(warehouse.latest_incident(con), inventory) == result.observed_until
         assert transform.observation_end(scan, inventory) == result.observed_until
         # what analyze counts: the default window's interruptions, collapsed in DuckDB
-        counted = analysis.read_failures(con, window_minutes=result.interruption_window_minutes)
+        counted = analysis.read_failures(con, window_minutes=result.interruption_window_minutes, detail=False)
         full = node_interruptions(whole)
         assert counted.equals(full.select(counted.columns))
     finally:
@@ -242,7 +242,7 @@ def test_rates_count_interruptions_by_root_cause(tmp_path):
         con, analysis.AnalysisOptions(interruption_window_minutes=None, exposure_basis="calendar")
     )
     counts = [result.incidents.select(pl.len()).collect().item() for result in (default, raw)]
-    interruptions = analysis.read_failures(con, window_minutes=default.interruption_window_minutes)
+    interruptions = analysis.read_failures(con)  # with their categories and faults
     con.close()
 
     incidents, inventory, _ = warehouse_frames(fleet)  # the truth: no echoes

@@ -30,6 +30,7 @@ def read_failures(
     interrupting_only: bool = True,
     window_minutes: float | None = transform.INTERRUPTION_WINDOW_MINUTES,
     attributes: Sequence[str] = (),
+    detail: bool = True,
 ) -> pl.DataFrame:
     """The failures that rates, gaps, shares and trends count, read from the warehouse behind
     ``con`` with only the columns they use (``FAILURE_COLUMNS``, plus one column per key of
@@ -37,8 +38,9 @@ def read_failures(
     interrupting incidents (all with ``interrupting_only`` False), collapsed into node
     interruptions unless ``window_minutes`` is None: a node's interrupting incidents within
     ``window_minutes`` of an interruption's first one are that interruption, with its first
-    incident's columns plus ``categories``, ``faults`` and ``last_fault_utc``
-    (:func:`pipeline.analysis.counts.node_interruptions`, the one implementation of the rule).
+    incident's columns plus ``categories``, ``faults`` and ``last_fault_utc`` (``detail`` False:
+    without them; :func:`pipeline.analysis.counts.node_interruptions`, the one implementation of
+    the rule).
 
     Why the window: one node failure often logs several faults within minutes (XID 79, then the
     NCCL watchdog's timeout; a machine check, then the link going down). The warehouse collapses
@@ -57,9 +59,10 @@ def read_failures(
         columns = [*FAILURE_COLUMNS, *(["attributes"] if attributes else [])]
         frame = warehouse.read_incidents(con, columns, interrupting_only=interrupting_only)
         return _with_attributes(frame, attributes)
-    frame = counts.node_interruptions(con, window_minutes=window_minutes)
-    frame = _with_attributes(frame if attributes else frame.drop("attributes"), attributes)
-    return frame.select(*FAILURE_COLUMNS, *attributes, "categories", "faults", "last_fault_utc")
+    frame = counts.node_interruptions(con, window_minutes=window_minutes, detail=detail or bool(attributes))
+    frame = _with_attributes(frame if attributes else frame.drop("attributes", strict=False), attributes)
+    details = ("categories", "faults", "last_fault_utc") if detail else ()
+    return frame.select(*FAILURE_COLUMNS, *attributes, *details)
 
 
 def _with_attributes(frame: pl.DataFrame, attributes: Sequence[str]) -> pl.DataFrame:

@@ -261,7 +261,7 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
     inventory, options, exposure = service_window(con, options)
     end, since, first_gap = options.until, options.since, options.first_gap
     estimated = transform.exposure_estimated(inventory)
-    failures = read_failures(con, window_minutes=options.interruption_window_minutes)
+    failures = read_failures(con, window_minutes=options.interruption_window_minutes, detail=False)
     # outages of every failure: one that began before the window can still hold a node down in it
     at_risk, all_outages = rate_exposure(con, failures, inventory, exposure, end, options.exposure_basis)
     outages = options.in_window(all_outages, "start_utc")

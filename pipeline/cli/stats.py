@@ -113,8 +113,11 @@ def rates(
     )
     by, attributes = _group_keys(con, by)
     end, since, window_minutes = options.until, options.since, options.interruption_window_minutes
+    estimated = transform.exposure_estimated(inventory)
     if view == "rates" and not all_categories and window_minutes and not attributes:
-        # counted inside DuckDB, no failure rows in Python (pipeline/analysis/counts.py)
+        # counted inside DuckDB, no failure rows in Python (pipeline/analysis/counts.py); the
+        # inventory's rows are not read again (an availability trace: one per up-interval)
+        del inventory
         counts = FailureCounts(
             con, exposure, end, window_minutes=window_minutes, basis=exposure_basis, observed_since=since
         )
@@ -187,7 +190,7 @@ def rates(
         frame = frame.with_columns(
             interval=pl.lit(method), dispersion=pl.lit(dispersion), exposure_basis=pl.lit(exposure_basis)
         )
-    frame = frame.with_columns(exposure_estimated=pl.lit(transform.exposure_estimated(inventory)))
+    frame = frame.with_columns(exposure_estimated=pl.lit(estimated))
     echo_left_out(left_out)
     echo_warning(analysis_mod.left_out_warning(con, left_out, int(overall["failures"].sum())), as_json)
     echo_late_records(record_checks.late_records(con))
@@ -211,7 +214,7 @@ def rates(
         if frame["failures"].min():
             said.append("rate_upper_bound")
         frame = frame.drop(said, strict=False)
-    if transform.exposure_estimated(inventory):
+    if estimated:
         click.echo("exposure estimated from the logs (no inventory): rates rest on guessed service intervals")
     click.echo(safe_lines(text_table(frame.drop("exposure_estimated"))))
 
