@@ -6,9 +6,9 @@ Runs ``analyze`` once on the warehouse with every function it calls from ``pipel
 ``pipeline.transform`` and ``pipeline.models`` wrapped: a thread samples this process's resident
 set every 10 ms, and each call records its wall time, the RSS when it returned and the peak RSS
 while it ran (nested calls indented). Prints the calls whose peak rose at least ``--min-mb``
-above the RSS at their start, then the whole run's peak and what stays resident at the end (the
-``FleetAnalysis``). RSS, not Python allocations: Polars, DuckDB and NumPy allocate outside
-tracemalloc's view.
+above the RSS at their start, then the whole run's peak, what stays resident at the end (the
+``FleetAnalysis``) and the frames and arrays in it as long as the data (:func:`row_sized`). RSS,
+not Python allocations: Polars, DuckDB and NumPy allocate outside tracemalloc's view.
 """
 
 from __future__ import annotations
@@ -86,6 +86,36 @@ def instrument(sampler: Sampler, rows: list) -> None:
             value.fit = wrap(f"{name}.fit", value.fit)
 
 
+def row_sized(result, least: int = 10_000) -> str:
+    """The frames and arrays of at least ``least`` rows the result still holds (in its parts,
+    dicts and fitted models), by path, largest first: what grows with the data (issue 27)."""
+    import numpy as np
+    import polars as pl
+
+    found, seen = [], set()
+
+    def walk(value, path: str) -> None:
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        if isinstance(value, pl.DataFrame):
+            if value.height >= least:
+                found.append((value.estimated_size("mb"), f"{path} {value.height:,} rows"))
+        elif isinstance(value, np.ndarray):
+            if value.size >= least:
+                found.append((value.nbytes / 2**20, f"{path} {value.size:,} values"))
+        elif isinstance(value, dict | list | tuple):
+            for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+                walk(item, f"{path}[{key!r}]")
+        elif type(value).__module__.startswith("pipeline.") and hasattr(value, "__dict__"):
+            for name, item in vars(value).items():
+                walk(item, f"{path}.{name}")
+
+    walk(result, "result")
+    found.sort(reverse=True)
+    return "; ".join(f"{text} ({mb:.0f} MB)" for mb, text in found) or f"nothing of {least:,} rows or more"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("db")
@@ -108,9 +138,9 @@ def main() -> None:
             print(f"{label:<58} {seconds:6.2f} {before:9.0f} {top:8.0f} {top - before:7.0f} {after:7.0f}")
     print(
         f"analyze: {time.perf_counter() - start:.1f} s, RSS {start_rss:.0f} MB before, peak {peak:.0f} MB, "
-        f"{rss_mb():.0f} MB holding the result ({result.interruptions.height:,} interruptions, "
-        f"{result.rate_exposure.height:,} uptime pieces, {result.repairs.outages.height:,} outages)"
+        f"{rss_mb():.0f} MB holding the result"
     )
+    print(f"row-sized in the result: {row_sized(result)}")
 
 
 if __name__ == "__main__":

@@ -82,11 +82,30 @@ def show(value):
     return repr(value)
 # options and before_window came with AnalysisOptions (issue 30, h30a): the window itself, not a number
 skip = {"incidents", "options", "before_window"}
+# what the report, the metrics and a job's rate show of the repairs and the rates by instance type
+# (issue 27, h27c), from a tree of either shape: RepairAnalysis' aggregates and instance_type_rates,
+# or the outage, interruption and uptime rows they replaced
+skip |= {"interruptions", "rate_exposure", "instance_type_rates"}
+from pipeline.report import repairs as report_repairs
+repairs = result.repairs
+views = {"repair_total": repairs.total if hasattr(repairs, "total") else repairs.summary().row(0, named=True)}
+for by in ("cluster_id", "category"):
+    name = f"by_{by.removesuffix('_id')}"
+    views[f"repairs_{name}"] = getattr(repairs, name) if hasattr(repairs, name) else repairs.summary([by])
+if repairs.times is not None:
+    views["repair_curves"] = report_repairs.repair_curve_chart(repairs).to_dict()["datasets"]
+    views["repair_note"] = report_repairs.repair_note(repairs)
+types = warehouse.table(warehouse.connect(db, read_only=True), "inventory")["instance_type"].unique().sort()
+for kind in (None, *types):
+    for n in (8, 64, 512, 4096, 16384):
+        model = analysis.failure_model_for(result, n, instance_type=kind)
+        views[f"job_rate {kind} {n}"] = repr(model)
+views = {name: show(value) for name, value in views.items()}
 # the typed parts (issue 30 item 5) under the flat names they had before: a tree of either shape
 parts = {
     "jobs": {"interruptions": "job_interruptions", "backtest": "job_backtest",
              "recoveries": "job_recoveries", "badput": "badput"},
-    "repairs": {"outages": "outages", "times": "repair_times"},
+    "repairs": {"times": "repair_times"},
     "nodes": {"rates": "rates_by_node", "lemons": "lemons", "dispersion_test": "dispersion_test"},
     "rates": {
         "overall": "rates_overall", "by_cluster": "rates_by_cluster", "by_category": "rates_by_category",
@@ -117,7 +136,7 @@ for f in dataclasses.fields(result):
         fields.update({old: show(getattr(value, new)) for new, old in parts[f.name].items()})
     elif f.name not in skip:
         fields[f.name] = show(value)
-out.append([0, json.dumps(fields, indent=0, sort_keys=True), ""])
+out.append([0, json.dumps({**fields, **views}, indent=0, sort_keys=True), ""])
 print(json.dumps(out))
 """
 

@@ -464,9 +464,11 @@ def analyze(paths, db: Path) -> dict:
     from pipeline import analysis, warehouse
 
     result = analysis.analyze(warehouse.connect(db, read_only=True))
+    counted = int(result.rates.overall["failures"].sum())
     return {
-        "failures": int(result.rates.overall["failures"].sum()),
-        "interruptions": result.interruptions.height,
+        "failures": counted,
+        # every interruption read: counted, or left out with its reason
+        "interruptions": counted + int(result.failures_left_out["failures"].sum()),
         "best_family": result.fits.best_family,
     }
 

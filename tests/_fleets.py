@@ -7,11 +7,12 @@ seeds build the warehouse frames directly to stay fast.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
 
-from pipeline import sample, transform, warehouse
+from pipeline import analysis, sample, transform, warehouse
 from pipeline.categories import CategoryMap
 from pipeline.store import taxonomy
 
@@ -32,6 +33,32 @@ def warehouse_frames(fleet: sample.Fleet) -> tuple[pl.DataFrame, pl.DataFrame, d
         {"in_service_from": "in_service_from_utc", "in_service_to": "in_service_to_utc"}
     ).with_columns(naive)
     return incidents, inventory, fleet.spec.end.replace(tzinfo=None)
+
+
+class AnalysisRows(NamedTuple):
+    """The row frames an analysis counts from, which :class:`pipeline.analysis.FleetAnalysis`
+    holds only as aggregates (issue 27): read here the way ``analyze`` reads them."""
+
+    interruptions: pl.DataFrame
+    """The node interruptions in the window (``analysis.read_failures``, ``options.in_window``)."""
+    exposure: pl.DataFrame
+    """The calendar service intervals in the window."""
+    rate_exposure: pl.DataFrame
+    """The exposure rates divide by (uptime pieces, or the calendar intervals)."""
+    outages: pl.DataFrame
+    """The outages that began in the window (the rows of ``RepairAnalysis``)."""
+
+
+def analysis_rows(con, options: analysis.AnalysisOptions = analysis.DEFAULT_OPTIONS) -> AnalysisRows:
+    """The :class:`AnalysisRows` of ``analysis.analyze(con, options)``."""
+    inventory, options, exposure = analysis.service_window(con, options)
+    failures = analysis.read_failures(con, window_minutes=options.interruption_window_minutes)
+    at_risk, outages = analysis.rate_exposure(
+        con, failures, inventory, exposure, options.until, options.exposure_basis
+    )
+    return AnalysisRows(
+        options.in_window(failures), exposure, at_risk, options.in_window(outages, "start_utc")
+    )
 
 
 def fleet_exposure(spec: sample.FleetSpec) -> tuple[pl.DataFrame, pl.DataFrame]:

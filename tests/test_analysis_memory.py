@@ -12,6 +12,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from pipeline import analysis, ingest, warehouse
+from tests._fleets import analysis_rows
 
 
 def _limit(con) -> str:
@@ -79,10 +80,12 @@ def test_availability_trace_shares_one_match_and_counts_every_failure(tmp_path):
     an interval's end counts."""
     con = _availability_trace(tmp_path)
     result = analysis.analyze(con)
-    assert result.rate_exposure is result.exposure
+    rows = analysis_rows(con)
+    assert rows.rate_exposure is rows.exposure
     assert result.rates.overall["failures"].item() == 15
     assert result.failures_left_out["failures"].sum() == 0
     calendar = analysis.analyze(con, analysis.AnalysisOptions(exposure_basis="calendar"))
     assert_frame_equal(result.rates.by_cluster, calendar.rates.by_cluster)
     assert_frame_equal(result.fits.node_durations, calendar.fits.node_durations)
-    assert result.repairs.outages["end_source"].to_list() == ["resolved_at"] * 15
+    assert rows.outages["end_source"].to_list() == ["resolved_at"] * 15
+    assert result.repairs.outages == 15

@@ -19,6 +19,7 @@ from pipeline.readers.bgl import read_bgl
 from pipeline.readers.lanl import read_lanl
 from pipeline.readers.public_data import CanonicalFrames, merge_intervals
 from pipeline.readers.titan import cumulative_incidence, read_titan
+from tests._fleets import analysis_rows
 
 DATASETS = Path(
     os.environ.get("FAILCAST_SHARED_DATASETS")
@@ -330,7 +331,8 @@ def test_lanl_ingests_with_system_17_rejected(lanl_warehouse, lanl):
 @pytest.mark.parametrize("system", ["lanl-18", "lanl-19"])
 def test_lanl_large_systems_have_decreasing_hazard(lanl_warehouse, system):
     con, _, fleet = lanl_warehouse
-    tbf = transform.times_between_failures(fleet.interruptions, fleet.exposure, level="cluster")
+    rows = analysis_rows(con, fleet.options)
+    tbf = transform.times_between_failures(rows.interruptions, rows.exposure, level="cluster")
     data = transform.aggregate_durations(tbf.filter(pl.col("cluster_id") == system))
     args = (data["duration_hours"], data["observed"], data["count"])
     weibull = models.ParametricTBF("weibull").fit(*args)
@@ -454,7 +456,8 @@ def test_titan_through_the_warehouse(titan, tmp_path):
     assert fleet.rates.overall["failures"][0] <= unique  # bursts collapse into one incident
     # failures end their GPU's period: they must still count as failures in service
     incidents = fleet.incidents.collect()
-    assert transform.failures_in_service(incidents, fleet.exposure).height > 0.99 * incidents.height
+    exposure = analysis.service_window(con, fleet.options).exposure
+    assert transform.failures_in_service(incidents, exposure).height > 0.99 * incidents.height
     # at `remove` itself (no 1-second shift): only failures of slots out of service are left out
     after, no_interval, _ = transform.LEFT_OUT_REASONS
     left_out = dict(fleet.failures_left_out.iter_rows())

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipeline import transform
+from pipeline import analysis, transform, warehouse
 from pipeline.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -199,3 +199,21 @@ def test_metrics_of_a_fleet_without_failures_parse_and_say_zero(new_fleet, tmp_p
     }
     assert parsed[("failcast_fleet_interruption_rate_per_node_hour", frozenset())] == 0
     assert not any(name == "failcast_node_mtbf_hours" for name, _ in parsed)  # nothing was fitted
+
+
+def test_a_fleet_without_failures_has_rates_per_instance_type_and_no_repairs(new_fleet):
+    """What the analysis keeps instead of rows (issue 27) on a fleet with nothing to count yet:
+    each type's rate table with 0 failures, its job rate the type's own upper bound, no repairs."""
+    con = warehouse.connect(new_fleet, read_only=True)
+    try:
+        result = analysis.analyze(con)
+    finally:
+        con.close()
+    assert sorted(result.instance_type_rates) == ["m7i.large", "p5.48xlarge"]
+    gpu = result.instance_type_rates["p5.48xlarge"].overall.row(0, named=True)
+    assert gpu["failures"] == 0 and gpu["exposure_node_hours"] == pytest.approx(NODE_HOURS["c1"])
+    model = analysis.failure_model_for(result, 64, instance_type="p5.48xlarge")
+    assert "UPPER BOUND" in model.source and model.rate_per_instance_hour == gpu["rate_upper_bound"]
+    repairs = result.repairs
+    assert repairs.outages == 0 and repairs.times is None and repairs.curves.is_empty()
+    assert repairs.by_cluster.is_empty() and repairs.total["downtime_hours"] == 0

@@ -11,6 +11,7 @@ import math
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from html.parser import HTMLParser
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -21,7 +22,7 @@ from pipeline.cli import main
 from pipeline.report import charts, comparisons, drivers, page
 from pipeline.report.cards import TREND_CARD_CLUSTERS
 from pipeline.report.format import duration_text, format_value
-from tests._fleets import simulated_jobs
+from tests._fleets import analysis_rows, simulated_jobs
 from tests.conftest import SAMPLE_SPEC
 
 PAYLOADS = [
@@ -74,9 +75,15 @@ def hostile_analysis(hostile_warehouse) -> analysis.FleetAnalysis:
         con.close()
 
 
-def with_jobs(fleet: analysis.FleetAnalysis) -> analysis.FleetAnalysis:
-    """``fleet`` with Slurm job interruptions of a few jobs on every cluster (1 to 16 nodes), and
-    a backtest of 300 jobs drawn from the sample fleet's true model."""
+def with_jobs(fleet: analysis.FleetAnalysis, db: Path) -> analysis.FleetAnalysis:
+    """``fleet`` (the analysis of the warehouse ``db``) with Slurm job interruptions of a few jobs
+    on every cluster (1 to 16 nodes), and a backtest of 300 jobs drawn from the sample fleet's true
+    model."""
+    con = warehouse.connect(db, read_only=True)
+    try:
+        rows = analysis_rows(con, fleet.options)
+    finally:
+        con.close()
     clusters = fleet.rates.by_cluster["cluster_id"].to_list()
     jobs = pl.DataFrame(
         {
@@ -87,13 +94,13 @@ def with_jobs(fleet: analysis.FleetAnalysis) -> analysis.FleetAnalysis:
         }
     )
     predictions = transform.job_predictions(
-        simulated_jobs(SAMPLE_SPEC, 300, seed=9), fleet.interruptions, fleet.exposure
+        simulated_jobs(SAMPLE_SPEC, 300, seed=9), rows.interruptions, rows.exposure
     )
     scored = predictions.filter(pl.col("rate_source").is_in(transform.SCORED))
     backtest = models.JobBacktest().fit(
         scored["expected_interruptions"], scored["interrupted"], scored["hazard_per_hour"]
     )
-    killed = fleet.interruptions.head(12)  # jobs ended by the first failures, on the failed node
+    killed = rows.interruptions.head(12)  # jobs ended by the first failures, on the failed node
     ended = pl.DataFrame(
         {
             "cluster_id": killed["cluster_id"],
@@ -110,7 +117,7 @@ def with_jobs(fleet: analysis.FleetAnalysis) -> analysis.FleetAnalysis:
         interruptions=transform.job_interruption_rates(jobs, fleet.rates.by_cluster),
         backtest=analysis.JobBacktestResult(predictions, backtest, transform.MIN_HISTORY_FAILURES),
         recoveries=fleet.jobs.recoveries,
-        badput=transform.badput_by_class(ended, restarts, fleet.interruptions),
+        badput=transform.badput_by_class(ended, restarts, rows.interruptions),
     )
     return dataclasses.replace(fleet, jobs=part)
 
@@ -120,9 +127,9 @@ def charted(sections: list[report.Section]) -> list[report.Section]:
 
 
 @pytest.fixture(scope="module")
-def rich_analysis(hostile_analysis) -> analysis.FleetAnalysis:
+def rich_analysis(hostile_analysis, hostile_warehouse) -> analysis.FleetAnalysis:
     """The hostile fleet with Slurm jobs too, so every section has a chart."""
-    return with_jobs(hostile_analysis)
+    return with_jobs(hostile_analysis, hostile_warehouse)
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ def report_file(request, tmp_path_factory) -> tuple[str, Path, int]:
             fleet_failure=lambda n: analysis.failure_model_for(fleet, n),
         )
     else:
-        fleet = with_jobs(fleet)  # so the Slurm section has a chart too
+        fleet = with_jobs(fleet, db)  # so the Slurm section has a chart too
         spec = proj.load_job_spec(REPO / "data" / "jobs" / "llama3-70b.toml")
     outlook = report.job_outlook(spec, monte_carlo_runs=2000)
     out = tmp_path_factory.mktemp(f"report-{request.param}")

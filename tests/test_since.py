@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from pipeline import analysis, config, report, transform, warehouse
 from pipeline.cli import main
 from pipeline.report.lemons import lemon_note
-from tests._fleets import write_warehouse
+from tests._fleets import analysis_rows, write_warehouse
 
 SINCE = datetime(2026, 2, 1)
 UNTIL = datetime(2026, 3, 1)
@@ -208,8 +208,11 @@ def test_analyze_counts_what_the_start_leaves_out(db):
     left = dict(result.failures_left_out.iter_rows())
     assert left == {transform.BEFORE_WINDOW_REASON: 2, **dict.fromkeys(transform.LEFT_OUT_REASONS, 0)}
     assert result.counted.mcf["age_hours"][0] == 0.0  # n1's failure at the start counts, at age 0
-    assert result.exposure["start_utc"].min() == SINCE
-    assert result.repairs.outages["start_utc"].min() == SINCE  # the straddling outage is before the window
+    rows = analysis_rows(con, analysis.AnalysisOptions(since=SINCE, exposure_basis="calendar"))
+    assert rows.exposure["start_utc"].min() == SINCE
+    outages = rows.outages
+    assert outages["start_utc"].min() == SINCE  # the straddling outage is before the window
+    assert result.repairs.outages == outages.height
     assert result.before_window == {"outages": 2, "Slurm jobs": 1, "training-job interruptions": 0}
     assert analysis.read_jobs(con, since=SINCE)["job_id"].to_list() == ["2"]
     assert result.jobs.badput.is_empty() or result.jobs.badput["failures"].sum() == 0  # job 1 is before it

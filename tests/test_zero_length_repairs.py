@@ -22,6 +22,7 @@ from pipeline.ingest import ingest_files
 from pipeline.report import repairs as report_repairs
 from pipeline.report.format import duration_text
 from tests._fault_table import expected_repairs, fault_table
+from tests._fleets import analysis_rows
 
 
 def invoke(*args: str):
@@ -79,10 +80,11 @@ def test_the_reports_repair_note_counts_what_its_table_counts(table, table_db):
     con = warehouse.connect(table_db, read_only=True)
     try:
         fleet = analysis.analyze(con)
+        outage_rows = analysis_rows(con).outages
     finally:
         con.close()
-    zero = fleet.repairs.outages.filter(pl.col("repair_hours") == 0)
-    assert zero.height == 14
+    zero = outage_rows.filter(pl.col("repair_hours") == 0)
+    assert zero.height == 14 == fleet.repairs.total["zero_length_repairs"]
     assert zero["resolved"].all() and (zero["end_source"] == "resolved_at").all()
     assert (zero["downtime_hours"] == 0).all()
     table_unresolved = int(report_repairs.availability_table(fleet.repairs)["unresolved"].sum())
@@ -94,7 +96,8 @@ def test_the_reports_repair_note_counts_what_its_table_counts(table, table_db):
     assert fleet.repairs.times.mean_hours_ == pytest.approx(truth.km_mean_hours, rel=1e-9)
     assert f"MTTR {duration_text(truth.km_mean_hours)}" in note
     # one fault, one outage: nothing to explain
-    assert note.startswith(f"{fleet.repairs.outages.height:,} outages; ")
+    assert note.startswith(f"{outage_rows.height:,} outages; ")
+    assert fleet.repairs.outages == outage_rows.height
 
 
 def test_hot_spares_and_measured_recovery_take_the_tables_mttr(table, table_db):

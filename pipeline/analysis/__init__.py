@@ -35,6 +35,7 @@ from pipeline.analysis.fleet import (
     require_service,
     service_window,
 )
+from pipeline.analysis.instance_types import InstanceTypeRates, rates_by_instance_type
 from pipeline.analysis.jobs import (
     JobAnalysis,
     JobBacktestResult,
@@ -63,11 +64,13 @@ from pipeline.analysis.outlook import (
     spares_for_job,
 )
 from pipeline.analysis.repairs import (
+    ALL_OUTAGES,
     REPAIR_SCHEMA,
     RepairAnalysis,
+    repair_analysis,
     repair_count_notes,
+    repair_curves,
     repair_summary,
-    repair_times,
 )
 
 __all__ = [
@@ -115,7 +118,11 @@ __all__ = [
     "service_window",
     "repair_count_notes",
     "repair_summary",
-    "repair_times",
+    "repair_analysis",
+    "repair_curves",
+    "rates_by_instance_type",
+    "InstanceTypeRates",
+    "ALL_OUTAGES",
     "size_laws_agreement",
     "spares_for_job",
     "trend_tests",

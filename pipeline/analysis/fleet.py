@@ -27,6 +27,7 @@ from pipeline.analysis.failures import (
     trend_tests,
 )
 from pipeline.analysis.fits import ReliabilityFits
+from pipeline.analysis.instance_types import InstanceTypeRates, rates_by_instance_type
 from pipeline.analysis.jobs import (
     JobAnalysis,
     job_backtest,
@@ -36,7 +37,7 @@ from pipeline.analysis.jobs import (
     read_jobs,
 )
 from pipeline.analysis.options import DEFAULT_OPTIONS, AnalysisOptions, before_window
-from pipeline.analysis.repairs import RepairAnalysis, repair_times
+from pipeline.analysis.repairs import RepairAnalysis, repair_analysis
 
 PROJECTED_SIZES = (256, 512, 2048, 16384)
 RATE_COLUMNS = ("cluster_id", "node_id", "timestamp_utc", "failure_class", "interrupting")
@@ -62,12 +63,12 @@ class FleetAnalysis:
     ``fits`` (:class:`ReliabilityFits`: times between failures, fitted families, Kaplan–Meier,
     the laws of MTBF against cluster size), ``nodes`` (:class:`NodeAnalysis`: rates by node, the
     lemon test, the dispersion test of the rate intervals), ``repairs`` (:class:`RepairAnalysis`:
-    outages, repair-time fit, availability's exposure) and ``jobs`` (:class:`JobAnalysis`: Slurm
+    repair summaries, the repair-time fit and curves) and ``jobs`` (:class:`JobAnalysis`: Slurm
     job rates, backtest, training-job recoveries, badput).
 
     ``exposure_estimated`` is True when the inventory was inferred from the logs (every rate and
     MTBF then rests on guessed service intervals). Rates, fits, shares and trend tests count
-    ``interruptions`` (:func:`pipeline.analysis.counts.node_interruptions`: a node's faults within
+    node interruptions (:func:`pipeline.analysis.counts.node_interruptions`: a node's faults within
     ``interruption_window_minutes`` are one failure, by its root cause; the columns of
     ``FAILURE_COLUMNS`` only); with a window of None the interrupting incidents are counted as
     they are. ``incidents`` is the warehouse's whole table, one row per fault, as a lazy frame
@@ -94,10 +95,16 @@ class FleetAnalysis:
     The rate tables carry ``rates.interval_method`` intervals: "overdispersed" (quasi-Poisson widened by
     ``nodes.dispersion_test.dispersion()``) or "exact"; by default "overdispersed" exactly when
     the Pearson test of the non-lemon nodes' counts rejects Poisson at 5% (:func:`node_evidence`).
-    ``exposure`` holds the calendar service intervals; rates divide by ``rate_exposure``, which is
-    the uptime exposure (the outages' downtime removed, :func:`pipeline.transform.uptime_intervals`)
-    when ``exposure_basis`` is "uptime", else the calendar one. Gaps and trend tests run on the
-    calendar intervals.
+    Rates divide by the uptime exposure (the outages' downtime removed from the calendar service
+    intervals, :func:`pipeline.transform.uptime_intervals`) when ``exposure_basis`` is "uptime",
+    else by the calendar one. Gaps and trend tests run on the calendar intervals.
+    The result holds aggregates, not rows as long as the history (issue 27): the interruptions,
+    the uptime pieces and the outages stay in :func:`analyze` (``exposure``, the calendar service
+    intervals, is left for the report's mean cumulative function);
+    ``instance_type_rates`` holds the rate tables of each instance type's nodes
+    (:func:`pipeline.analysis.rates_by_instance_type`, what :func:`pipeline.analysis.size_rates`
+    reads for a job on one type). What needs rows reads them again (:func:`service_window`,
+    :func:`read_failures`, :func:`rate_exposure`).
     ``options`` are the :class:`AnalysisOptions` it ran with, ``until`` filled in;
     ``before_window`` counts what the window start left out besides failures
     (:func:`pipeline.analysis.options.before_window`).
@@ -109,13 +116,12 @@ class FleetAnalysis:
     files: pl.DataFrame
     rejects: pl.DataFrame
     exposure_estimated: bool
-    interruptions: pl.DataFrame
     interruption_window_minutes: float | None
     failures_left_out: pl.DataFrame
-    rate_exposure: pl.DataFrame
     exposure_basis: str
     counted: CountedFailures
     rates: RateAnalysis
+    instance_type_rates: dict[str, InstanceTypeRates]
     fits: ReliabilityFits
     nodes: NodeAnalysis
     repairs: RepairAnalysis
@@ -261,6 +267,9 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
     at_risk, all_outages = rate_exposure(con, failures, inventory, exposure, end, options.exposure_basis)
     outages = options.in_window(all_outages, "start_utc")
     del inventory  # as many rows as the exposure: an availability trace has one per up-interval
+    repairs = repair_analysis(outages, exposure, at_risk, options.exposure_basis)  # aggregates only
+    del outages  # as many rows as the failures: of all outages, before_window counts the starts
+    all_outages = all_outages.select("start_utc")
     # Memory (bench/RESULTS.md, issue 27): every row frame below is as long as the failures or the
     # intervals, so each is built from the columns its statistics use, and dropped once they ran.
     # Which failures count, matched to their interval once for every rate:
@@ -284,6 +293,7 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
         for by, period in RATE_TABLES
     )
     shares = transform.category_shares(failures, at_risk, by=["cluster_id"], in_service=in_service)
+    type_rates = rates_by_instance_type(failures, at_risk, exposure, in_service, phi)  # size_rates by type
     failures = options.in_window(failures)  # those before it are counted in left_out
     # trend tests count the failures the rates count (one during a known repair of its node is
     # part of that outage, not a new failure), on the calendar clock
@@ -356,7 +366,6 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
         rejects=warehouse.table(con, "rejects"),
         counted=shown,
         exposure_estimated=estimated,
-        interruptions=failures,
         interruption_window_minutes=options.interruption_window_minutes,
         rates=RateAnalysis(
             overall=overall,
@@ -388,11 +397,11 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
             size_regression=regression,
             size_regression_projection=regression_projection,
         ),
+        instance_type_rates=type_rates,
         nodes=NodeAnalysis(by_node, lemons, dispersion_check),
         failures_left_out=left_out,
-        rate_exposure=at_risk,
         exposure_basis=options.exposure_basis,
-        repairs=RepairAnalysis(outages, repair_times(outages), exposure, at_risk, options.exposure_basis),
+        repairs=repairs,
         jobs=JobAnalysis(jobs, backtest, recoveries, job_badput(con, failures, recoveries, since=since)),
         late_records=record_checks.late_records(con),
         left_out_warning=left_out_warning(con, left_out, int(overall["failures"].sum())),

@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from pipeline import models, projection, transform
-from pipeline.analysis.failures import cluster_mtbf, sizes_that_failed
+from pipeline.analysis.failures import sizes_that_failed
 from pipeline.analysis.jobs import JobAnalysis
 from pipeline.analysis.repairs import RepairAnalysis
 
@@ -101,32 +101,21 @@ class SizeRates:
 def size_rates(analysis: FleetAnalysis, instance_type: str | None = None) -> SizeRates:
     """The fleet's :class:`SizeRates`. ``instance_type`` restricts all of it to nodes of that
     type: the same computation on their failures and hours (the fleet's interval method and
-    dispersion, the law refitted on their clusters)."""
-    exposure, at_risk, label = analysis.exposure, analysis.rate_exposure, "fleet"
+    dispersion, the law refitted on their clusters), from the tables :func:`analyze` made for each
+    type (:func:`rates_by_instance_type`)."""
+    tables, label = analysis.rates, "fleet"
     if instance_type is not None:
-        of_type = pl.col("instance_type") == instance_type
-        exposure, at_risk, label = exposure.filter(of_type), at_risk.filter(of_type), f"{instance_type} nodes"
-        if exposure.is_empty():
-            known = ", ".join(sorted(analysis.exposure["instance_type"].unique()))
+        tables, label = analysis.instance_type_rates.get(instance_type), f"{instance_type} nodes"
+        if tables is None:
+            known = ", ".join(analysis.instance_type_rates)
             raise ValueError(f"no nodes of instance type {instance_type!r} in the fleet; it has {known}")
     if analysis.exposure_estimated:
         label += " (exposure estimated)"
-    if instance_type is None:
-        by_bucket, by_cluster, total = (
-            analysis.rates.by_size_bucket,
-            analysis.rates.by_cluster,
-            analysis.rates.overall,
-        )
-    else:
-        phi = analysis.nodes.dispersion_test.dispersion(analysis.rates.interval_method)
-        by_bucket, by_cluster, total = (
-            transform.failure_rates(analysis.interruptions, at_risk, by=by, dispersion=phi)
-            for by in (["size_bucket"], ["cluster_id"], [])
-        )
     measured = {
-        int(r["size_bucket"]): r for r in by_bucket.filter(pl.col("failures") > 0).iter_rows(named=True)
+        int(r["size_bucket"]): r
+        for r in tables.by_size_bucket.filter(pl.col("failures") > 0).iter_rows(named=True)
     }
-    per_cluster = cluster_mtbf(by_cluster, exposure)
+    per_cluster = tables.cluster_mtbf
     law = None
     if sizes_that_failed(per_cluster) >= 2:
         law = (
@@ -139,9 +128,8 @@ def size_rates(analysis: FleetAnalysis, instance_type: str | None = None) -> Siz
                 dispersion=analysis.fits.count_dispersion,
             )
         )
-    return SizeRates(
-        label, f"{analysis.rates.interval_method} 95% interval", measured, law, total.row(0, named=True)
-    )
+    interval = f"{analysis.rates.interval_method} 95% interval"
+    return SizeRates(label, interval, measured, law, tables.overall.row(0, named=True))
 
 
 def _rate_model(row: dict, source: str) -> projection.FailureModel:

@@ -1,5 +1,7 @@
-"""Outages and repair: repair-time fits and the per-cluster repair summary (measured recovery and
-hot spares: :mod:`pipeline.analysis.outlook`, which reads a whole analysis)."""
+"""Outages and repair: the repair summary by any key (``failcast repairs``), and what an analysis
+keeps of its outages (:class:`RepairAnalysis`: the summaries, fit and curves the report and the
+metrics show, made once; issue 27). Measured recovery and hot spares:
+:mod:`pipeline.analysis.outlook`, which reads a whole analysis."""
 
 from __future__ import annotations
 
@@ -9,16 +11,6 @@ from dataclasses import dataclass
 import polars as pl
 
 from pipeline import models, transform
-
-
-def repair_times(outages: pl.DataFrame) -> models.RepairTimes | None:
-    """Repair-time fit of the outages whose repair time is known or censored; None when no
-    outage has a completed repair."""
-    known = outages.filter(pl.col("repair_hours").is_not_null())
-    if not known["resolved"].any():
-        return None
-    return models.RepairTimes().fit(known["repair_hours"], known["resolved"])
-
 
 REPAIR_SCHEMA = {
     "interruptions": pl.Int64,
@@ -42,6 +34,8 @@ REPAIR_SCHEMA = {
 }
 
 
+MEASURES = ("interruptions", "repair_hours", "resolved", "downtime_hours")
+"""The outage columns a repair summary reads besides its keys."""
 NODE_PROPERTIES = ("instance_type",)
 """Outage keys taken from the node's service interval at the outage's start (are one hardware
 type's repairs slower?)."""
@@ -93,19 +87,30 @@ def repair_summary(
     when the longest repair is open: :class:`pipeline.models.RepairTimes`) and, when every key
     is a property of the node (cluster_id, node_id, instance_type), ``availability`` = uptime / (uptime +
     downtime). Statistics of a group without a completed repair are null."""
+    return _summary_with_fits(outages, exposure, uptime, by)[0]
+
+
+def _summary_with_fits(
+    outages: pl.DataFrame, exposure: pl.DataFrame, uptime: pl.DataFrame, by: Sequence[str]
+) -> tuple[pl.DataFrame, list[tuple[tuple, models.RepairTimes]]]:
+    """:func:`repair_summary` and each group's repair-time fit (its key values, the fit) for the
+    groups with a completed repair: the fits the summary made, for the curves drawn of them."""
     outages = _with_node_properties(outages, exposure, by)
     unknown = [k for k in by if k not in outages.columns or k in _NOT_KEYS]
     if unknown:
         keys = dict.fromkeys([*(c for c in outages.columns if c not in _NOT_KEYS), *NODE_PROPERTIES])
         raise ValueError(f"cannot group repairs by {unknown}; use any of {', '.join(keys)}")
     keys = list(by)
+    # the columns the statistics read: each group below is a copy of its rows (5 M outages at 10 M
+    # availability rows)
+    outages = outages.select(*keys, *MEASURES)
     node_keys = all(k in ("cluster_id", "node_id", *NODE_PROPERTIES) for k in keys)
     share = (
         transform.availability(exposure, uptime, outages, keys).select(*keys, "availability")
         if node_keys
         else None
     )
-    rows = []
+    rows, fits = [], []
     groups = outages.group_by(keys, maintain_order=True) if keys else [((), outages)]
     for values, group in groups:
         row = dict(zip(keys, values, strict=True)) | dict.fromkeys(REPAIR_SCHEMA)
@@ -121,6 +126,7 @@ def repair_summary(
         }
         if known["resolved"].any():
             fit = models.RepairTimes().fit(known["repair_hours"], known["resolved"])
+            fits.append((tuple(values), fit))
             (p50, p50_low, p50_high), (p90, p90_low, p90_high) = fit.quantiles_[0.5], fit.quantiles_[0.9]
             row |= {
                 "mttr_hours": fit.mean_hours_,
@@ -141,7 +147,29 @@ def repair_summary(
         frame = frame.drop("availability").join(share, on=keys, how="left").select(list(schema))
     elif share is not None:
         frame = frame.with_columns(availability=pl.lit(share["availability"].item()))
-    return frame.sort(keys) if keys else frame
+    return (frame.sort(keys) if keys else frame), fits
+
+
+ALL_OUTAGES = "all outages"
+"""The ``group`` of the whole fleet's curve in :attr:`RepairAnalysis.curves`."""
+
+
+def repair_curves(fits: Sequence[tuple[str, models.RepairTimes]]) -> pl.DataFrame:
+    """The Kaplan–Meier curves of ``fits`` ((group, fit), in the order drawn) at their step
+    points (``hours``, ``unrepaired``, ``group``), thinned to one budget of
+    :data:`pipeline.transform.MAX_CURVE_POINTS` for all of them (at least 2 a curve, its first
+    and last kept): a curve's points never grow with the outages it was fitted on."""
+    schema = {"hours": pl.Float64, "unrepaired": pl.Float64, "group": pl.String}
+    if not fits:
+        return pl.DataFrame(schema=schema)
+    per_curve = max(transform.MAX_CURVE_POINTS // len(fits), 2)
+    return pl.concat(
+        transform.downsample(
+            pl.DataFrame({"hours": fit.timeline_hours_, "unrepaired": fit.survival_, "group": group}, schema),
+            per_curve,
+        )
+        for group, fit in fits
+    )
 
 
 def repair_count_notes(total: dict) -> list[str]:
@@ -161,18 +189,47 @@ def repair_count_notes(total: dict) -> list[str]:
 @dataclass(frozen=True)
 class RepairAnalysis:
     """The repair part of an analysis (:class:`pipeline.analysis.FleetAnalysis` ``repairs``), what
-    the repair sections, metrics and the spare pool take: the ``outages``
-    (:func:`pipeline.analysis.downtime.outages`; with a window start, those that began in the window),
-    their repair-time fit (``times``, None without a completed repair: :func:`repair_times`), the
-    calendar service intervals (``exposure``) and the exposure rates divide by (``uptime``,
-    the calendar one for ``exposure_basis`` "calendar") that availability is computed from."""
+    the repair sections, the recovery table, the metrics and the spare pool take: aggregates of
+    the outages (:func:`pipeline.analysis.downtime.outages`; with a window start, those that began
+    in the window), computed once by :func:`repair_analysis`, no outage rows (issue 27).
 
-    outages: pl.DataFrame
+    ``total``, ``by_cluster`` and ``by_category``: :func:`repair_summary` of the whole fleet (one
+    row, as a dict), per cluster and per category (availability from the calendar service
+    intervals and the exposure rates divide by, the calendar one for ``exposure_basis``
+    "calendar"). ``times``: the whole fleet's repair-time fit (None without a completed repair).
+    ``curves``: the Kaplan–Meier curves the report draws (:func:`repair_curves`), the fleet's
+    (group :data:`ALL_OUTAGES`) then each category's in name order."""
+
     times: models.RepairTimes | None
-    exposure: pl.DataFrame
-    uptime: pl.DataFrame
+    total: dict
+    by_cluster: pl.DataFrame
+    by_category: pl.DataFrame
+    curves: pl.DataFrame
     exposure_basis: str
 
-    def summary(self, by: Sequence[str] = ()) -> pl.DataFrame:
-        """:func:`repair_summary` of these outages by ``by``."""
-        return repair_summary(self.outages, self.exposure, self.uptime, by)
+    @property
+    def outages(self) -> int:
+        """How many outages (in the window) the repair statistics count."""
+        return self.total["outages"]
+
+
+def repair_analysis(
+    outages: pl.DataFrame, exposure: pl.DataFrame, uptime: pl.DataFrame, exposure_basis: str
+) -> RepairAnalysis:
+    """The :class:`RepairAnalysis` of ``outages``: each summary once (the report and the metrics
+    share them), its fits reused for the curves and ``times``."""
+    total, fleet_fit = _summary_with_fits(outages, exposure, uptime, ())
+    by_category, category_fits = _summary_with_fits(outages, exposure, uptime, ["category"])
+    by_cluster, _ = _summary_with_fits(outages, exposure, uptime, ["cluster_id"])
+    # categories in name order (a null one first, as the table sorts): the page's data does not
+    # change from run to run with Polars' hashing
+    categories = sorted(category_fits, key=lambda item: (item[0][0] is not None, item[0][0] or ""))
+    curves = [(ALL_OUTAGES, fit) for _, fit in fleet_fit] + [(c, fit) for (c,), fit in categories]
+    return RepairAnalysis(
+        times=fleet_fit[0][1] if fleet_fit else None,
+        total=total.row(0, named=True),
+        by_cluster=by_cluster,
+        by_category=by_category,
+        curves=repair_curves(curves),
+        exposure_basis=exposure_basis,
+    )

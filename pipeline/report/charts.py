@@ -17,8 +17,9 @@ import polars as pl
 from pipeline.analysis import PROJECTED_SIZES, FleetAnalysis, RateAnalysis, ReliabilityFits
 from pipeline.models import ParametricTBF
 from pipeline.report.format import interval_name
+from pipeline.transform import MAX_CURVE_POINTS as MAX_CURVE_POINTS  # the charts' budget
+from pipeline.transform import downsample
 
-MAX_CURVE_POINTS = 300
 WIDTH = 560
 
 # Tableau 10: distinguishable, colour-blind friendlier than the Vega default for <= 10 clusters.
@@ -31,14 +32,6 @@ AFT_LAW = "Weibull AFT on log N"
 # Manual recovery is the costly baseline (warm red), automatic the improvement (teal).
 MODE_COLORS = {"manual": "#d1495b", "automatic": "#00798c"}
 LAW_COLORS = {COUNT_LAW: "#555555", AFT_LAW: PALETTE[6]}
-
-
-def downsample(frame: pl.DataFrame, n: int = MAX_CURVE_POINTS) -> pl.DataFrame:
-    """At most ``n`` evenly spaced rows, always keeping the first and the last."""
-    if frame.height <= n:
-        return frame
-    idx = np.unique(np.linspace(0, frame.height - 1, n).round().astype(int))
-    return frame[idx]
 
 
 CLUSTER_TOOLTIP = alt.Tooltip("cluster_id:N", title="cluster")

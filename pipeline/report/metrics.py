@@ -26,10 +26,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import cached_property
 from pathlib import Path
-
-import polars as pl
 
 from pipeline.analysis import FleetAnalysis
 from pipeline.report.outlook import JobOutlook
@@ -53,12 +50,6 @@ class MetricInputs:
     analysis: FleetAnalysis
     outlook: JobOutlook | None = None
     last_run: LastRun | None = None
-
-    @cached_property
-    def repairs_by_cluster(self) -> pl.DataFrame:
-        """The repair summary per cluster, computed once for the three metrics that read it (a
-        Kaplan–Meier fit per cluster and the availability over every uptime piece)."""
-        return self.analysis.repairs.summary(["cluster_id"])
 
 
 Sample = tuple[dict[str, str], float]
@@ -107,9 +98,10 @@ def _interruptions(i: MetricInputs) -> Iterable[Sample]:
 
 
 def _repairs(i: MetricInputs, column: str) -> Iterable[Sample]:
-    """Per cluster with outages, one column of :func:`pipeline.analysis.repair_summary` (clusters
-    without a completed repair have no MTTR: no sample, not a zero)."""
-    rows = i.repairs_by_cluster.select("cluster_id", column).drop_nulls().iter_rows()
+    """Per cluster with outages, one column of :func:`pipeline.analysis.repair_summary` (the
+    analysis' ``repairs.by_cluster``, which the report's table shows; clusters without a completed
+    repair have no MTTR: no sample, not a zero)."""
+    rows = i.analysis.repairs.by_cluster.select("cluster_id", column).drop_nulls().iter_rows()
     return [({"cluster": cluster}, value) for cluster, value in rows]
 
 

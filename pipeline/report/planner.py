@@ -99,7 +99,7 @@ def planner_settings(analysis: FleetAnalysis, outlook: JobOutlook) -> PlannerSet
     controls.append(
         control("price", "price per GPU-hour ($; 0: no price)", price, 0.01, 0, max(4 * price, 12))
     )
-    rates = size_rates(analysis) if analysis.exposure.height else None
+    rates = size_rates(analysis) if analysis.rates.overall.height else None
     rate, source = rate_law(rates, spec.failure, n)
     return PlannerSettings(
         job=spec.name,

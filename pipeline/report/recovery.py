@@ -41,7 +41,7 @@ def recovery_table(jobs: JobAnalysis, repairs: RepairAnalysis) -> pl.DataFrame:
             "assumed, automatic (h)": None,
             "measured mean (h)": None if fit is None else fit.mean_hours_,
             "measured median (h)": None if fit is None else fit.median_hours_,
-            "measured in": "no outage with an end" if fit is None else f"{repairs.outages.height:,} outages",
+            "measured in": "no outage with an end" if fit is None else f"{repairs.outages:,} outages",
         }
     )
     return pl.DataFrame(rows).with_columns(pl.col(pl.Float64).round(2))

@@ -6,12 +6,10 @@ from __future__ import annotations
 import math
 
 import altair as alt
-import numpy as np
 import polars as pl
 
-from pipeline import models
 from pipeline.analysis import RepairAnalysis, repair_count_notes
-from pipeline.report.charts import MAX_CURVE_POINTS, WIDTH, downsample
+from pipeline.report.charts import WIDTH
 from pipeline.report.format import duration_text
 
 TOP_CAUSES = 10
@@ -29,25 +27,10 @@ def _hours(value: float) -> str:
 
 
 def repair_curve_chart(repairs: RepairAnalysis) -> alt.Chart:
-    """Kaplan–Meier share of outages still unrepaired after t hours, all and per category."""
-    frames = []
-    # the three columns the curves read, not every outage column in each category's group
-    known = repairs.outages.select("category", "repair_hours", "resolved").drop_nulls("repair_hours")
-    # categories in name order: the page's data does not change from run to run with Polars' hashing
-    by_category = known.sort("category").group_by("category", maintain_order=True)
-    groups = [("all outages", known), *((c, g) for (c,), g in by_category)]
-    for label, group in groups:
-        if not group["resolved"].any():
-            continue
-        fit = models.RepairTimes().fit(group["repair_hours"], group["resolved"])
-        curve = pl.DataFrame(
-            {"hours": np.maximum(fit.timeline_hours_, 0.1), "unrepaired": fit.survival_, "group": label}
-        )
-        frames.append(curve)
-    # one budget of points for all curves, so the embedded data stays bounded
-    per_curve = max(MAX_CURVE_POINTS // len(frames), 2)
-    frames = [downsample(curve, per_curve) for curve in frames]
-    data = pl.concat(frames).to_pandas()
+    """Kaplan–Meier share of outages still unrepaired after t hours, all and per category (the
+    curves of the analysis, :attr:`RepairAnalysis.curves`, thinned there to the charts' budget)."""
+    # a repair of 0 h at 0.1 h on the log scale
+    data = repairs.curves.with_columns(hours=pl.col("hours").clip(lower_bound=0.1)).to_pandas()
     return (
         alt.Chart(data)
         .mark_line(interpolate="step-after")
@@ -68,8 +51,7 @@ def repair_curve_chart(repairs: RepairAnalysis) -> alt.Chart:
 
 def availability_table(repairs: RepairAnalysis) -> pl.DataFrame:
     """Per cluster: outages, downtime, availability, MTTR and median repair."""
-    summary = repairs.summary(["cluster_id"])
-    return summary.select(
+    return repairs.by_cluster.select(
         "cluster_id",
         "outages",
         "unresolved",
@@ -83,7 +65,7 @@ def availability_table(repairs: RepairAnalysis) -> pl.DataFrame:
 
 def downtime_causes(repairs: RepairAnalysis) -> pl.DataFrame:
     """The categories that cost the most node-hours of downtime, largest first."""
-    summary = repairs.summary(["category"])
+    summary = repairs.by_category
     total = summary["downtime_hours"].sum() or 1.0
     return (
         summary.sort("downtime_hours", descending=True)
@@ -100,11 +82,12 @@ def downtime_causes(repairs: RepairAnalysis) -> pl.DataFrame:
 
 
 def repair_note(repairs: RepairAnalysis) -> str:
-    """The verdict above the repair table, from the same summary as the table
-    (:func:`pipeline.analysis.repair_summary`), so its counts are the table's: "not repaired by the
-    window end" is the table's unresolved (open or still running, censored there); outages without
-    a recorded end whose node failed again are left out of both and named on their own."""
-    total = repairs.summary().row(0, named=True)
+    """The verdict above the repair table, from the summary of the whole fleet made with the table's
+    (:attr:`RepairAnalysis.total`, :func:`pipeline.analysis.repair_summary`), so its counts are the
+    table's: "not repaired by the window end" is the table's unresolved (open or still running,
+    censored there); outages without a recorded end whose node failed again are left out of both
+    and named on their own."""
+    total = repairs.total
     low, high = total["repair_hours_p50_ci_low"], total["repair_hours_p50_ci_high"]
     note = (
         f"{total['outages']:,} outages; "

@@ -4,10 +4,10 @@
 rates with exact Poisson intervals, category shares); ``interruptions`` collapses faults into node
 interruptions and gives times between failures and operating times; ``dispersion`` measures over-
 dispersion and picks the rate interval; ``durations`` rounds gaps to a relative grid and aggregates
-them into weighted rows for the fits; ``outages`` removes the outages' downtime from exposure
-(uptime) and gives availability; ``jobs`` compares Slurm job
-interruptions with the node rate; ``backtest`` predicts each job's interruptions from the data
-before it started; ``reliability`` gives the points of the Weibull, mean cumulative function and
+them into weighted rows for the fits; ``curves`` thins a curve to a bounded number of points;
+``outages`` removes the outages' downtime from exposure (uptime) and gives availability; ``jobs``
+compares Slurm job interruptions with the node rate; ``backtest`` predicts each job's interruptions
+from the data before it started; ``reliability`` gives the points of the Weibull, mean cumulative function and
 Duane plots; ``restarts`` measures detection and restart times of training jobs from their logs;
 ``badput`` adds up the job hours failures cost, per failure class. Callers use this package's names
 (``from pipeline import transform; transform.failure_rates``), not the modules.
@@ -22,6 +22,7 @@ from pipeline.transform.backtest import (
     rates_as_of,
 )
 from pipeline.transform.badput import BADPUT_SCHEMA, badput_by_class
+from pipeline.transform.curves import MAX_CURVE_POINTS, downsample
 from pipeline.transform.dispersion import (
     INTERVAL_METHODS,
     DispersionTest,
@@ -88,6 +89,7 @@ __all__ = [
     "GAP_TOLERANCE",
     "INTERRUPTION_WINDOW_MINUTES",
     "INTERVAL_METHODS",
+    "MAX_CURVE_POINTS",
     "BEFORE_WINDOW_REASON",
     "CHOSEN_REASONS",
     "Match",
@@ -102,6 +104,7 @@ __all__ = [
     "chained_starts",
     "count_dispersion",
     "dispersion_test",
+    "downsample",
     "MIN_HISTORY_FAILURES",
     "RATE_SOURCES",
     "SCORED",
