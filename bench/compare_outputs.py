@@ -85,7 +85,7 @@ skip = {"incidents", "options", "before_window"}
 # what the report, the metrics and a job's rate show of the repairs and the rates by instance type
 # (issue 27, h27c), from a tree of either shape: RepairAnalysis' aggregates and instance_type_rates,
 # or the outage, interruption and uptime rows they replaced
-skip |= {"interruptions", "rate_exposure", "instance_type_rates"}
+skip |= {"interruptions", "rate_exposure", "exposure", "instance_type_rates"}
 from pipeline.report import repairs as report_repairs
 repairs = result.repairs
 views = {"repair_total": repairs.total if hasattr(repairs, "total") else repairs.summary().row(0, named=True)}

@@ -280,7 +280,7 @@ def table(con, name: str) -> pl.DataFrame:
     """A whole warehouse table as a Polars frame (names are checked, never user text in SQL)."""
     if name not in TABLES:
         raise ValueError(f"unknown table {name!r}; known: {', '.join(TABLES)}")
-    return con.sql(f"SELECT * FROM {name}").pl()  # noqa: S608 - name is whitelisted
+    return frame(con.sql(f"SELECT * FROM {name}"))  # noqa: S608 - name is whitelisted
 
 
 TABLES = ("ingested_files", "events", "incidents", "inventory", "jobs", "rejects", "runs")

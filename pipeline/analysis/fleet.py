@@ -99,8 +99,7 @@ class FleetAnalysis:
     intervals, :func:`pipeline.transform.uptime_intervals`) when ``exposure_basis`` is "uptime",
     else by the calendar one. Gaps and trend tests run on the calendar intervals.
     The result holds aggregates, not rows as long as the history (issue 27): the interruptions,
-    the uptime pieces and the outages stay in :func:`analyze` (``exposure``, the calendar service
-    intervals, is left for the report's mean cumulative function);
+    the uptime pieces, the outages and the calendar service intervals stay in :func:`analyze`;
     ``instance_type_rates`` holds the rate tables of each instance type's nodes
     (:func:`pipeline.analysis.rates_by_instance_type`, what :func:`pipeline.analysis.size_rates`
     reads for a job on one type). What needs rows reads them again (:func:`service_window`,
@@ -111,7 +110,6 @@ class FleetAnalysis:
     """
 
     observed_until: datetime
-    exposure: pl.DataFrame
     incidents: pl.LazyFrame
     files: pl.DataFrame
     rejects: pl.DataFrame
@@ -360,7 +358,6 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
 
     return FleetAnalysis(
         observed_until=end,
-        exposure=exposure,
         incidents=incidents,
         files=warehouse.table(con, "ingested_files"),
         rejects=warehouse.table(con, "rejects"),
