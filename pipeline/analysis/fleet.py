@@ -40,8 +40,9 @@ from pipeline.analysis.options import DEFAULT_OPTIONS, AnalysisOptions, before_w
 from pipeline.analysis.repairs import RepairAnalysis, repair_analysis
 
 PROJECTED_SIZES = (256, 512, 2048, 16384)
-RATE_COLUMNS = ("cluster_id", "node_id", "timestamp_utc", "failure_class", "interrupting")
-"""The failures' columns the rate tables, shares, lemons and left-out counts read from the match."""
+RATE_COLUMNS = ("cluster_id", "node_id", "timestamp_utc", "category", "failure_class", "interrupting")
+"""The failures' columns the rate tables, shares, lemons, left-out counts and the counted failures'
+views (:func:`counted_failure_views`) read from the match."""
 GAP_COLUMNS = ("cluster_id", "node_id", "timestamp_utc", "interrupting")
 """The failures' columns the gaps and trend tests read from the match on calendar intervals."""
 RATE_TABLES = (
@@ -277,7 +278,6 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
     in_service = transform.in_service_rows(
         failures.select(RATE_COLUMNS), at_risk, matched, with_interval=True
     )
-    counted = failures.gather(matched["_n"])  # the failures the rates count, each once, in order
     del matched
     by_node, lemons, dispersion_check = node_evidence(
         failures, at_risk, lemon_fdr=options.lemon_fdr, in_service=in_service
@@ -297,8 +297,9 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
     # part of that outage, not a new failure), on the calendar clock
     operating_times = transform.failure_operating_times(failures, exposure, in_service=in_service)
     trends = trend_tests(operating_times, exposure)
-    shown = counted_failure_views(counted, exposure, operating_times, trends)
-    del counted, operating_times
+    # the failures the rates count, each once, in order: the match's rows, not a second copy
+    shown = counted_failure_views(in_service, exposure, operating_times, trends)
+    del operating_times
 
     # the same match on the calendar intervals, for gaps (failures keep coming on the calendar
     # clock while a node is in repair: the renewal process the fits estimate)
