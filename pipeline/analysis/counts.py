@@ -305,7 +305,7 @@ class FailureCounts:
         the piece's start and end), so every command divides by the same sums to the last bit
         (the lemon test turns a last-bit difference in a node's hours into 1e-7 in its p-values)."""
         if self._pieces is None:
-            self._pieces = transform.uptime_rows(self._exposure, self.con.sql(_PIECES).pl())
+            self._pieces = transform.uptime_rows(self._exposure, warehouse.frame(self.con.sql(_PIECES)))
         return transform.exposure_sums(self._pieces, keys, period=period)
 
     def left_out(self) -> pl.DataFrame:

@@ -203,9 +203,9 @@ class Match:
 
     def pieces(self) -> pl.DataFrame:
         """``_interval``, ``start_utc``, ``end_utc`` of every piece, in (interval, start) order."""
-        return self.con.sql(
-            "SELECT _interval, start_utc, end_utc FROM _fc_pieces ORDER BY _interval, start_utc"
-        ).pl()
+        return warehouse.frame(
+            self.con.sql("SELECT _interval, start_utc, end_utc FROM _fc_pieces ORDER BY _interval, start_utc")
+        )
 
     def pieces_are_intervals(self) -> bool:
         """True when every interval is its own one piece (:data:`PIECES_ARE_INTERVALS`)."""
@@ -215,7 +215,7 @@ class Match:
         """``_n`` (the failure's row), ``_interval`` (its interval's row) and ``period_at`` (the
         instant whose calendar period it counts in) of every failure that counts, in the failures'
         order."""
-        return self.con.sql("SELECT _n, _interval, period_at FROM _fc_matched ORDER BY _n").pl()
+        return warehouse.frame(self.con.sql("SELECT _n, _interval, period_at FROM _fc_matched ORDER BY _n"))
 
     def left_out(self, observed_until: datetime, observed_since: datetime | None = None) -> pl.DataFrame:
         """:func:`left_out_table` of the failures."""
