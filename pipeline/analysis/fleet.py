@@ -21,7 +21,7 @@ from pipeline.analysis.failures import (
     cluster_mtbf,
     left_out_warning,
     node_evidence,
-    rate_exposure,
+    outage_exposure,
     read_failures,
     sizes_that_failed,
     trend_tests,
@@ -104,7 +104,7 @@ class FleetAnalysis:
     ``instance_type_rates`` holds the rate tables of each instance type's nodes
     (:func:`pipeline.analysis.rates_by_instance_type`, what :func:`pipeline.analysis.size_rates`
     reads for a job on one type). What needs rows reads them again (:func:`service_window`,
-    :func:`read_failures`, :func:`rate_exposure`).
+    :func:`read_failures`, :func:`rate_exposure`; :func:`outage_exposure` keeps the outages in DuckDB).
     ``options`` are the :class:`AnalysisOptions` it ran with, ``until`` filled in;
     ``before_window`` counts what the window start left out besides failures
     (:func:`pipeline.analysis.options.before_window`).
@@ -262,13 +262,15 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
     end, since, first_gap = options.until, options.since, options.first_gap
     estimated = transform.exposure_estimated(inventory)
     failures = read_failures(con, window_minutes=options.interruption_window_minutes, detail=False)
-    # outages of every failure: one that began before the window can still hold a node down in it
-    at_risk, all_outages = rate_exposure(con, failures, inventory, exposure, end, options.exposure_basis)
-    outages = options.in_window(all_outages, "start_utc")
+    # outages of every failure (one that began before the window can still hold a node down in
+    # it), kept in DuckDB: the uptime pieces, the repair statistics' groups and the count before
+    # the window come back, not the outages' rows
+    at_risk, outage_groups, outages_before = outage_exposure(
+        failures, inventory, exposure, end, options.exposure_basis, since
+    )
     del inventory  # as many rows as the exposure: an availability trace has one per up-interval
-    repairs = repair_analysis(outages, exposure, at_risk, options.exposure_basis)  # aggregates only
-    del outages  # as many rows as the failures: of all outages, before_window counts the starts
-    all_outages = all_outages.select("start_utc")
+    repairs = repair_analysis(outage_groups, exposure, at_risk, options.exposure_basis)  # aggregates only
+    del outage_groups
     # Memory (bench/RESULTS.md, issue 27): every row frame below is as long as the failures or the
     # intervals, so each is built from the columns its statistics use, and dropped once they ran.
     # Which failures count, matched to their interval once for every rate:
@@ -404,5 +406,5 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
         late_records=record_checks.late_records(con),
         left_out_warning=left_out_warning(con, left_out, int(overall["failures"].sum())),
         options=options,
-        before_window=before_window(since, all_outages, read_jobs(con), all_recoveries),
+        before_window=before_window(since, outages_before, read_jobs(con), all_recoveries),
     )

@@ -108,15 +108,16 @@ def not_before(frame: pl.DataFrame, since: datetime | None, column: str = "times
 
 
 def before_window(
-    since: datetime | None, outages: pl.DataFrame, jobs: pl.DataFrame | None, recoveries: pl.DataFrame
+    since: datetime | None, outages: int, jobs: pl.DataFrame | None, recoveries: pl.DataFrame
 ) -> dict[str, int]:
-    """How many outages began, Slurm jobs started and training-job interruptions were detected
-    before ``since`` (the window leaves them out of repair times and job statistics), by kind;
-    empty without ``since``."""
+    """How many outages began (``outages``, counted where they are:
+    :func:`pipeline.analysis.downtime.repair_groups`), Slurm jobs started and training-job
+    interruptions were detected before ``since`` (the window leaves them out of repair times and
+    job statistics), by kind; empty without ``since``."""
     if since is None:
         return {}
     return {
-        "outages": int((outages["start_utc"] < since).sum()),
+        "outages": outages,
         "Slurm jobs": 0 if jobs is None else int((jobs["start_utc"] < since).sum()),
         "training-job interruptions": int((recoveries["detected_utc"] < since).sum()),
     }

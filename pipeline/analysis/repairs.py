@@ -5,7 +5,7 @@ metrics show, made once; issue 27). Measured recovery and hot spares:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import polars as pl
@@ -34,8 +34,9 @@ REPAIR_SCHEMA = {
 }
 
 
-MEASURES = ("interruptions", "repair_hours", "resolved", "downtime_hours")
-"""The outage columns a repair summary reads besides its keys."""
+_COUNT, _DOWNTIME_US = "_outages", "downtime_us"
+"""The columns of grouped outages (:func:`pipeline.analysis.downtime.repair_groups`): how many
+outages a row stands for, their downtime in whole microseconds."""
 NODE_PROPERTIES = ("instance_type",)
 """Outage keys taken from the node's service interval at the outage's start (are one hardware
 type's repairs slower?)."""
@@ -50,6 +51,8 @@ _NOT_KEYS = frozenset(  # outage columns that are measurements, not groups
         "repair_hours",
         "resolved",
         "downtime_hours",
+        _COUNT,
+        _DOWNTIME_US,
     }
 )
 
@@ -90,11 +93,30 @@ def repair_summary(
     return _summary_with_fits(outages, exposure, uptime, by)[0]
 
 
+def _as_groups(outages: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """The columns the statistics read, as rows that each stand for ``_outages`` outages: grouped
+    outages as they are; outage rows one each, their downtime in whole microseconds (what the
+    hours were computed from: ``round`` gives it back exactly below 47 years), so both sum it
+    exactly and in any order."""
+    columns = [*keys, "interruptions", "repair_hours", "resolved"]
+    if _COUNT in outages.columns:
+        return outages.select(*columns, _COUNT, _DOWNTIME_US)
+    microseconds = (pl.col("downtime_hours") * 3_600_000_000).round().cast(pl.Int64)
+    return outages.select(*columns, pl.lit(1, pl.Int64).alias(_COUNT), microseconds.alias(_DOWNTIME_US))
+
+
+def _hours(microseconds: pl.Expr) -> pl.Expr:
+    return microseconds.cast(pl.Float64) / 1_000_000 / 3600
+
+
 def _summary_with_fits(
     outages: pl.DataFrame, exposure: pl.DataFrame, uptime: pl.DataFrame, by: Sequence[str]
 ) -> tuple[pl.DataFrame, list[tuple[tuple, models.RepairTimes]]]:
     """:func:`repair_summary` and each group's repair-time fit (its key values, the fit) for the
-    groups with a completed repair: the fits the summary made, for the curves drawn of them."""
+    groups with a completed repair: the fits the summary made, for the curves drawn of them.
+    ``outages``: one row per outage, or grouped (:func:`pipeline.analysis.downtime.repair_groups`:
+    ``_outages`` outages a row, ``interruptions`` and ``downtime_us`` their sums), which gives the
+    same counts, sums and fits (the Kaplan–Meier fit weighs each repair time by its outages)."""
     outages = _with_node_properties(outages, exposure, by)
     unknown = [k for k in by if k not in outages.columns or k in _NOT_KEYS]
     if unknown:
@@ -103,29 +125,32 @@ def _summary_with_fits(
     keys = list(by)
     # the columns the statistics read: each group below is a copy of its rows (5 M outages at 10 M
     # availability rows)
-    outages = outages.select(*keys, *MEASURES)
+    outages = _as_groups(outages, keys)
     node_keys = all(k in ("cluster_id", "node_id", *NODE_PROPERTIES) for k in keys)
-    share = (
-        transform.availability(exposure, uptime, outages, keys).select(*keys, "availability")
-        if node_keys
-        else None
-    )
+    share = None
+    if node_keys:
+        down = outages.group_by(keys or [pl.lit(0).alias("_all")]).agg(
+            downtime_hours=_hours(pl.col(_DOWNTIME_US).sum())
+        )
+        share = transform.availability(exposure, uptime, down.drop("_all", strict=False), keys)
+        share = share.select(*keys, "availability")
     rows, fits = [], []
     groups = outages.group_by(keys, maintain_order=True) if keys else [((), outages)]
     for values, group in groups:
         row = dict(zip(keys, values, strict=True)) | dict.fromkeys(REPAIR_SCHEMA)
         known = group.filter(pl.col("repair_hours").is_not_null())
+        count, interruptions = int(group[_COUNT].sum()), int(group["interruptions"].sum())
         row |= {
-            "interruptions": int(group["interruptions"].sum()),
-            "outages": group.height,
-            "interruptions_while_down": int(group["interruptions"].sum()) - group.height,
-            "zero_length_repairs": int((known["repair_hours"] == 0).sum()),
-            "unresolved": int((~known["resolved"]).sum()),
-            "unknown_end": group.height - known.height,
-            "downtime_hours": float(group["downtime_hours"].sum()),
+            "interruptions": interruptions,
+            "outages": count,
+            "interruptions_while_down": interruptions - count,
+            "zero_length_repairs": int(known.filter(pl.col("repair_hours") == 0)[_COUNT].sum()),
+            "unresolved": int(known.filter(~pl.col("resolved"))[_COUNT].sum()),
+            "unknown_end": count - int(known[_COUNT].sum()),
+            "downtime_hours": group.select(_hours(pl.col(_DOWNTIME_US).sum())).item(),
         }
         if known["resolved"].any():
-            fit = models.RepairTimes().fit(known["repair_hours"], known["resolved"])
+            fit = models.RepairTimes().fit(known["repair_hours"], known["resolved"], known[_COUNT])
             fits.append((tuple(values), fit))
             (p50, p50_low, p50_high), (p90, p90_low, p90_high) = fit.quantiles_[0.5], fit.quantiles_[0.9]
             row |= {
@@ -214,13 +239,23 @@ class RepairAnalysis:
 
 
 def repair_analysis(
-    outages: pl.DataFrame, exposure: pl.DataFrame, uptime: pl.DataFrame, exposure_basis: str
+    outages: pl.DataFrame | Mapping[tuple[str, ...], pl.DataFrame],
+    exposure: pl.DataFrame,
+    uptime: pl.DataFrame,
+    exposure_basis: str,
 ) -> RepairAnalysis:
-    """The :class:`RepairAnalysis` of ``outages``: each summary once (the report and the metrics
-    share them), its fits reused for the curves and ``times``."""
-    total, fleet_fit = _summary_with_fits(outages, exposure, uptime, ())
-    by_category, category_fits = _summary_with_fits(outages, exposure, uptime, ["category"])
-    by_cluster, _ = _summary_with_fits(outages, exposure, uptime, ["cluster_id"])
+    """The :class:`RepairAnalysis` of ``outages``: their rows, or grouped for each summary as
+    ``analyze`` reads them (:func:`pipeline.analysis.downtime.repair_groups`, by the summary's
+    keys). Each summary once (the report and the metrics share them), its fits reused for the
+    curves and ``times``."""
+
+    def summary(by: tuple[str, ...]):
+        rows = outages if isinstance(outages, pl.DataFrame) else outages[by]
+        return _summary_with_fits(rows, exposure, uptime, list(by))
+
+    total, fleet_fit = summary(())
+    by_category, category_fits = summary(("category",))
+    by_cluster, _ = summary(("cluster_id",))
     # categories in name order (a null one first, as the table sorts): the page's data does not
     # change from run to run with Polars' hashing
     categories = sorted(category_fits, key=lambda item: (item[0][0] is not None, item[0][0] or ""))

@@ -165,41 +165,58 @@ SELECT n._node, t.* EXCLUDE (cluster_id, node_id)
 FROM _m{name} t LEFT JOIN _fc_nodes n USING (cluster_id, node_id)
 """
 _KEYS_OF = "SELECT cluster_id, node_id FROM _m{name}"
+_TABLES = ("_fc_nodes", "_fc_intervals", "_fc_interruptions", "_fc_downtime", "_fc_pieces", "_fc_matched")
 
 
 class Match:
     """The rules of the module docstring run on Polars frames, in an in-memory DuckDB (the frames
     are scanned where they are): ``intervals`` (``cluster_id``, ``node_id``, ``start_utc``,
     ``end_utc``; row i is interval i) and, for :meth:`pieces`, the ``downtime`` windows
-    (``cluster_id``, ``node_id``, ``out_from``, ``out_to``); for :meth:`matched` and
-    :meth:`left_out`, the ``failures`` (``cluster_id``, ``node_id``, ``timestamp_utc``; row i is
-    failure i) are matched to the pieces (the intervals themselves without ``downtime``). A
-    context manager: the connection closes at its end."""
+    (``cluster_id``, ``node_id``, ``out_from``, ``out_to``: a frame, or literal SQL of a relation on
+    ``con``); for :meth:`matched` and :meth:`left_out`, the ``failures`` (``cluster_id``,
+    ``node_id``, ``timestamp_utc``; row i is failure i) are matched to the pieces (the intervals
+    themselves without ``downtime``). A context manager: the connection closes at its end, or,
+    when given as ``con`` (the caller's, e.g. where the outages are), its tables are dropped."""
 
     def __init__(
         self,
         intervals: pl.DataFrame,
         *,
         failures: pl.DataFrame | None = None,
-        downtime: pl.DataFrame | None = None,
+        downtime: pl.DataFrame | str | None = None,
+        con=None,
     ) -> None:
-        self._space = ExitStack()  # the warehouse's cap, spilling past it; no progress bar
-        self.con = con = self._space.enter_context(warehouse.computing())
+        self._space = ExitStack()
+        if con is None:  # the warehouse's cap, spilling past it; no progress bar
+            con = self._space.enter_context(warehouse.computing())
+        else:
+            self._space.callback(self._drop)
+        self.con = con
         frames = {"_fc_intervals": intervals.select(*NODE, "start_utc", "end_utc")}
         frames["_fc_intervals"] = frames["_fc_intervals"].with_row_index("_interval")
         if failures is not None:
             frames["_fc_interruptions"] = failures.select(*NODE, "timestamp_utc").with_row_index("_n")
-        if downtime is not None:
+        if isinstance(downtime, pl.DataFrame):
             frames["_fc_downtime"] = downtime.select(*NODE, "out_from", "out_to")
+        names = [*frames, *(["_fc_downtime"] if isinstance(downtime, str) else [])]
         for name, frame in frames.items():
             con.register(f"_m{name}", frame)
-        con.execute(_NODES.format(keys=" UNION ".join(_KEYS_OF.format(name=name) for name in frames)))
-        for name in frames:
+        if isinstance(downtime, str):
+            con.execute(f"CREATE TEMP VIEW _m_fc_downtime AS {downtime}")
+        con.execute(_NODES.format(keys=" UNION ".join(_KEYS_OF.format(name=name) for name in names)))
+        for name in names:
             con.execute(_TABLE.format(name=name))
-            con.unregister(f"_m{name}")
+            if name in frames:
+                con.unregister(f"_m{name}")
+            else:
+                con.execute(f"DROP VIEW _m{name}")
         con.execute(CALENDAR_PIECES if downtime is None else UPTIME_PIECES)
         if failures is not None:
             con.execute(MATCHED)
+
+    def _drop(self) -> None:
+        for name in _TABLES:
+            self.con.execute(f"DROP TABLE IF EXISTS {name}")
 
     def pieces(self) -> pl.DataFrame:
         """``_interval``, ``start_utc``, ``end_utc`` of every piece, in (interval, start) order."""

@@ -29,22 +29,28 @@ def _hours(end: pl.Expr, start: pl.Expr) -> pl.Expr:
     return (end - start).dt.total_seconds(fractional=True) / 3600
 
 
-def uptime_intervals(exposure: pl.DataFrame, outages: pl.DataFrame) -> pl.DataFrame:
+def uptime_intervals(exposure: pl.DataFrame, outages: pl.DataFrame | str, con=None) -> pl.DataFrame:
     """``exposure`` (:func:`pipeline.transform.exposure_intervals`) with the outage windows of
-        recorded ends removed: an interval that holds a window [start, min(end, interval end)) is split
-        around it, ``node_hours`` and ``gpu_hours`` recomputed per piece. ``instances`` and
-        ``size_bucket`` stay the calendar ones (a cluster's size does not shrink while a node is being
-        repaired). Intervals, never hourly rows; with no recorded ends the result equals ``exposure``.
-        Windows that overlap (not from :func:`pipeline.analysis.downtime.outages`, whose outages of a
-        node never do) are removed as their union. An interval that starts as an outage starts (or
-        ends as one ends) keeps that instant as a piece of 0 h: a failure then was in service. When no
+    recorded ends removed: an interval that holds a window [start, min(end, interval end)) is split
+    around it, ``node_hours`` and ``gpu_hours`` recomputed per piece. ``instances`` and
+    ``size_bucket`` stay the calendar ones (a cluster's size does not shrink while a node is being
+    repaired). Intervals, never hourly rows; with no recorded ends the result equals ``exposure``.
+    Windows that overlap (not from :func:`pipeline.analysis.downtime.outages`, whose outages of a
+    node never do) are removed as their union. An interval that starts as an outage starts (or
+    ends as one ends) keeps that instant as a piece of 0 h: a failure then was in service. When no
     window falls inside an interval, the result *is* ``exposure`` (the same frame, not a copy: callers
     test ``is`` and match failures once).
 
-        The rule is :data:`pipeline.transform.matching.UPTIME_PIECES` (one implementation, in DuckDB,
-        time linear in the output)."""
-    windows = outages.select(*NODE, out_from="start_utc", out_to="end_utc")
-    with Match(exposure, downtime=windows) as match:
+    The rule is :data:`pipeline.transform.matching.UPTIME_PIECES` (one implementation, in DuckDB,
+    time linear in the output). ``outages`` is a frame, or, with ``con``, literal SQL of a relation
+    on that DuckDB connection with the same columns (where the outages were found:
+    :func:`pipeline.analysis.downtime.outage_table`; their windows are then never read into Polars)."""
+    if isinstance(outages, str):
+        # outages is literal SQL of the caller's (never user text)
+        windows = f"SELECT {', '.join(NODE)}, start_utc AS out_from, end_utc AS out_to FROM {outages}"  # noqa: S608
+    else:
+        windows = outages.select(*NODE, out_from="start_utc", out_to="end_utc")
+    with Match(exposure, downtime=windows, con=con) as match:
         return exposure if match.pieces_are_intervals() else uptime_rows(exposure, match.pieces())
 
 
