@@ -197,8 +197,8 @@ def outage_table(
     service = inventory.select(
         *keys, pl.col("in_service_from_utc", "in_service_to_utc").dt.cast_time_unit("us")
     )
-    con.register("_fo_interruptions", frame)
-    con.register("_fo_service", service)
+    warehouse.register(con, "_fo_interruptions", frame)
+    warehouse.register(con, "_fo_service", service)
     try:
         # nodes numbered in (cluster, node) order, so the query sorts and as-of joins on one
         # integer, not two strings, and returns the outages in the same order

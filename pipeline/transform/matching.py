@@ -200,7 +200,7 @@ class Match:
             frames["_fc_downtime"] = downtime.select(*NODE, "out_from", "out_to")
         names = [*frames, *(["_fc_downtime"] if isinstance(downtime, str) else [])]
         for name, frame in frames.items():
-            con.register(f"_m{name}", frame)
+            warehouse.register(con, f"_m{name}", frame)
         if isinstance(downtime, str):
             con.execute(f"CREATE TEMP VIEW _m_fc_downtime AS {downtime}")
         con.execute(_NODES.format(keys=" UNION ".join(_KEYS_OF.format(name=name) for name in names)))
