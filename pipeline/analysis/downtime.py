@@ -156,9 +156,9 @@ FROM _fo_outages o JOIN _fo_nodes n USING (_node)
 WHERE {in_window}
 GROUP BY ALL ORDER BY ALL
 """
-REPAIR_KEYS = {(): "", ("category",): "o.category, ", ("cluster_id",): "n.cluster_id, "}
-"""The groupings of :func:`repair_groups`: the fleet's, by category, by cluster (what
-:func:`pipeline.analysis.repair_analysis` summarises)."""
+REPAIR_KEYS = {(): "", ("category",): "o._category, ", ("cluster_id",): "n.cluster_id, "}
+"""The groupings of :func:`repair_groups`: the fleet's, by category (``_category``: a number per
+category, the caller's), by cluster (what :func:`pipeline.analysis.repair_analysis` summarises)."""
 _BEFORE_WINDOW = "SELECT count(*) FROM _fo_outages WHERE start_utc < $since"
 DOWNTIME_WINDOWS = """(
     SELECT n.cluster_id, n.node_id, o.start_utc, o.end_utc FROM _fo_outages o JOIN _fo_nodes n USING (_node)
@@ -258,7 +258,8 @@ def repair_groups(
     con, observed_since: datetime | None = None
 ) -> tuple[dict[tuple[str, ...], pl.DataFrame], int]:
     """What the repair statistics of an analysis read of the outages of :func:`outage_table` (kept
-    column ``category``), and how many began before ``observed_since`` (0 without one).
+    column ``_category``: a number per category, decoded by the caller), and how many began
+    before ``observed_since`` (0 without one).
 
     The groups, for each key tuple of :data:`REPAIR_KEYS`: the outages that began in the window
     (not before ``observed_since``), one row per key value, ``repair_hours`` and ``resolved``, with

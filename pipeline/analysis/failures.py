@@ -138,11 +138,15 @@ def outage_exposure(
     columns and copied into a second DuckDB for the pieces they took +2.1 GB (issue 27). Only the
     pieces (when they differ from the intervals) and the groups come back now."""
     _check_basis(basis)
-    columns = failures.select("cluster_id", "node_id", "timestamp_utc", "resolved_at_utc", "category")
+    # the categories travel through the outages' sorts as numbers (a byte each, not a string),
+    # named again in the groups
+    categories = failures["category"].unique().drop_nulls().sort()
+    code = pl.col("category").cast(pl.Enum(categories)).to_physical().alias("_category")
+    columns = failures.select("cluster_id", "node_id", "timestamp_utc", "resolved_at_utc", code)
     with (
         warehouse.computing() as con,
         warehouse.reading(con),
-        downtime.outage_table(con, columns, inventory, observed_until, columns=["category"]),
+        downtime.outage_table(con, columns, inventory, observed_until, columns=["_category"]),
     ):
         at_risk = (
             exposure
@@ -150,6 +154,10 @@ def outage_exposure(
             else transform.uptime_intervals(exposure, downtime.DOWNTIME_WINDOWS, con)
         )
         groups, before = downtime.repair_groups(con, observed_since)
+    by_category = groups[("category",)]
+    groups[("category",)] = by_category.select(
+        categories.gather(by_category["_category"]).alias("category"), pl.exclude("_category")
+    )
     return OutageExposure(at_risk, groups, before)
 
 
