@@ -160,11 +160,9 @@ REPAIR_KEYS = {(): "", ("category",): "o._category, ", ("cluster_id",): "n.clust
 """The groupings of :func:`repair_groups`: the fleet's, by category (``_category``: a number per
 category, the caller's), by cluster (what :func:`pipeline.analysis.repair_analysis` summarises)."""
 _BEFORE_WINDOW = "SELECT count(*) FROM _fo_outages WHERE start_utc < $since"
-DOWNTIME_WINDOWS = """(
-    SELECT n.cluster_id, n.node_id, o.start_utc, o.end_utc FROM _fo_outages o JOIN _fo_nodes n USING (_node)
-)"""
-"""The outages' windows as a relation on the connection of :func:`outage_table` (literal SQL):
-what :func:`pipeline.transform.uptime_intervals` removes from the service intervals there."""
+OUTAGE_TABLE, OUTAGE_NODES = "_fo_outages", "_fo_nodes"
+"""The tables of :func:`outage_table`: what :func:`pipeline.transform.uptime_intervals` removes
+from the service intervals on that connection (its nodes numbered by the second)."""
 
 
 @contextmanager

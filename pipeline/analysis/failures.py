@@ -151,7 +151,7 @@ def outage_exposure(
         at_risk = (
             exposure
             if basis == "calendar"
-            else transform.uptime_intervals(exposure, downtime.DOWNTIME_WINDOWS, con)
+            else transform.uptime_intervals(exposure, downtime.OUTAGE_TABLE, con, downtime.OUTAGE_NODES)
         )
         groups, before = downtime.repair_groups(con, observed_since)
     by_category = groups[("category",)]

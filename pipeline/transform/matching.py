@@ -172,11 +172,16 @@ class Match:
     """The rules of the module docstring run on Polars frames, in an in-memory DuckDB (the frames
     are scanned where they are): ``intervals`` (``cluster_id``, ``node_id``, ``start_utc``,
     ``end_utc``; row i is interval i) and, for :meth:`pieces`, the ``downtime`` windows
-    (``cluster_id``, ``node_id``, ``out_from``, ``out_to``: a frame, or literal SQL of a relation on
-    ``con``); for :meth:`matched` and :meth:`left_out`, the ``failures`` (``cluster_id``,
-    ``node_id``, ``timestamp_utc``; row i is failure i) are matched to the pieces (the intervals
-    themselves without ``downtime``). A context manager: the connection closes at its end, or,
-    when given as ``con`` (the caller's, e.g. where the outages are), its tables are dropped."""
+    (``cluster_id``, ``node_id``, ``out_from``, ``out_to``); for :meth:`matched` and
+    :meth:`left_out`, the ``failures`` (``cluster_id``, ``node_id``, ``timestamp_utc``; row i is
+    failure i) are matched to the pieces (the intervals themselves without ``downtime``). A
+    context manager: the connection closes at its end.
+
+    On the caller's connection ``con`` (its tables are dropped at the end), ``nodes`` may name a
+    table there that numbers every node of ``intervals`` (``cluster_id``, ``node_id``, ``_node``),
+    and ``downtime`` be literal SQL of a relation there with ``_node``, ``out_from``, ``out_to``:
+    windows already in DuckDB (the outages of :func:`pipeline.analysis.downtime.outage_table`) are
+    then neither read into Polars nor joined on the node's names again."""
 
     def __init__(
         self,
@@ -185,7 +190,10 @@ class Match:
         failures: pl.DataFrame | None = None,
         downtime: pl.DataFrame | str | None = None,
         con=None,
+        nodes: str | None = None,
     ) -> None:
+        if (con is None or nodes is None) and isinstance(downtime, str):
+            raise ValueError("downtime as SQL needs the connection it is on and its nodes' numbers")
         self._space = ExitStack()
         if con is None:  # the warehouse's cap, spilling past it; no progress bar
             con = self._space.enter_context(warehouse.computing())
@@ -198,18 +206,17 @@ class Match:
             frames["_fc_interruptions"] = failures.select(*NODE, "timestamp_utc").with_row_index("_n")
         if isinstance(downtime, pl.DataFrame):
             frames["_fc_downtime"] = downtime.select(*NODE, "out_from", "out_to")
-        names = [*frames, *(["_fc_downtime"] if isinstance(downtime, str) else [])]
         for name, frame in frames.items():
             warehouse.register(con, f"_m{name}", frame)
-        if isinstance(downtime, str):
-            con.execute(f"CREATE TEMP VIEW _m_fc_downtime AS {downtime}")
-        con.execute(_NODES.format(keys=" UNION ".join(_KEYS_OF.format(name=name) for name in names)))
-        for name in names:
+        if nodes is None:
+            con.execute(_NODES.format(keys=" UNION ".join(_KEYS_OF.format(name=name) for name in frames)))
+        else:
+            con.execute(f"CREATE TEMP TABLE _fc_nodes AS SELECT cluster_id, node_id, _node FROM {nodes}")  # noqa: S608 - the caller's literal SQL
+        for name in frames:
             con.execute(_TABLE.format(name=name))
-            if name in frames:
-                con.unregister(f"_m{name}")
-            else:
-                con.execute(f"DROP VIEW _m{name}")
+            con.unregister(f"_m{name}")
+        if isinstance(downtime, str):
+            con.execute(f"CREATE TEMP TABLE _fc_downtime AS SELECT _node, out_from, out_to FROM {downtime}")  # noqa: S608
         con.execute(CALENDAR_PIECES if downtime is None else UPTIME_PIECES)
         if failures is not None:
             con.execute(MATCHED)

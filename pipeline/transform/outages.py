@@ -29,7 +29,9 @@ def _hours(end: pl.Expr, start: pl.Expr) -> pl.Expr:
     return (end - start).dt.total_seconds(fractional=True) / 3600
 
 
-def uptime_intervals(exposure: pl.DataFrame, outages: pl.DataFrame | str, con=None) -> pl.DataFrame:
+def uptime_intervals(
+    exposure: pl.DataFrame, outages: pl.DataFrame | str, con=None, nodes: str | None = None
+) -> pl.DataFrame:
     """``exposure`` (:func:`pipeline.transform.exposure_intervals`) with the outage windows of
     recorded ends removed: an interval that holds a window [start, min(end, interval end)) is split
     around it, ``node_hours`` and ``gpu_hours`` recomputed per piece. ``instances`` and
@@ -42,15 +44,16 @@ def uptime_intervals(exposure: pl.DataFrame, outages: pl.DataFrame | str, con=No
     test ``is`` and match failures once).
 
     The rule is :data:`pipeline.transform.matching.UPTIME_PIECES` (one implementation, in DuckDB,
-    time linear in the output). ``outages`` is a frame, or, with ``con``, literal SQL of a relation
-    on that DuckDB connection with the same columns (where the outages were found:
+    time linear in the output). ``outages`` is a frame, or literal SQL of a relation on the DuckDB
+    connection ``con`` with ``_node``, ``start_utc`` and ``end_utc``, its nodes numbered by the
+    table ``nodes`` there (where the outages were found:
     :func:`pipeline.analysis.downtime.outage_table`; their windows are then never read into Polars)."""
     if isinstance(outages, str):
         # outages is literal SQL of the caller's (never user text)
-        windows = f"SELECT {', '.join(NODE)}, start_utc AS out_from, end_utc AS out_to FROM {outages}"  # noqa: S608
+        windows = f"(SELECT _node, start_utc AS out_from, end_utc AS out_to FROM {outages})"  # noqa: S608
     else:
         windows = outages.select(*NODE, out_from="start_utc", out_to="end_utc")
-    with Match(exposure, downtime=windows, con=con) as match:
+    with Match(exposure, downtime=windows, con=con, nodes=nodes) as match:
         return exposure if match.pieces_are_intervals() else uptime_rows(exposure, match.pieces())
 
 
