@@ -141,6 +141,7 @@ def query_parameters(observed_until: datetime, gap_tolerance: timedelta = GAP_TO
 
 
 # the rows outages() returns, in the query's (node, start) order; downtime_us stays in DuckDB
+_CREATE_OUTAGES = "CREATE OR REPLACE TEMP TABLE _fo_outages AS {query}"
 _OUTAGE_ROWS = """
 SELECT _order, start_utc, end_utc, end_source, interruptions, repair_hours, resolved, downtime_hours
 FROM _fo_outages ORDER BY _row
@@ -207,10 +208,7 @@ def outage_table(
             ["_node"],
             ["_node", "_row", "_order", *columns],
         )
-        con.execute(
-            f"CREATE OR REPLACE TEMP TABLE _fo_outages AS {query}",
-            query_parameters(observed_until, gap_tolerance),
-        )
+        con.execute(_CREATE_OUTAGES.format(query=query), query_parameters(observed_until, gap_tolerance))
     finally:
         con.unregister("_fo_interruptions")
         con.unregister("_fo_service")

