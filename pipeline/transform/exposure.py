@@ -53,9 +53,16 @@ def hours_sql(micros: str) -> str:
     return f"((({micros}) // {US_PER_HOUR})::DOUBLE + (({micros}) % {US_PER_HOUR})::DOUBLE / {US_PER_HOUR})"
 
 
-def hours(micros: pl.Expr) -> pl.Expr:
-    """Polars: :func:`hours_sql`, the same operations, so the same bits."""
-    return (micros // US_PER_HOUR).cast(pl.Float64) + (micros % US_PER_HOUR).cast(pl.Float64) / US_PER_HOUR
+def hours(frame: pl.DataFrame, micros: str) -> pl.Series:
+    """Polars: :func:`hours_sql` of ``frame``'s integer column ``micros``, the same operations, so
+    the same bits. The division runs in NumPy, IEEE's correctly rounded one as in DuckDB: Polars
+    multiplies by the reciprocal of a scalar divisor, a last bit off (5 us: 0x1.7dc65dee09bce-30
+    h against 0x1.7dc65dee09bcf-30)."""
+    parts = frame.select(
+        whole=(pl.col(micros) // US_PER_HOUR).cast(pl.Float64),
+        rest=(pl.col(micros) % US_PER_HOUR).cast(pl.Float64),
+    )
+    return pl.Series(parts["whole"].to_numpy() + parts["rest"].to_numpy() / US_PER_HOUR, dtype=pl.Float64)
 
 
 def micros(end: pl.Expr, start: pl.Expr) -> pl.Expr:
@@ -138,7 +145,7 @@ def frame_intervals(
 # keys and the period's unit are literal SQL chosen by the caller (never user text). Without keys,
 # one row (0 h without pieces), as Polars' group-by of a literal gives
 _SUMS = """
-SELECT {keys}coalesce(sum(_us), 0) AS _node_us, coalesce(sum(_us * gpus_per_node), 0) AS _gpu_us
+SELECT {keys}coalesce(sum(_us), 0) AS _node_us, coalesce(sum(_us::HUGEINT * gpus_per_node), 0) AS _gpu_us
 FROM (SELECT *, epoch_us(end_utc) - epoch_us(start_utc) AS _us FROM ({pieces})){group}
 """
 _PERIOD_PIECES = """

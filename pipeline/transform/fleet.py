@@ -298,11 +298,10 @@ def exposure_sums(exposure: pl.DataFrame, keys: Sequence[str], *, period: str | 
     sums = exposure.group_by(keys or pl.lit(0).alias("_all")).agg(
         _node_us=duration.sum(), _gpu_us=(duration * pl.col("gpus_per_node")).sum()
     )
-    return sums.select(
-        *keys,
-        exposure_node_hours=exposure_rules.hours(pl.col("_node_us")),
-        exposure_gpu_hours=exposure_rules.hours(pl.col("_gpu_us")),
-    )
+    return sums.with_columns(
+        exposure_node_hours=exposure_rules.hours(sums, "_node_us"),
+        exposure_gpu_hours=exposure_rules.hours(sums, "_gpu_us"),
+    ).select(*keys, "exposure_node_hours", "exposure_gpu_hours")
 
 
 def rates_from_counts(
