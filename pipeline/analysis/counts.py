@@ -28,10 +28,13 @@ tests/transform/test_interval_joins.py hold them to references on fleets with ev
 5. counts by group, node-hours by group (split at calendar periods for ``--period``) and the
    left-out counts by reason (:data:`pipeline.transform.matching.LEFT_OUT`).
 
-Node-hours are summed by the transforms' own :func:`pipeline.transform.exposure_sums` on the
-pieces (read from DuckDB for uptime: three columns a piece), so ``rates``, ``lemons`` and
-``analyze`` divide by the same sums to the last bit (DuckDB's sums, added in another order, moved
-the sample's lemon p-values by 2e-7). ``failcast lemons`` counts its node rates here too.
+The service intervals are built here too, from the warehouse's inventory, by the rule of
+:func:`pipeline.transform.exposure_intervals` (:func:`pipeline.transform.exposure.intervals_query`,
+one SQL text), and node-hours are summed here by its twin of
+:func:`pipeline.transform.exposure_sums` (:func:`pipeline.transform.exposure.sums_query`): exact
+sums of whole microseconds, so ``rates``, ``lemons`` and ``analyze`` divide by the same hours to
+the last bit in any row order (float sums, added in another order, moved the sample's lemon
+p-values by 2e-7). No row of the inventory, the intervals or the failures reaches Python.
 
 Every match of an interruption or an outage to an interval is an as-of join by node (or one
 ``unnest`` per interval of the periods or up segments it meets), whose size is the output; a join

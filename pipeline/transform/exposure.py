@@ -70,9 +70,10 @@ def micros(end: pl.Expr, start: pl.Expr) -> pl.Expr:
     return (end - start).dt.total_microseconds().cast(pl.Int128)
 
 
-# rule 1 on a relation with the INTERVAL_COLUMNS and _row (its order); $until, $since (NULL: none)
+# rule 1 on a relation with _row (its order), cluster_id, gpus_per_node, in_service_from_utc,
+# in_service_to_utc and any other columns, passed through; $until, $since (NULL: none)
 _CLIPPED = """
-SELECT _row, cluster_id, node_id, instance_type, gpus_per_node,
+SELECT * EXCLUDE (in_service_from_utc, in_service_to_utc),
     CASE WHEN $since IS NULL OR in_service_from_utc >= $since THEN in_service_from_utc
          ELSE $since END AS start_utc,
     CASE WHEN in_service_to_utc IS NULL OR in_service_to_utc > $until THEN $until
@@ -88,21 +89,26 @@ WITH kept AS (
     SELECT cluster_id, {hours_sql("sum(_us)")} / {hours_sql(_SPAN_US)} AS instances
     FROM kept GROUP BY cluster_id
 )
-SELECT k._row, k.cluster_id, k.node_id, k.instance_type, k.gpus_per_node, k.start_utc, k.end_utc,
-    {hours_sql("k._us")} AS node_hours, node_hours * k.gpus_per_node AS gpu_hours, c.instances,
-    CAST(2 ** round(log2(greatest(c.instances, 1))) AS BIGINT) AS size_bucket
+SELECT k.* EXCLUDE (_us), {hours_sql("k._us")} AS node_hours, node_hours * k.gpus_per_node AS gpu_hours,
+    c.instances, CAST(2 ** round(log2(greatest(c.instances, 1))) AS BIGINT) AS size_bucket
 FROM kept k JOIN clusters c USING (cluster_id)
-ORDER BY k._row
 """  # noqa: S608 - literal SQL only
 _SERVICE = "SELECT count(*) > 0 FROM ({clipped}) WHERE end_utc > start_utc"
-_WAREHOUSE_INVENTORY = "(SELECT rowid AS _row, * FROM inventory)"
+_WAREHOUSE_INVENTORY = f"(SELECT rowid AS _row, {', '.join(INTERVAL_COLUMNS)} FROM inventory)"  # noqa: S608
 _FRAME_INVENTORY = "_fc_inventory"
+# what the frame's rows get from DuckDB: the numbers, in the inventory's order (the names stay in
+# Polars, gathered by _row: no string crosses into DuckDB and back)
+_FRAME_INTERVALS = """
+SELECT _row, start_utc, end_utc, node_hours, gpu_hours, instances, size_bucket
+FROM ({intervals}) ORDER BY _row
+"""
 
 
 def intervals_query(inventory: str = _WAREHOUSE_INVENTORY) -> str:
     """Rule 1 as SQL on ``inventory`` (a literal relation: the warehouse's table by default),
-    parameters ``until`` and ``since`` (:func:`window_parameters`), in the inventory's order
-    (``_row``: the interval's inventory row, its rowid in the warehouse)."""
+    parameters ``until`` and ``since`` (:func:`window_parameters`): the interval's columns,
+    ``start_utc``, ``end_utc``, ``node_hours``, ``gpu_hours``, ``instances``, ``size_bucket`` and
+    ``_row``, the interval's inventory row (its rowid in the warehouse), in no order."""
     return _INTERVALS.format(inventory=inventory)
 
 
@@ -122,23 +128,21 @@ def frame_intervals(
     inventory: pl.DataFrame, observed_until: datetime, observed_since: datetime | None = None
 ) -> pl.DataFrame:
     """Rule 1 on a Polars frame (the columns :data:`INTERVAL_COLUMNS`), run in an in-memory DuckDB
-    (:func:`pipeline.warehouse.computing`); the times keep the frame's types."""
-    rows = inventory.select(INTERVAL_COLUMNS).with_row_index("_row")
+    (:func:`pipeline.warehouse.computing`) on the cluster, GPUs and times only; the names are the
+    frame's own rows, gathered; the times keep the frame's types."""
+    rows = inventory.select("cluster_id", "gpus_per_node", *INTERVAL_COLUMNS[4:]).with_row_index("_row")
     with warehouse.computing() as con:
         con.register(_FRAME_INVENTORY, rows)
         parameters = window_parameters(observed_until, observed_since)
-        relation = con.sql(intervals_query(_FRAME_INVENTORY), params=parameters)
-        intervals = warehouse.frame(relation).drop("_row")
-    return intervals.cast(
-        {
-            "cluster_id": pl.String,
-            "node_id": pl.String,
-            "instance_type": pl.String,
-            "gpus_per_node": inventory.schema["gpus_per_node"],
-            "start_utc": inventory.schema["in_service_from_utc"],
-            "end_utc": inventory.schema["in_service_from_utc"],
-        }
-    )
+        query = _FRAME_INTERVALS.format(intervals=intervals_query(_FRAME_INVENTORY))
+        found = warehouse.frame(con.sql(query, params=parameters))
+    del rows
+    names = inventory.select(INTERVAL_COLUMNS[:4])
+    if found.height < inventory.height:
+        names = names.gather(found["_row"])
+    time = inventory.schema["in_service_from_utc"]
+    numbers = found.drop("_row").cast({"start_utc": time, "end_utc": time})
+    return pl.concat([names, numbers], how="horizontal")
 
 
 # rule 2 on a relation of pieces with start_utc, end_utc, gpus_per_node and the group keys; the
