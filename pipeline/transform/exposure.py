@@ -17,8 +17,9 @@ Rules:
    periods).
 
 **Exact sums.** A duration is a whole number of microseconds; durations are summed as integers
-(DuckDB ``sum(BIGINT)`` is a HUGEINT, Polars sums Int128: no overflow before 10^25 node-years) and
-turned into hours once per group by :data:`HOURS_SQL` / :func:`hours`, the same IEEE operations in
+(DuckDB ``sum(BIGINT)`` is a HUGEINT, Polars sums Int128: no overflow short of 5e24 node-years;
+Int64 would overflow past 292,000 node-years, or 36,500 of 8-GPU nodes in GPU-hours) and
+turned into hours once per group by :func:`hours_sql` / :func:`hours`, the same IEEE operations in
 both engines: whole hours plus the remainder's fraction,
 ``(us // 3600e6)::DOUBLE + (us % 3600e6)::DOUBLE / 3600e6``, each step exact or correctly
 rounded. So a sum does not depend on the order of its rows (float sums did: Polars' threaded
