@@ -30,6 +30,8 @@ import numpy as np
 import polars as pl
 from scipy.stats import norm
 
+from pipeline.transform.keys import key_codes
+
 MAX_POINTS = 300
 
 
@@ -81,24 +83,30 @@ def mean_cumulative_function(
     (it would be dropped, or count with no node at risk); one outside its own node's service while
     others serve is the caller's to rule out."""
     schema = {k: pl.Float64 for k in ("age_hours", "mcf", "ci_low", "ci_high", "nodes_at_risk")}
-    keys = ["cluster_id", "node_id"]
-    # one row per node (its number: ``unit``); spans and failures carry only the unit and hours
-    first = (
-        exposure.group_by(keys, maintain_order=True)
-        .agg(first=pl.col("start_utc").min())
-        .with_row_index("unit")
+    # nodes numbered as they first appear in the exposure (``unit``), rows found by that number,
+    # not joined on the names: spans and failures carry only the unit and hours (issue 27)
+    units, count, (failure_unit,) = key_codes(exposure, ("cluster_id", "node_id"), in_service)
+    starts = exposure["start_utc"]
+    first = np.full(count, np.iinfo(np.int64).max)
+    np.minimum.at(first, units, starts.to_physical().to_numpy())
+    first = pl.Series(first).cast(starts.dtype)  # each node's first service start
+    spans = _merged_spans(
+        pl.DataFrame(
+            {
+                "unit": units,
+                "a": _hours(starts, first.gather(units)),
+                "b": _hours(exposure["end_utc"], first.gather(units)),
+            }
+        )
     )
-    hours = lambda c: (pl.col(c) - pl.col("first")).dt.total_seconds(fractional=True) / 3600  # noqa: E731
-    spans = exposure.select(*keys, "start_utc", "end_utc").join(first, on=keys)
-    spans = _merged_spans(spans.select("unit", a=hours("start_utc"), b=hours("end_utc")))
-    served = in_service.select(*keys, "timestamp_utc").join(first, on=keys, maintain_order="left")
-    served = served.select("unit", age=hours("timestamp_utc"))
-    if served.height == 0:
+    known = failure_unit >= 0
+    outside = int((~known).sum())  # a node without exposure
+    age = _hours(in_service["timestamp_utc"].filter(known), first.gather(failure_unit[known])).to_numpy()
+    unit = failure_unit[known]
+    if age.size == 0 and outside == 0:
         return pl.DataFrame(schema=schema)
     a, b, span_unit = spans["a"].to_numpy(), spans["b"].to_numpy(), spans["unit"].to_numpy()
-    age, unit = served["age"].to_numpy(), served["unit"].to_numpy()
-    outside = in_service.height - served.height
-    del spans, served
+    del spans, units, failure_unit
 
     ages, d = np.unique(age, return_counts=True)
     # closed spans, a node's never touching (merged): the nodes whose span holds the age, the
@@ -120,9 +128,7 @@ def mean_cumulative_function(
     grid = _spread(ages.size, max_points)
     failures_by_age = (age, own, unit)
     spans_by_age = (a, b, upto(a, False), upto(b, True), span_unit)
-    variance = _robust_variance(
-        ages[grid], upto(ages[grid], True), failures_by_age, spans_by_age, first.height
-    )
+    variance = _robust_variance(ages[grid], upto(ages[grid], True), failures_by_age, spans_by_age, count)
     factor = np.exp(norm.ppf(0.5 + confidence / 2) * np.sqrt(variance) / mcf[grid])
     return pl.DataFrame(
         {
@@ -136,18 +142,27 @@ def mean_cumulative_function(
     )
 
 
+def _hours(times: pl.Series, since: pl.Series) -> pl.Series:
+    """Hours from ``since`` to ``times``, row by row."""
+    return (times - since).dt.total_seconds(fractional=True) / 3600
+
+
 def _merged_spans(spans: pl.DataFrame) -> pl.DataFrame:
     """A node's service spans (``unit``, ``a``, ``b`` in hours of age) with those that touch or
     overlap merged into one: as closed intervals a node's spans then share no instant, so counting
     the spans that hold an age counts each node once (a node is at risk as its span ends, when a
-    failure there counts, and not twice where one span ends as the next begins)."""
+    failure there counts, and not twice where one span ends as the next begins). In (unit, a)
+    order; each merged span is its first row's ``unit`` and ``a`` and its rows' largest ``b``."""
     spans = spans.sort("unit", "a")
     new = (pl.col("a") > pl.col("b").cum_max().shift(1).over("unit")).fill_null(True)
-    return (
-        spans.with_columns(_span=new.cum_sum())
-        .group_by("_span", maintain_order=True)
-        .agg(pl.col("unit").first(), pl.col("a").min(), pl.col("b").max())
-        .drop("_span")
+    starts = np.flatnonzero(spans.select(new).to_series().to_numpy())
+    return pl.DataFrame(
+        {
+            "unit": spans["unit"].gather(starts),
+            "a": spans["a"].gather(starts),
+            "b": np.maximum.reduceat(spans["b"].to_numpy(), starts) if starts.size else [],
+        },
+        schema=spans.schema,
     )
 
 
