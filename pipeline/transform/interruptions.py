@@ -216,13 +216,13 @@ def failure_operating_times(
     hours = lambda c: (c.dt.epoch("us") / 3.6e9).to_numpy()  # noqa: E731
     interrupting = in_service["interrupting"].to_numpy()
     at, cluster_of = hours(in_service["timestamp_utc"])[interrupting], cluster_of[interrupting]
-    # each cluster's intervals together, in their order, and its failures by time
+    # each cluster's intervals together, in their order, and its failures (sorted per cluster)
     windows = np.argsort(clusters, kind="stable")
     window_cuts = np.searchsorted(clusters[windows], np.arange(count + 1))
     names = exposure["cluster_id"].gather(windows[window_cuts[:-1]])
     a, b = hours(exposure["start_utc"])[windows], hours(exposure["end_utc"])[windows]
     del windows, clusters
-    failures = np.lexsort((at, cluster_of))
+    failures = np.argsort(cluster_of, kind="stable")
     at, cluster_of = at[failures], cluster_of[failures]
     failure_cuts = np.searchsorted(cluster_of, np.arange(count + 1))
     del failures, cluster_of
@@ -231,7 +231,7 @@ def failure_operating_times(
     # built in its sorted order, not sorted as a copy
     for k in np.argsort(names.to_numpy(), kind="stable"):
         starts, ends = a[window_cuts[k] : window_cuts[k + 1]], b[window_cuts[k] : window_cuts[k + 1]]
-        times = at[failure_cuts[k] : failure_cuts[k + 1]]
+        times = np.sort(at[failure_cuts[k] : failure_cuts[k + 1]])
         frames.append(
             pl.DataFrame(
                 {
