@@ -503,3 +503,14 @@ def test_bgl_alert_lines_all_recognised(tmp_path):
     assert counts == (2000, 143 - summary.rows_duplicate, 0, 1857)
     assert warehouse.table(con, "events").height == summary.rows_ingested
     con.close()
+
+
+@pytest.mark.parametrize(
+    ("relative", "fmt"),
+    [(LANL_CSV, "lanl"), (f"{TITAN}/gc_full.csv.gz", "titan"), (BGL, "bgl")],
+)
+def test_the_public_files_are_told_by_their_heads(relative, fmt):
+    """`failcast ingest FILE` needs no --format for the public data sets as published."""
+    from pipeline.readers import detect_format
+
+    assert detect_format(shared(relative)) == fmt

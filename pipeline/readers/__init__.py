@@ -15,8 +15,8 @@ sniffed, so listing the public data sets' readers costs nothing until one is use
 Sniffing: every entry's ``sniffs`` are (rank, predicate in its module) pairs; :func:`detect_format`
 tries all of them in rank order on the file's :class:`Head` and the first that holds names the
 format. Ranks put the specific before the general: a journal's JSON before Kubernetes' and the
-cloud APIs' JSON, those before a ``.json`` name, names before contents, and a kernel log (any line
-with a syslog, ISO or dmesg prefix) last.
+cloud APIs' JSON, those and the public data sets' headers before a ``.json`` or ``.csv`` name, names
+before contents, and a kernel log (any line with a syslog, ISO or dmesg prefix) last.
 """
 
 from __future__ import annotations
@@ -280,6 +280,8 @@ one job per file (--job, default the file name); --node for the host, if known""
         "incidents, inventory",
         "LANL failure records 1996-2005 (public data set)",
         "docs/public-data.md#mapping-choices",
+        sniffs=((45, "is_lanl"),),
+        detected_by="a header naming `System`, `nodenumz`, `Prob Started` and `Prob Fixed`",
         help="""\
 LANL failure records 1996-2005 (LA-UR-05-7318-failure-data-1996-2005.csv[.gz])
 20,cluster,512,2048,4,...,5/13/2004 9:11,5/13/2004 10:52,101,,CPU,,,,,No""",
@@ -291,6 +293,8 @@ LANL failure records 1996-2005 (LA-UR-05-7318-failure-data-1996-2005.csv[.gz])
         "OLCF Titan GPU lifetimes (public data set)",
         "docs/public-data.md#mapping-choices",
         ("timezone",),
+        ((46, "is_titan"),),
+        "a header naming `SN`, `location`, `insert`, `remove` and `event`",
         help="""\
 OLCF Titan GPU lifetimes: gc_full.csv[.gz]; gc_summary_loc.csv[.gz] (batch) and
 titan.service.txt[.gz] (service nodes) are read from the same folder when present
@@ -302,6 +306,8 @@ titan.service.txt[.gz] (service nodes) are read from the same folder when presen
         "incidents",
         "Loghub BlueGene/L RAS log (public data set)",
         "docs/public-data.md#mapping-choices",
+        sniffs=((60, "is_bgl"),),
+        detected_by="a first line `<tag> <epoch> <yyyy.mm.dd> <location> <time> <location> RAS ...`",
         help="""\
 Loghub BlueGene/L RAS log: alert lines become incidents, "-" lines are ignored
 KERNDTLB 1118536327 2005.06.11 R30-M0-N9-C:J16-U01 2005-06-11-17.32.07.581048 ... FATAL ...""",

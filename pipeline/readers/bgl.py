@@ -19,7 +19,7 @@ import polars as pl
 from pipeline.categories import FailureCategory
 from pipeline.readers import public_data
 from pipeline.readers.canonical_source import INVENTORY_COLUMNS
-from pipeline.readers.contract import ReadContext
+from pipeline.readers.contract import Head, ReadContext
 from pipeline.readers.public_data import CanonicalFrames
 from pipeline.store.files import FileSummary
 
@@ -125,6 +125,14 @@ def read_bgl(path: Path | str, *, cluster_id: str = "bgl") -> CanonicalFrames:
         }
     )
     return CanonicalFrames("bgl", frame, inventory, {"rejects": reject_frame, "lines": counts})
+
+
+_LINE = re.compile(r"\S+ \d+ \d{4}\.\d\d\.\d\d \S+ \d{4}-\d\d-\d\d-\d\d\.\d\d\.\d\d\.\d+ \S+ RAS ")
+
+
+def is_bgl(head: Head) -> bool:
+    """A BGL RAS line first: tag, epoch, date, location, time with microseconds, location, RAS."""
+    return _LINE.match(head.first_line) is not None
 
 
 def read(ctx: ReadContext) -> FileSummary:

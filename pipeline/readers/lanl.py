@@ -34,7 +34,7 @@ import polars as pl
 
 from pipeline.categories import FailureCategory
 from pipeline.readers import public_data
-from pipeline.readers.contract import ReadContext
+from pipeline.readers.contract import Head, ReadContext
 from pipeline.readers.public_data import CanonicalFrames, merge_intervals, read_text_csv
 from pipeline.store.files import FileSummary
 
@@ -202,6 +202,11 @@ def _inventory(records: pl.DataFrame, data_end: datetime) -> tuple[pl.DataFrame,
         .sort("cluster_id", pl.col("node_id").cast(pl.Int64), "in_service_from")
     )
     return inventory, systems
+
+
+def is_lanl(head: Head) -> bool:
+    """The LANL CSV: a header naming the system, the node and the problem's start and end."""
+    return {"System", "nodenumz", "Prob Started", "Prob Fixed"} <= set(head.first_line.split(","))
 
 
 def read(ctx: ReadContext) -> FileSummary:

@@ -38,7 +38,7 @@ import polars as pl
 
 from pipeline.categories import FailureCategory
 from pipeline.readers import public_data
-from pipeline.readers.contract import ReadContext
+from pipeline.readers.contract import Head, ReadContext
 from pipeline.readers.public_data import CanonicalFrames, merge_intervals, read_text_csv
 from pipeline.store.files import FileSummary
 
@@ -208,6 +208,12 @@ def companion(path: Path, name: str) -> Path | None:
         if (path.parent / candidate).is_file():
             return path.parent / candidate
     return None
+
+
+def is_titan(head: Head) -> bool:
+    """Titan's gc_full.csv: a header naming the serial number, slot, insert, remove and event
+    (its companions name other columns: they are read beside it, not on their own)."""
+    return {"SN", "location", "insert", "remove", "event"} <= set(head.first_line.split(","))
 
 
 def read(ctx: ReadContext) -> FileSummary:

@@ -19,7 +19,8 @@ from pipeline.transform.fleet import failure_rates
 def count_dispersion(incidents: pl.DataFrame, exposure: pl.DataFrame) -> float:
     """Pearson dispersion of per-node failure counts around each cluster's rate (McCullagh &
     Nelder 1989, 4.5): phi = sum (k - mu)^2 / mu / (nodes - clusters), mu = cluster rate x the
-    node's hours. 1 for Poisson counts; a node renewal process with Weibull shape < 1 gives
+    node's hours, over the nodes with mu > 0 (a node without hours, or in a cluster without a
+    failure, fits any phi). 1 for Poisson counts; a node renewal process with Weibull shape < 1 gives
     phi > 1 (clustered failures), shape > 1 phi < 1. Quasi-Poisson intervals scale by sqrt(phi).
     """
     return dispersion_test(failure_rates(incidents, exposure, by=["cluster_id", "node_id"])).phi
@@ -88,10 +89,12 @@ def dispersion_test(nodes: pl.DataFrame, exclude: pl.DataFrame | None = None) ->
     nodes = nodes.with_columns(
         mu=pl.col("exposure_node_hours")
         * (pl.col("failures").sum() / pl.col("exposure_node_hours").sum()).over("cluster_id")
-    )
+    ).filter(pl.col("mu") > 0)
+    # only nodes with an expected count carry information: one with 0 h, or in a cluster without
+    # a failure, fits its mu = 0 exactly whatever phi is, and counting it in the degrees of
+    # freedom would pull phi towards 0 (a fleet's new, failure-free cluster hiding clustering)
     dof = nodes.height - nodes["cluster_id"].n_unique()
-    nodes = nodes.filter(pl.col("mu") > 0)
-    if dof <= 0 or nodes.height == 0:
+    if dof <= 0:
         return DispersionTest(1.0, max(dof, 0), 1.0, excluded)
     x2 = float(((nodes["failures"] - nodes["mu"]) ** 2 / nodes["mu"]).sum())
     return DispersionTest(x2 / dof, dof, float(chi2.sf(x2, dof)), excluded)

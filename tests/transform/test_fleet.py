@@ -525,3 +525,42 @@ def test_rates_from_failures_matched_once_equal_the_rates_that_match_them(
         transform.failure_rates(incidents, exposure, **options),
     )
     assert transform.failures_left_out(incidents, exposure, end)["failures"].to_list() == [1, 1, 1]
+
+
+def test_nodes_without_an_expected_count_leave_the_dispersion_test_alone():
+    """A failure-free cluster (a new one, say) and nodes with 0 h fit any phi: adding them must not
+    change phi, its degrees of freedom or the test's verdict (they once counted in the degrees of
+    freedom and pulled phi towards 0)."""
+    rng = np.random.default_rng(5)
+    hours = rng.uniform(500, 2000, 200)
+    # clustered counts: a gamma-mixed Poisson, phi well above 1
+    counts = rng.poisson(hours * 2e-3 * rng.gamma(0.5, 2.0, 200))
+    busy = pl.DataFrame(
+        {
+            "cluster_id": "a",
+            "node_id": [f"a{i}" for i in range(200)],
+            "failures": counts,
+            "exposure_node_hours": hours,
+        }
+    )
+    quiet = pl.DataFrame(
+        {
+            "cluster_id": "b",
+            "node_id": [f"b{i}" for i in range(300)],
+            "failures": 0,
+            "exposure_node_hours": rng.uniform(500, 2000, 300),
+        }
+    )
+    idle = pl.DataFrame(
+        {
+            "cluster_id": "a",
+            "node_id": [f"z{i}" for i in range(50)],
+            "failures": 0,
+            "exposure_node_hours": 0.0,
+        }
+    )
+    alone = transform.dispersion_test(busy)
+    assert alone.phi > 1.5 and alone.rejects_poisson
+    mixed = transform.dispersion_test(pl.concat([busy, quiet, idle], how="vertical_relaxed"))
+    assert (mixed.phi, mixed.dof, mixed.p_value) == pytest.approx((alone.phi, alone.dof, alone.p_value))
+    assert mixed.dof == 199
