@@ -227,15 +227,15 @@ def failure_operating_times(
     failure_cuts = np.searchsorted(cluster_of, np.arange(count + 1))
     del failures, cluster_of
     frames = [pl.DataFrame(schema=schema)]
-    # by cluster name, each cluster's times ascending (the clock never runs back): the frame is
-    # built in its sorted order, not sorted as a copy
+    # by cluster name, each cluster's times ascending: the frame is built in its sorted order, not
+    # sorted as a copy
     for k in np.argsort(names.to_numpy(), kind="stable"):
         starts, ends = a[window_cuts[k] : window_cuts[k + 1]], b[window_cuts[k] : window_cuts[k + 1]]
         times = np.sort(at[failure_cuts[k] : failure_cuts[k + 1]])
         frames.append(
             pl.DataFrame(
                 {
-                    "operating_node_hours": _cumulative_exposure(starts, ends, times),
+                    "operating_node_hours": np.sort(_cumulative_exposure(starts, ends, times)),
                     "observed_node_hours": np.full(times.size, float((ends - starts).sum())),
                 }
             ).select(pl.lit(names[int(k)], pl.String).alias("cluster_id"), pl.all())
