@@ -32,7 +32,6 @@ import gzip
 import warnings
 from pathlib import Path
 
-import lifelines
 import numpy as np
 import polars as pl
 
@@ -171,6 +170,8 @@ def cumulative_incidence(
 ) -> pl.DataFrame:
     """Aalen-Johansen cumulative incidence of each cause per group, at ``years`` (or every event
     time when empty): columns ``by``, cause, years, cumulative_incidence, ci_low, ci_high."""
+    import lifelines  # here, not at the top: `failcast ingest` loads this reader to detect formats
+
     rows = []
     for (group,), part in gpus.group_by(by, maintain_order=True):
         code = part["cause"].replace_strict(CAUSE_CODES, default=0, return_dtype=pl.Int64).to_numpy()
