@@ -201,6 +201,16 @@ def _close(before: str, after: str) -> bool:
     return all(math.isclose(float(x), float(y), rel_tol=TOLERANCE) for x, y in zip(*numbers, strict=True))
 
 
+def largest_difference(before: list, after: list) -> float:
+    """The largest relative difference between the numbers of two outputs that are :func:`close`."""
+    pairs = [
+        (float(x), float(y))
+        for b, a in zip(before, after, strict=True)
+        for x, y in zip(FLOAT.findall(str(b)), FLOAT.findall(str(a)), strict=True)
+    ]
+    return max((abs(x - y) / max(abs(x), abs(y)) for x, y in pairs if x != y), default=0.0)
+
+
 def first_difference(before: str, after: str) -> str:
     for i, (x, y) in enumerate(zip(before.splitlines(), after.splitlines(), strict=False)):
         if not _close(x, y):
@@ -244,7 +254,10 @@ def main() -> None:
             before = outputs(args.before.resolve(), db, commands)
             after = outputs(args.after.resolve(), db_after, commands)
             for command, b, a in zip([*commands, ["analyze (every field)"]], before, after, strict=True):
-                verdict = "same" if b == a else f"same within {TOLERANCE:g}" if close(b, a) else "DIFFERENT"
+                verdict = "same" if b == a else "DIFFERENT"
+                if b != a and close(b, a):
+                    largest = largest_difference(b, a)
+                    verdict = f"same within {TOLERANCE:g} (largest relative difference {largest:.1e})"
                 failed += verdict == "DIFFERENT"
                 print(f"{verdict}  {db.name}: {' '.join(command)} (exit {b[0]})")
                 for label, x, y in zip(("exit", "stdout", "stderr"), b, a, strict=True):

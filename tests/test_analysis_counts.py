@@ -181,9 +181,7 @@ def test_duckdb_counts_are_the_polars_rates(request, case, basis, window):
     inventory = warehouse.table(con, "inventory")
     end = at(800) if case != "fleet" else transform.observation_end(warehouse.latest_incident(con), inventory)
     failures, at_risk, in_service = _polars(con, end, window, basis)
-    counts = FailureCounts(
-        con, transform.exposure_intervals(inventory, end), end, window_minutes=window, basis=basis
-    )
+    counts = FailureCounts(con, end, window_minutes=window, basis=basis)
     for by, period in GROUPS:
         expected = transform.failure_rates(
             failures, at_risk, by=by, period=period, dispersion=1.3, in_service=in_service
@@ -198,8 +196,7 @@ def test_duckdb_counts_are_the_polars_rates(request, case, basis, window):
 def test_edge_counts_by_hand(edge_con):
     """The edge fleet's counts, worked out by hand: what the comparison above rests on."""
     end = at(800)
-    inventory = warehouse.table(edge_con, "inventory")
-    counts = FailureCounts(edge_con, transform.exposure_intervals(inventory, end), end)
+    counts = FailureCounts(edge_con, end)
     by_node = {
         (r["cluster_id"], r["node_id"]): r["failures"]
         for r in counts.rates(["cluster_id", "node_id"]).iter_rows(named=True)
@@ -232,7 +229,7 @@ def test_no_failures_and_no_incidents(tmp_path):
         tmp_path / "quiet.duckdb", _incidents([]).head(0), _inventory([("a", "n1", "p5", 8, 0, None)])
     )
     end = at(100)
-    counts = FailureCounts(con, transform.exposure_intervals(warehouse.table(con, "inventory"), end), end)
+    counts = FailureCounts(con, end)
     fleet = counts.rates([]).row(0, named=True)
     assert fleet["failures"] == 0 and fleet["exposure_node_hours"] == 100
     assert fleet["rate_upper_bound"] == pytest.approx(-np.log(0.05) / 100)
@@ -251,7 +248,8 @@ def test_lemons_counted_in_duckdb_are_the_polars_test(fleet_con):
     exposure = transform.exposure_intervals(inventory, end)
     for part in (exposure, exposure.filter(pl.col("cluster_id") == exposure["cluster_id"].max())):
         _, expected, _ = analysis.node_evidence(analysis.read_failures(fleet_con), part)
-        counts = FailureCounts(fleet_con, part, end, basis="calendar")
+        clusters = None if part is exposure else part["cluster_id"].unique().to_list()
+        counts = FailureCounts(fleet_con, end, basis="calendar", clusters=clusters)
         got, _ = analysis.lemon_evidence(counts.rates(["cluster_id", "node_id"]))
         counts.close()
         # bit for bit: the node-hours are summed as failure_rates sums them (transform.exposure_sums)
@@ -294,7 +292,6 @@ def test_one_node_boundaries(tmp_path, case, basis):
         _inventory([("a", "n", "p5", 8, start, stop) for start, stop in intervals]),
     )
     end = at(800)
-    inventory = warehouse.table(con, "inventory")
     service = [(start, 800 if stop is None else stop) for start, stop in intervals]
     failures, at_risk, in_service = _polars(con, end, 30.0, basis)
     expected = {
@@ -302,7 +299,7 @@ def test_one_node_boundaries(tmp_path, case, basis):
         "month": transform.failure_rates(failures, at_risk, by=[], period="month", in_service=in_service),
     }
     left_expected = transform.failures_left_out(failures, at_risk, end)
-    counts = FailureCounts(con, transform.exposure_intervals(inventory, end), end, basis=basis)
+    counts = FailureCounts(con, end, basis=basis)
     node, month = counts.rates(["node_id"]), counts.rates([], period="month")
     assert node["failures"].to_list() == [counted]
     assert node["exposure_node_hours"].item() == pytest.approx(sum(b - a for a, b in service))

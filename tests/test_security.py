@@ -52,6 +52,14 @@ SQL_WORDS = re.compile(
 )
 # Reviewed interpolations into SQL text: (file, expression) -> why it is safe.
 ALLOWED_SQL_INTERPOLATIONS = {
+    ("pipeline/analysis/fleet.py", "', '.join(INVENTORY_COLUMNS)"): "the module's literal column names",
+    ("pipeline/transform/exposure.py", "', '.join(INTERVAL_COLUMNS)"): "the module's literal column names",
+    ("pipeline/transform/exposure.py", "_CLIPPED"): "the module's literal SQL (window values bound)",
+    ("pipeline/transform/exposure.py", "hours_sql('sum(_us)')"): "SQL of a literal column",
+    ("pipeline/transform/exposure.py", "hours_sql(_SPAN_US)"): "SQL of literal columns",
+    ("pipeline/transform/exposure.py", "hours_sql('k._us')"): "SQL of a literal column",
+    ("pipeline/transform/exposure.py", "hours_sql('_node_us')"): "SQL of a literal column",
+    ("pipeline/transform/exposure.py", "hours_sql('_gpu_us')"): "SQL of a literal column",
     ("pipeline/ingest/files.py", "checked_timezone(con, timezone)"): "a name from pg_timezone_names",
     ("pipeline/store/events.py", "closings"): "a reader's literal SELECT of closing rows (values bound)",
     ("pipeline/store/events.py", "window_sql"): "a literal condition or nothing",

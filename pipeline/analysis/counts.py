@@ -28,10 +28,13 @@ tests/transform/test_interval_joins.py hold them to references on fleets with ev
 5. counts by group, node-hours by group (split at calendar periods for ``--period``) and the
    left-out counts by reason (:data:`pipeline.transform.matching.LEFT_OUT`).
 
-Node-hours are summed by the transforms' own :func:`pipeline.transform.exposure_sums` on the
-pieces (read from DuckDB for uptime: three columns a piece), so ``rates``, ``lemons`` and
-``analyze`` divide by the same sums to the last bit (DuckDB's sums, added in another order, moved
-the sample's lemon p-values by 2e-7). ``failcast lemons`` counts its node rates here too.
+The service intervals are built here too, from the warehouse's inventory, by the rule of
+:func:`pipeline.transform.exposure_intervals` (:func:`pipeline.transform.exposure.intervals_query`,
+one SQL text), and node-hours are summed here by its twin of
+:func:`pipeline.transform.exposure_sums` (:func:`pipeline.transform.exposure.sums_query`): exact
+sums of whole microseconds, so ``rates``, ``lemons`` and ``analyze`` divide by the same hours to
+the last bit in any row order (float sums, added in another order, moved the sample's lemon
+p-values by 2e-7). No row of the inventory, the intervals or the failures reaches Python.
 
 Every match of an interruption or an outage to an interval is an as-of join by node (or one
 ``unnest`` per interval of the periods or up segments it meets), whose size is the output; a join
@@ -53,6 +56,7 @@ import polars as pl
 
 from pipeline import transform, warehouse
 from pipeline.analysis import downtime
+from pipeline.transform import exposure as exposure_rules
 from pipeline.transform import matching
 
 # group keys a count may use: a literal SQL expression each (never user text in SQL)
@@ -124,6 +128,13 @@ ORDER BY i._node, i._n
 """
 _DETAIL_ROWS = ", i.attributes, i.categories, i.faults, i.last_fault_utc"
 
+# the service intervals of the window (pipeline.transform.exposure, the one implementation of the
+# rule), numbered by their inventory row; {clusters}: those of some clusters only
+_EXPOSURE = """
+CREATE OR REPLACE TEMP TABLE _fc_exposure AS
+SELECT _row AS _interval, * EXCLUDE (_row) FROM ({intervals}){clusters}
+"""
+_OF_CLUSTERS = " WHERE list_contains($clusters, cluster_id)"
 _INTERVALS = """
 CREATE OR REPLACE TEMP TABLE _fc_intervals AS
 SELECT x._interval, n._node, x.start_utc, x.end_utc
@@ -155,9 +166,14 @@ _INCIDENT_COLUMNS = " JOIN _fc_interruptions i USING (_node, _n)"
 _VALUES = "SELECT DISTINCT {columns} FROM _fc_interruptions"
 # the match's period_at: the rule of which period a failure counts in (pipeline.transform.matching)
 _FAILURE_PERIOD = "date_trunc($unit, m.period_at) AS period, "
-_PIECES = "SELECT _interval, start_utc, end_utc FROM _fc_pieces ORDER BY _interval, start_utc"
+# the pieces with their interval's keys, summed by the exposure rule (pipeline.transform.exposure)
+_PIECE_KEYS = """
+SELECT x.cluster_id, x.node_id, x.instance_type, x.size_bucket, x.gpus_per_node, p.start_utc, p.end_utc
+FROM _fc_pieces p JOIN _fc_exposure x USING (_interval)
+"""
 _DROP = "DROP TABLE IF EXISTS {name}"
 _TEMP_TABLES = (
+    "_fc_exposure",
     "_fc_nodes",
     "_fc_faults",
     "_fc_interruptions",
@@ -225,20 +241,21 @@ def node_interruptions(
 
 class FailureCounts:
     """The node interruptions of the warehouse behind ``con`` (window ``window_minutes``) matched to
-    ``exposure``'s service intervals (:func:`pipeline.transform.exposure_intervals` up to
-    ``observed_until``, from ``observed_since``), with the outages' known downtime removed for
-    ``basis`` "uptime"; counted by :meth:`rates` and :meth:`left_out`. Holds temporary tables on
-    ``con`` until :meth:`close`."""
+    its service intervals up to ``observed_until``, from ``observed_since`` (the rule of
+    :func:`pipeline.transform.exposure_intervals`, run on the warehouse's inventory; ``clusters``:
+    those clusters' only), with the outages' known downtime removed for ``basis`` "uptime";
+    counted by :meth:`rates` and :meth:`left_out`. No row of the inventory, the intervals or the
+    failures is read into Python. Holds temporary tables on ``con`` until :meth:`close`."""
 
     def __init__(
         self,
         con,
-        exposure: pl.DataFrame,
         observed_until: datetime,
         *,
         window_minutes: float = transform.INTERRUPTION_WINDOW_MINUTES,
         basis: str = "uptime",
         observed_since: datetime | None = None,
+        clusters: Sequence[str] | None = None,
     ) -> None:
         if basis not in transform.EXPOSURE_BASES:
             raise ValueError(
@@ -246,18 +263,23 @@ class FailureCounts:
             )
         self.con = con
         self.observed_until, self.observed_since = observed_until, observed_since
-        # "calendar": the pieces are exposure's own rows, summed by Polars (see _exposure_sums)
-        self._exposure = exposure
-        self._pieces = exposure if basis == "calendar" else None  # uptime: read when first summed
         _interruption_tables(con, window_minutes, detail=False)
-        con.register("_fc_exposure", exposure.with_row_index("_interval"))
+        parameters = exposure_rules.window_parameters(observed_until, observed_since)
+        if clusters is not None:
+            parameters["clusters"] = list(clusters)
+        query = _EXPOSURE.format(
+            intervals=exposure_rules.intervals_query(), clusters=_OF_CLUSTERS * (clusters is not None)
+        )
+        con.execute(query, parameters)
         con.execute(_INTERVALS)
+        # the pieces summed: the intervals themselves when the rule changed nothing (no join)
+        self._pieces = "SELECT * FROM _fc_exposure"
         if basis == "uptime":
             con.execute(_DOWNTIME, downtime.query_parameters(observed_until))
             con.execute(matching.UPTIME_PIECES)
             con.execute("DROP TABLE _fc_downtime")
-            if con.execute(matching.PIECES_ARE_INTERVALS).fetchall()[0][0]:
-                self._pieces = exposure  # no downtime inside service: no copy of the exposure
+            if not con.execute(matching.PIECES_ARE_INTERVALS).fetchall()[0][0]:
+                self._pieces = _PIECE_KEYS
         else:
             con.execute(matching.CALENDAR_PIECES)
         con.execute(matching.MATCHED)
@@ -299,14 +321,12 @@ class FailureCounts:
         )
 
     def _exposure_sums(self, keys: list[str], period: str | None) -> pl.DataFrame:
-        """Node-hours and GPU-hours of the pieces by ``keys`` (and ``period``), summed by
-        failure_rates' own :func:`pipeline.transform.exposure_sums` on the pieces (calendar: the
-        given intervals; uptime: the pieces of DuckDB's rule, read as their interval's row with
-        the piece's start and end), so every command divides by the same sums to the last bit
-        (the lemon test turns a last-bit difference in a node's hours into 1e-7 in its p-values)."""
-        if self._pieces is None:
-            self._pieces = transform.uptime_rows(self._exposure, warehouse.frame(self.con.sql(_PIECES)))
-        return transform.exposure_sums(self._pieces, keys, period=period)
+        """Node-hours and GPU-hours of the pieces by ``keys`` (and ``period``), summed in DuckDB by
+        the exposure rule (:func:`pipeline.transform.exposure.sums_query`), the twin of
+        :func:`pipeline.transform.exposure_sums`: exact sums, so every command divides by the same
+        hours to the last bit (the lemon test turns a last-bit difference in a node's hours into
+        1e-7 in its p-values)."""
+        return self.con.sql(exposure_rules.sums_query(self._pieces, keys, period)).pl()
 
     def left_out(self) -> pl.DataFrame:
         """:func:`pipeline.transform.failures_left_out` of these failures: one row per reason."""
@@ -314,6 +334,5 @@ class FailureCounts:
 
     def close(self) -> None:
         """Drop the temporary tables (the connection stays open)."""
-        self.con.unregister("_fc_exposure")
         for name in _TEMP_TABLES:
             self.con.execute(_DROP.format(name=name))

@@ -38,6 +38,7 @@ from pipeline.analysis.jobs import (
 )
 from pipeline.analysis.options import DEFAULT_OPTIONS, AnalysisOptions, before_window
 from pipeline.analysis.repairs import RepairAnalysis, repair_analysis
+from pipeline.transform import exposure as exposure_rules
 
 PROJECTED_SIZES = (256, 512, 2048, 16384)
 RATE_COLUMNS = ("cluster_id", "node_id", "timestamp_utc", "category", "failure_class", "interrupting")
@@ -165,10 +166,11 @@ def _projection(predict, sizes: np.ndarray) -> pl.DataFrame:
     )
 
 
-def require_inventory(inventory: pl.DataFrame) -> None:
-    """Rates, fits and the lemon test divide by node-hours in service: without an inventory there
-    are none, and a rate of "failures / 0" must stop with the fix, not print 0% or crash."""
-    if inventory.height == 0:
+def require_inventory(intervals: int) -> None:
+    """Rates, fits and the lemon test divide by node-hours in service: without an inventory (its
+    ``intervals`` rows) there are none, and a rate of "failures / 0" must stop with the fix, not
+    print 0% or crash."""
+    if intervals == 0:
         raise ValueError(
             "the warehouse has no inventory: ingest an inventory file (cluster_id, node_id, "
             "instance_type, gpus_per_node, in_service_from, in_service_to), or re-ingest the failures "
@@ -176,15 +178,16 @@ def require_inventory(inventory: pl.DataFrame) -> None:
         )
 
 
-def require_service(inventory: pl.DataFrame, exposure: pl.DataFrame, options: AnalysisOptions) -> None:
-    """A window in which no node was in service has no hours to divide by: stop with one line that
-    says where the service lies and which end of the window to move, not a rate "at most inf" or a
-    lemon test of 0 nodes. ``exposure``: the service intervals clipped to the resolved window."""
-    if exposure["node_hours"].sum():
+def require_service(
+    in_service: bool, first: datetime, last: datetime | None, options: AnalysisOptions
+) -> None:
+    """A window in which no node was in service (``in_service`` False: no service interval is left
+    in the resolved window) has no hours to divide by: stop with one line that says where the
+    service lies (``first``: the first interval's start; ``last``: the last one's end, None while a
+    node is still in service) and which end of the window to move, not a rate "at most inf" or a
+    lemon test of 0 nodes."""
+    if in_service:
         return
-    first = inventory["in_service_from_utc"].min()
-    ends = inventory["in_service_to_utc"]
-    last = None if ends.null_count() else ends.max()  # None: a node is still in service
     window = (
         f"in the window ({options.window_text})"
         if options.since
@@ -199,28 +202,62 @@ def require_service(inventory: pl.DataFrame, exposure: pl.DataFrame, options: An
     raise ValueError(f"no node was in service {window}: {where} has instance-hours to rate")
 
 
+class WindowCheck(NamedTuple):
+    """What every command that counts in a window knows before it reads a row
+    (:func:`checked_window`)."""
+
+    options: AnalysisOptions
+    """With ``until`` filled in (:meth:`AnalysisOptions.resolved`)."""
+    exposure_estimated: bool
+    """True when the inventory was inferred from the logs (:func:`pipeline.transform.exposure_estimated`)."""
+
+
 class ServiceWindow(NamedTuple):
     """What every command that counts in a window starts from (:func:`service_window`)."""
 
     inventory: pl.DataFrame
+    """The inventory's columns the exposure reads (:data:`INVENTORY_COLUMNS`)."""
     options: AnalysisOptions
     """With ``until`` filled in (:meth:`AnalysisOptions.resolved`)."""
     exposure: pl.DataFrame
     """The calendar service intervals in the window (:func:`pipeline.transform.exposure_intervals`)."""
 
 
-def service_window(con, options: AnalysisOptions, *, inventory_required: bool = True) -> ServiceWindow:
-    """The inventory, the options resolved on it and the service intervals in their window, with the
-    two checks every rate, fit, lemon test, backtest and report needs first: an inventory
-    (:func:`require_inventory`; ``inventory_required`` False for repair times, which need none)
-    and some service in the window (:func:`require_service`)."""
-    inventory = warehouse.table(con, "inventory")
+INVENTORY_COLUMNS = (*exposure_rules.INTERVAL_COLUMNS, "estimated")
+"""The inventory's columns a command reads as rows: the service intervals' and ``estimated``."""
+# what the checks and the resolved window's end read of the inventory: aggregates, no rows
+_INVENTORY_SPAN = """
+SELECT count(*) AS intervals, min(in_service_from_utc) AS first_start,
+    CASE WHEN count(*) = count(in_service_to_utc) THEN max(in_service_to_utc) END AS last_end,
+    coalesce(bool_or(estimated), false) AS estimated,
+    max(in_service_from_utc) AS in_service_from_utc, max(in_service_to_utc) AS in_service_to_utc
+FROM inventory
+"""
+
+
+def checked_window(con, options: AnalysisOptions, *, inventory_required: bool = True) -> WindowCheck:
+    """The options resolved on the warehouse behind ``con``, after the two checks every rate, fit,
+    lemon test, backtest and report needs first: an inventory (:func:`require_inventory`;
+    ``inventory_required`` False for repair times, which need none) and some service in the
+    window (:func:`require_service`). Aggregates in DuckDB: no inventory row is read (``failcast
+    rates`` counts in DuckDB from here, :class:`pipeline.analysis.counts.FailureCounts`)."""
+    span = con.sql(_INVENTORY_SPAN).pl()
+    intervals, first, last, estimated = span.row(0)[:4]
     if inventory_required:
-        require_inventory(inventory)
-    options = options.resolved(con, inventory)
+        require_inventory(intervals)
+    options = options.resolved(con, span.select("in_service_from_utc", "in_service_to_utc"))
+    if intervals:
+        in_service = exposure_rules.has_service(con, options.until, options.since)
+        require_service(in_service, first, last, options)
+    return WindowCheck(options, bool(estimated))
+
+
+def service_window(con, options: AnalysisOptions, *, inventory_required: bool = True) -> ServiceWindow:
+    """The inventory (:data:`INVENTORY_COLUMNS` only), the options resolved on it and the service
+    intervals in their window, after the checks of :func:`checked_window`."""
+    options, _ = checked_window(con, options, inventory_required=inventory_required)
+    inventory = warehouse.frame(con.sql(f"SELECT {', '.join(INVENTORY_COLUMNS)} FROM inventory"))  # noqa: S608 - literal columns
     exposure = transform.exposure_intervals(inventory, options.until, options.since)
-    if inventory.height:
-        require_service(inventory, exposure, options)
     return ServiceWindow(inventory, options, exposure)
 
 

@@ -71,8 +71,10 @@ class AnalysisOptions:
 
     def resolved(self, con, inventory: pl.DataFrame) -> AnalysisOptions:
         """These options with ``until`` set: as given, else the latest time the warehouse behind
-        ``con`` mentions (:func:`pipeline.transform.observation_end`). A ``since`` at or after that
-        end leaves an empty window: a ValueError naming both (exit 2 in the CLI)."""
+        ``con`` mentions (:func:`pipeline.transform.observation_end`; of ``inventory`` it reads
+        the maxima of ``in_service_from_utc`` and ``in_service_to_utc``, so a frame of those will
+        do). A ``since`` at or after that end leaves an empty window: a ValueError naming both
+        (exit 2 in the CLI)."""
         if self.until is not None:
             return self
         end = transform.observation_end(warehouse.latest_incident(con), inventory)

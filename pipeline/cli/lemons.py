@@ -66,7 +66,12 @@ def lemons(
     if window_minutes:
         # counted inside DuckDB, no failure rows in Python (pipeline/analysis/counts.py)
         counts = FailureCounts(
-            con, exposure, end, window_minutes=window_minutes, basis=exposure_basis, observed_since=since
+            con,
+            end,
+            window_minutes=window_minutes,
+            basis=exposure_basis,
+            observed_since=since,
+            clusters=list(clusters) if clusters else None,
         )
         test, _ = analysis_mod.lemon_evidence(counts.rates(["cluster_id", "node_id"]), lemon_fdr=lemon_fdr)
         left_out = counts.left_out() if since else None

@@ -20,7 +20,7 @@ from pipeline.cli.window import (
     exposure_option,
     fdr_option,
     no_failures_line,
-    open_window,
+    open_checked_window,
     window_command,
 )
 from pipeline.report.format import (
@@ -108,18 +108,16 @@ def rates(
     until,
     as_json: bool,
 ) -> None:
-    con, (inventory, options, exposure) = open_window(
+    con, (options, estimated) = open_checked_window(
         db, interval="overdispersed" if overdispersed else interval
     )
     by, attributes = _group_keys(con, by)
     end, since, window_minutes = options.until, options.since, options.interruption_window_minutes
-    estimated = transform.exposure_estimated(inventory)
     if view == "rates" and not all_categories and window_minutes and not attributes:
-        # counted inside DuckDB, no failure rows in Python (pipeline/analysis/counts.py); the
-        # inventory's rows are not read again (an availability trace: one per up-interval)
-        del inventory
+        # counted inside DuckDB: no row of the inventory, the service intervals or the failures in
+        # Python, only aggregates (pipeline/analysis/counts.py)
         counts = FailureCounts(
-            con, exposure, end, window_minutes=window_minutes, basis=exposure_basis, observed_since=since
+            con, end, window_minutes=window_minutes, basis=exposure_basis, observed_since=since
         )
         _, check = analysis_mod.lemon_evidence(counts.rates(["cluster_id", "node_id"]), lemon_fdr=lemon_fdr)
         method = check.method(options.interval)
@@ -129,6 +127,7 @@ def rates(
         left_out = counts.left_out()
         counts.close()
     else:
+        inventory, _, exposure = analysis_mod.service_window(con, options)
         incidents = analysis_mod.read_failures(
             con,
             interrupting_only=not all_categories,

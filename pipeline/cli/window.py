@@ -66,6 +66,15 @@ def open_window(db: Path, *, inventory_required: bool = True, **overrides):
     return con, analysis_mod.service_window(con, options, inventory_required=inventory_required)
 
 
+def open_checked_window(db: Path, **overrides):
+    """:func:`open_window` without reading a row: the connection and its
+    :class:`pipeline.analysis.WindowCheck` (resolved options, estimated exposure), after the same
+    checks (:func:`pipeline.analysis.checked_window`). For what counts in DuckDB."""
+    options = analysis_options(click.get_current_context().params, **overrides)
+    con = warehouse.connect(db, read_only=True)
+    return con, analysis_mod.checked_window(con, options)
+
+
 def echo_jobs_before_window(since, con) -> None:
     """Say how many Slurm jobs started before the window start (``--since``) and are left out."""
     jobs = analysis_mod.read_jobs(con)

@@ -170,7 +170,7 @@ def cumulative_incidence(
 ) -> pl.DataFrame:
     """Aalen-Johansen cumulative incidence of each cause per group, at ``years`` (or every event
     time when empty): columns ``by``, cause, years, cumulative_incidence, ci_low, ci_high."""
-    import lifelines  # here, not at the top: `failcast ingest` loads this reader to detect formats
+    import lifelines  # here, not at the top: ingest sniffs this module and stays without lifelines
 
     rows = []
     for (group,), part in gpus.group_by(by, maintain_order=True):

@@ -45,6 +45,7 @@ import polars as pl
 from scipy.stats import beta as beta_dist
 from scipy.stats import chi2
 
+from pipeline.transform import exposure as exposure_rules
 from pipeline.transform.matching import Match
 
 EXPOSURE_KEYS = ("cluster_id", "node_id", "instance_type", "size_bucket")
@@ -81,42 +82,10 @@ def exposure_intervals(
     inventory: pl.DataFrame, observed_until: datetime, observed_since: datetime | None = None
 ) -> pl.DataFrame:
     """Service intervals clipped to the observed window (``observed_since`` None: no start), with
-    node-hours, GPU-hours and the cluster's time-averaged instance count and size bucket."""
-    start = pl.col("in_service_from_utc")
-    clipped = (
-        inventory.lazy()
-        .with_columns(
-            start_utc=start if observed_since is None else pl.max_horizontal(start, pl.lit(observed_since)),
-            end_utc=pl.min_horizontal(
-                pl.col("in_service_to_utc").fill_null(observed_until), pl.lit(observed_until)
-            ),
-        )
-        .filter(pl.col("end_utc") > pl.col("start_utc"))
-        .with_columns(
-            node_hours=(pl.col("end_utc") - pl.col("start_utc")).dt.total_seconds(fractional=True) / 3600
-        )
-        .with_columns(gpu_hours=pl.col("node_hours") * pl.col("gpus_per_node"))
-    )
-    span_hours = (pl.col("end_utc").max() - pl.col("start_utc").min()).dt.total_seconds(
-        fractional=True
-    ) / 3600
-    return (
-        clipped.with_columns(instances=(pl.col("node_hours").sum() / span_hours).over("cluster_id"))
-        .with_columns(size_bucket=size_bucket(pl.col("instances")))
-        .select(
-            "cluster_id",
-            "node_id",
-            "instance_type",
-            "gpus_per_node",
-            "start_utc",
-            "end_utc",
-            "node_hours",
-            "gpu_hours",
-            "instances",
-            "size_bucket",
-        )
-        .collect()
-    )
+    node-hours, GPU-hours and the cluster's time-averaged instance count and size bucket, in the
+    inventory's order. The rule is :func:`pipeline.transform.exposure.intervals_query` (one
+    implementation, in DuckDB: ``failcast rates`` runs it on the warehouse, this on the frame)."""
+    return exposure_rules.frame_intervals(inventory, observed_until, observed_since)
 
 
 def poisson_interval(
@@ -160,7 +129,8 @@ def poisson_upper_bound(
 
 def _periodic_exposure(exposure: pl.DataFrame, every: str) -> pl.DataFrame:
     """Split each interval at period boundaries: one row per (interval, period) it overlaps, in
-    interval order.
+    interval order, with the piece's ``start_utc`` and ``end_utc`` (its hours are
+    :func:`exposure_sums`' to compute: the interval's ``node_hours`` and ``gpu_hours`` are dropped).
 
     Periods are calendar ones (Monday for weeks, the 1st for months), so exposure in a partial
     last period is kept. Each interval lists only its own periods, from the one holding its start
@@ -172,6 +142,7 @@ def _periodic_exposure(exposure: pl.DataFrame, every: str) -> pl.DataFrame:
     )
     return (
         exposure.lazy()
+        .drop("node_hours", "gpu_hours", strict=False)
         .with_columns(period=periods)
         .explode("period")
         .with_columns(
@@ -179,10 +150,6 @@ def _periodic_exposure(exposure: pl.DataFrame, every: str) -> pl.DataFrame:
             end_utc=pl.min_horizontal("end_utc", pl.col("period").dt.offset_by(every)),
         )
         .filter(pl.col("end_utc") > pl.col("start_utc"))
-        .with_columns(
-            node_hours=(pl.col("end_utc") - pl.col("start_utc")).dt.total_seconds(fractional=True) / 3600
-        )
-        .with_columns(gpu_hours=pl.col("node_hours") * pl.col("gpus_per_node"))
         .collect()
     )
 
@@ -318,19 +285,23 @@ def failure_rates(
 def exposure_sums(exposure: pl.DataFrame, keys: Sequence[str], *, period: str | None = None) -> pl.DataFrame:
     """``exposure_node_hours`` and ``exposure_gpu_hours`` of ``exposure`` per group of ``keys``
     (exposure keys; ``period`` adds a calendar ``period`` column, each interval split at period
-    boundaries): what :func:`failure_rates` divides by. Apart so that counts made in DuckDB
-    (:class:`pipeline.analysis.counts.FailureCounts` on calendar intervals) divide by the same
-    sums, added in the same order: the lemon test turns a last-bit difference in a node's hours
-    into 1e-7 in its p-values."""
+    boundaries): what :func:`failure_rates` divides by. Summed exactly, in whole microseconds
+    (Int128), and turned into hours once per group (:mod:`pipeline.transform.exposure`): the same
+    hours in any row order, and the same to the last bit as the SQL twin
+    (:func:`pipeline.transform.exposure.sums_query`) by which ``failcast rates`` sums in DuckDB (the
+    lemon test turns a last-bit difference in a node's hours into 1e-7 in its p-values)."""
     keys = list(keys)
     if period:
         exposure = _periodic_exposure(exposure, PERIODS[period])
         keys.append("period")
+    duration = exposure_rules.micros(pl.col("end_utc"), pl.col("start_utc"))
     sums = exposure.group_by(keys or pl.lit(0).alias("_all")).agg(
-        exposure_node_hours=pl.col("node_hours").sum(),
-        exposure_gpu_hours=pl.col("gpu_hours").sum(),
+        _node_us=duration.sum(), _gpu_us=(duration * pl.col("gpus_per_node")).sum()
     )
-    return sums.drop("_all", strict=False)
+    return sums.with_columns(
+        exposure_node_hours=exposure_rules.hours(sums, "_node_us"),
+        exposure_gpu_hours=exposure_rules.hours(sums, "_gpu_us"),
+    ).select(*keys, "exposure_node_hours", "exposure_gpu_hours")
 
 
 def rates_from_counts(
