@@ -44,7 +44,8 @@ def counted_failure_views(
     intervals ``exposure``, so the MCF takes them without a second match); ``operating_times``
     and ``trend_tests`` (per cluster, on the calendar service clock) for the Duane points."""
     categories = (
-        counted.filter(pl.col("category") != pl.col("failure_class"))
+        counted.select("category", "failure_class")
+        .filter(pl.col("category") != pl.col("failure_class"))
         .group_by("category", "failure_class")
         .agg(failures=pl.len())
         .sort("failures", "category", "failure_class", descending=[True, False, False])

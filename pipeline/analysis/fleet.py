@@ -44,8 +44,8 @@ PROJECTED_SIZES = (256, 512, 2048, 16384)
 RATE_COLUMNS = ("cluster_id", "node_id", "timestamp_utc", "category", "failure_class", "interrupting")
 """The failures' columns the rate tables, shares, lemons, left-out counts and the counted failures'
 views (:func:`counted_failure_views`) read from the match."""
-GAP_COLUMNS = ("cluster_id", "node_id", "timestamp_utc", "interrupting")
-"""The failures' columns the gaps and trend tests read from the match on calendar intervals."""
+COUNTED_COLUMNS = (*RATE_COLUMNS, "_interval")
+"""The match's columns the counted failures' views, operating times and gaps read."""
 RATE_TABLES = (
     (["cluster_id"], None),
     ([], None),
@@ -332,6 +332,11 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
     shares = transform.category_shares(failures, at_risk, by=["cluster_id"], in_service=in_service)
     type_rates = rates_by_instance_type(failures, at_risk, exposure, in_service, phi)  # size_rates by type
     failures = options.in_window(failures)  # those before it are counted in left_out
+    # from here on the rows are read by interval number (issue 27): the match's columns the views,
+    # trend tests and gaps read, not the rate attributes
+    calendar_match = at_risk is exposure
+    del at_risk
+    in_service = in_service.select(*COUNTED_COLUMNS)
     # trend tests count the failures the rates count (one during a known repair of its node is
     # part of that outage, not a new failure), on the calendar clock
     operating_times = transform.failure_operating_times(failures, exposure, in_service=in_service)
@@ -342,10 +347,12 @@ def analyze(con, options: AnalysisOptions = DEFAULT_OPTIONS) -> FleetAnalysis:
 
     # the same match on the calendar intervals, for gaps (failures keep coming on the calendar
     # clock while a node is in repair: the renewal process the fits estimate)
-    calendar = in_service.select(*GAP_COLUMNS, "_interval") if at_risk is exposure else None
-    del in_service
-    if calendar is None:
-        calendar = transform.failures_in_service(failures.select(GAP_COLUMNS), exposure, with_interval=True)
+    if calendar_match:
+        calendar = in_service.select(*transform.INTERVAL_MATCH_COLUMNS)
+        del in_service
+    else:
+        del in_service
+        calendar = transform.interval_matches(failures, exposure)
     gaps = transform.times_between_failures(failures, exposure, first_gap=first_gap, in_service=calendar)
     if first_gap == "drop" and gaps["observed"].sum() < 2:
         # at most one node failed twice in one window: too few full gaps to fit two parameters,

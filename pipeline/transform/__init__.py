@@ -51,11 +51,14 @@ from pipeline.transform.fleet import (
 from pipeline.transform.interruptions import (
     FIRST_GAP_CHOICES,
     INTERRUPTION_WINDOW_MINUTES,
+    INTERVAL_MATCH_COLUMNS,
     chained_starts,
     failure_operating_times,
+    interval_matches,
     times_between_failures,
 )
 from pipeline.transform.jobs import job_interruption_rates
+from pipeline.transform.keys import KeyCodes, key_codes
 from pipeline.transform.matching import (
     BEFORE_WINDOW_REASON,
     CHOSEN_REASONS,
@@ -88,6 +91,8 @@ __all__ = [
     "FIRST_GAP_CHOICES",
     "GAP_TOLERANCE",
     "INTERRUPTION_WINDOW_MINUTES",
+    "INTERVAL_MATCH_COLUMNS",
+    "KeyCodes",
     "INTERVAL_METHODS",
     "MAX_CURVE_POINTS",
     "BEFORE_WINDOW_REASON",
@@ -117,6 +122,8 @@ __all__ = [
     "failures_in_service",
     "failures_left_out",
     "in_service",
+    "interval_matches",
+    "key_codes",
     "left_out_reasons",
     "job_interruption_rates",
     "mean_cumulative_function",

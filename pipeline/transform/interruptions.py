@@ -15,6 +15,8 @@ import numpy as np
 import polars as pl
 
 from pipeline.transform.fleet import failures_in_service
+from pipeline.transform.keys import key_codes
+from pipeline.transform.matching import Match
 
 INTERRUPTION_WINDOW_MINUTES = 30.0
 
@@ -71,6 +73,22 @@ def chained_starts(t: np.ndarray, run_starts: np.ndarray, window: int) -> np.nda
 
 
 FIRST_GAP_CHOICES = ("drop", "keep")
+INTERVAL_MATCH_COLUMNS = ("_interval", "timestamp_utc", "interrupting")
+"""What :func:`times_between_failures` reads of its match (``in_service``)."""
+
+
+def interval_matches(incidents: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
+    """The incidents in service on ``exposure`` (the one rule, :class:`pipeline.transform.Match`),
+    each once, in their order, as :func:`times_between_failures` reads them
+    (``INTERVAL_MATCH_COLUMNS``: the matched interval's row in ``exposure``, the time, whether it
+    interrupts): not the names or the interval's attributes
+    (:func:`pipeline.transform.failures_in_service`), 13 bytes a failure (issue 27)."""
+    with Match(exposure, failures=incidents) as match:
+        matched = match.matched()
+    return pl.DataFrame(
+        {"_interval": matched["_interval"]}
+        | {c: incidents[c].gather(matched["_n"]) for c in INTERVAL_MATCH_COLUMNS[1:]}
+    )
 
 
 def times_between_failures(
@@ -100,56 +118,72 @@ def times_between_failures(
 
     Returns ``cluster_id`` (and ``node_id`` at node level), ``instances``, ``duration_hours``,
     ``observed`` (True for a failure, False for a censored tail) and ``first_gap``.
-    ``in_service`` as in :func:`pipeline.transform.failure_rates` (the match of these incidents to
-    these intervals, when the caller has it).
+    ``in_service``: the match of these incidents to these intervals, when the caller has it
+    (:func:`interval_matches`, or :func:`pipeline.transform.failures_in_service` with
+    ``with_interval``); only its ``INTERVAL_MATCH_COLUMNS`` are read.
     """
     if level not in ("node", "cluster"):
         raise ValueError(f"level must be 'node' or 'cluster', not {level!r}")
     if first_gap not in FIRST_GAP_CHOICES:
         raise ValueError(f"first_gap must be one of {', '.join(FIRST_GAP_CHOICES)}, not {first_gap!r}")
     if in_service is None:
-        in_service = failures_in_service(incidents, exposure, with_interval=True)
-    hits = in_service.filter(pl.col("interrupting"))
+        in_service = interval_matches(incidents, exposure)
     # each failure and each window's end as (window number, time): numbers, not the node's names,
-    # are sorted and compared (issue 27: at 5 M failures a join on names held GBs)
+    # are sorted and compared, and only those two columns of the failures are read (issue 27: at
+    # 5 M failures a join on names held GBs)
+    interrupting = in_service["interrupting"]
+    interval = in_service["_interval"].filter(interrupting)  # the matched interval: its node's window
     if level == "node":
         keys = ["cluster_id", "node_id"]
         windows = exposure.select(*keys, "instances", "start_utc", "end_utc")
-        window_of = hits["_interval"]  # the window is the matched interval itself
+        window_of = interval
     else:
         keys = ["cluster_id"]
-        windows = exposure.group_by("cluster_id").agg(
-            pl.col("instances").first(), pl.col("start_utc").min(), pl.col("end_utc").max()
+        clusters = key_codes(exposure, keys).codes
+        windows = (
+            exposure.select(*keys, "instances", "start_utc", "end_utc")
+            .with_columns(window=clusters)
+            .group_by("window")
+            .agg(
+                pl.col("cluster_id", "instances").first(), pl.col("start_utc").min(), pl.col("end_utc").max()
+            )
+            .sort("window")
+            .drop("window")
         )
-        number = windows.select("cluster_id").with_row_index("window")
-        window_of = hits.select("cluster_id").join(number, on="cluster_id", maintain_order="left")["window"]
+        window_of = pl.Series(clusters).gather(interval)
     events = pl.concat(
         [
             pl.DataFrame(
-                {"window": window_of.cast(pl.UInt32), "time_utc": hits["timestamp_utc"]}
+                {
+                    "window": window_of.cast(pl.UInt32),
+                    "time_utc": in_service["timestamp_utc"].filter(interrupting),
+                }
             ).with_columns(observed=pl.lit(True)),
             windows.select(time_utc="end_utc").with_row_index("window").with_columns(observed=pl.lit(False)),
         ],
         how="vertical_relaxed",
     ).sort("window", "time_utc", "observed", descending=[False, False, True])
-    events = events.with_columns(start_utc=windows["start_utc"].gather(events["window"]))
+    del interval, window_of
     same_window = pl.col("window") == pl.col("window").shift(1)
     durations = (
-        events.with_columns(previous_utc=pl.when(same_window).then(pl.col("time_utc").shift(1)))
+        events.lazy()
+        .with_columns(previous_utc=pl.when(same_window).then(pl.col("time_utc").shift(1)))
         .with_columns(
             first_gap=pl.col("previous_utc").is_null(),
             duration_hours=(
-                pl.col("time_utc") - pl.col("previous_utc").fill_null(pl.col("start_utc"))
+                pl.col("time_utc")
+                - pl.col("previous_utc").fill_null(pl.lit(windows["start_utc"]).gather(pl.col("window")))
             ).dt.total_seconds(fractional=True)
             / 3600,
         )
         .filter(pl.col("observed") | (pl.col("duration_hours") > 0))
+        .filter(True if first_gap == "keep" else ~pl.col("first_gap"))
+        .select("window", "duration_hours", "observed", "first_gap")
+        .collect()
     )
     del events
-    if first_gap == "drop":
-        durations = durations.filter(~pl.col("first_gap"))
     named = windows.select(*keys, "instances").gather(durations["window"])
-    return pl.concat([named, durations.select("duration_hours", "observed", "first_gap")], how="horizontal")
+    return pl.concat([named, durations.drop("window")], how="horizontal")
 
 
 def _cumulative_exposure(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -176,28 +210,34 @@ def failure_operating_times(
     schema = {"cluster_id": pl.String, "operating_node_hours": pl.Float64, "observed_node_hours": pl.Float64}
     if in_service is None:
         in_service = failures_in_service(incidents, exposure)
-    # only the columns used: these frames are as long as the failures and the intervals
-    failures = (
-        in_service.lazy()
-        .filter("interrupting")
-        .select("cluster_id", t=pl.col("timestamp_utc").dt.epoch("us") / 3.6e9)
-        .collect()
-    )
-    windows = exposure.select(
-        "cluster_id", a=pl.col("start_utc").dt.epoch("us") / 3.6e9, b=pl.col("end_utc").dt.epoch("us") / 3.6e9
-    )
+    # clusters by number (:func:`pipeline.transform.key_codes`), hours as arrays: no frame of the
+    # failures' or intervals' names is joined, grouped or copied (issue 27)
+    clusters, count, (cluster_of,) = key_codes(exposure, ["cluster_id"], in_service)
+    hours = lambda c: (c.dt.epoch("us") / 3.6e9).to_numpy()  # noqa: E731
+    interrupting = in_service["interrupting"].to_numpy()
+    at, cluster_of = hours(in_service["timestamp_utc"])[interrupting], cluster_of[interrupting]
+    # each cluster's intervals together, in their order, and its failures (sorted per cluster)
+    windows = np.argsort(clusters, kind="stable")
+    window_cuts = np.searchsorted(clusters[windows], np.arange(count + 1))
+    names = exposure["cluster_id"].gather(windows[window_cuts[:-1]])
+    a, b = hours(exposure["start_utc"])[windows], hours(exposure["end_utc"])[windows]
+    del windows, clusters
+    failures = np.argsort(cluster_of, kind="stable")
+    at, cluster_of = at[failures], cluster_of[failures]
+    failure_cuts = np.searchsorted(cluster_of, np.arange(count + 1))
+    del failures, cluster_of
     frames = [pl.DataFrame(schema=schema)]
-    for (cluster,), nodes in windows.group_by("cluster_id"):
-        starts, ends = nodes["a"].to_numpy(), nodes["b"].to_numpy()
-        at = np.sort(failures.filter(pl.col("cluster_id") == cluster)["t"].to_numpy())
+    # by cluster name, each cluster's times ascending: the frame is built in its sorted order, not
+    # sorted as a copy
+    for k in np.argsort(names.to_numpy(), kind="stable"):
+        starts, ends = a[window_cuts[k] : window_cuts[k + 1]], b[window_cuts[k] : window_cuts[k + 1]]
+        times = np.sort(at[failure_cuts[k] : failure_cuts[k + 1]])
         frames.append(
             pl.DataFrame(
                 {
-                    "cluster_id": [cluster] * at.size,
-                    "operating_node_hours": _cumulative_exposure(starts, ends, at),
-                    "observed_node_hours": [float((ends - starts).sum())] * at.size,
-                },
-                schema=schema,
-            )
+                    "operating_node_hours": np.sort(_cumulative_exposure(starts, ends, times)),
+                    "observed_node_hours": np.full(times.size, float((ends - starts).sum())),
+                }
+            ).select(pl.lit(names[int(k)], pl.String).alias("cluster_id"), pl.all())
         )
-    return pl.concat(frames).sort("cluster_id", "operating_node_hours")
+    return pl.concat(frames)
