@@ -133,7 +133,7 @@ def frame_intervals(
     frame's own rows, gathered; the times keep the frame's types."""
     rows = inventory.select("cluster_id", "gpus_per_node", *INTERVAL_COLUMNS[4:]).with_row_index("_row")
     with warehouse.computing() as con:
-        con.register(_FRAME_INVENTORY, rows)
+        warehouse.register(con, _FRAME_INVENTORY, rows)
         parameters = window_parameters(observed_until, observed_since)
         query = _FRAME_INTERVALS.format(intervals=intervals_query(_FRAME_INVENTORY))
         found = warehouse.frame(con.sql(query, params=parameters))
